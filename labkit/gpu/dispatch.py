@@ -1,0 +1,80 @@
+"""Dispatches: a pipeline, its bind group and a workgroup count, recorded in one pass.
+
+Conventions every kernel follows:
+- a 1-D count of n workgroups is launched as `grid(n)`; when n is above the per-dimension
+  limit (65 535) it becomes 2-D, and kernels compute the linear id as
+  `wid.x + wid.y * nwg.x` and return early when it is >= n;
+- every dispatch owns its uniform buffer (`uniform`): rewriting one uniform buffer between
+  dispatches of one encoder makes all of them see the last value (measured on lavapipe).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import wgpu
+
+
+@dataclass
+class Dispatch:
+    pipeline: Any
+    bind_group: Any
+    workgroups: tuple[int, int, int]
+    label: str = ""
+
+
+def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:
+    """Workgroup counts for n workgroups: (n, 1, 1), or 2-D (x, y, 1) with x*y >= n."""
+    if n < 0:
+        raise ValueError(f"negative workgroup count {n}")
+    if n <= max_dim:
+        return (n, 1, 1)
+    y = math.ceil(n / max_dim)
+    if y > max_dim:
+        raise ValueError(f"{n} workgroups do not fit a {max_dim} x {max_dim} grid")
+    x = math.ceil(n / y)
+    return (x, y, 1)
+
+
+def uniform(gpu: Any, fmt: str, *values: Any) -> Any:
+    """A fresh uniform buffer holding struct.pack(fmt, *values), zero-padded to 16 bytes."""
+    data = struct.pack(fmt, *values)
+    data = (data + b"\0" * (-len(data) % 16)) or b"\0" * 16
+    return gpu.device.create_buffer_with_data(
+        data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+    )
+
+
+def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
+    """A bind group binding buffers[i] at @binding(i): a buffer, or (buffer, offset, size)."""
+    entries = []
+    for i, b in enumerate(buffers):
+        if isinstance(b, tuple):
+            buf, offset, size = b
+            res = {"buffer": buf, "offset": int(offset), "size": int(size)}
+        else:
+            res = {"buffer": b, "offset": 0, "size": b.size}
+        entries.append({"binding": i, "resource": res})
+    return gpu.device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(group), entries=entries
+    )
+
+
+def encode(encoder: Any, dispatches: list[Dispatch], label: str = "") -> None:
+    """Record the dispatches, in order, in one compute pass of `encoder`."""
+    cpass = encoder.begin_compute_pass(label=label)
+    for d in dispatches:
+        cpass.set_pipeline(d.pipeline)
+        cpass.set_bind_group(0, d.bind_group)
+        cpass.dispatch_workgroups(*d.workgroups)
+    cpass.end()
+
+
+def run(gpu: Any, dispatches: list[Dispatch], label: str = "") -> None:
+    """Encode the dispatches in one pass and submit them (no wait)."""
+    enc = gpu.device.create_command_encoder(label=label)
+    encode(enc, dispatches, label)
+    gpu.queue.submit([enc.finish()])

@@ -1,0 +1,101 @@
+"""WGSL → compute pipeline, cached by source text; readable compile errors.
+
+wgpu-py reports a WGSL error synchronously, as a `GPUValidationError` raised by
+`device.create_shader_module`. Its text is naga's codespan report:
+
+    Shader '' parsing error: no definition in scope for identifier: `foo`
+      ┌─ wgsl:5:13
+      │
+    5 │     let x = foo(1u);
+      │             ^^^ unknown identifier
+
+(validation errors look the same with `Shader validation error: ...`, a `┌─ :L:C` location
+and `= ...` notes). `compile_pipeline` turns that into a `ShaderCompileError` that names
+the label, the line (and, for sources composed from several kernel files, the file and
+its own line), the offending WGSL line and naga's message.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+from labkit.errors import ShaderCompileError, UnknownVariantError
+
+# Composed sources mark where each kernel file starts with this comment (see `compose`).
+FILE_MARK = "// ==== file: "
+
+_LOC = re.compile(r"┌─\s*[^\s:]*:(\d+):(\d+)")
+_HEAD = re.compile(r"^(Shader .*?error.*)$", re.MULTILINE)
+
+
+def load_kernel(name: str) -> str:
+    """Text of the packaged kernel file labkit/gpu/kernels/<name>.wgsl."""
+    try:
+        return resources.files("labkit.gpu").joinpath("kernels", f"{name}.wgsl").read_text()
+    except FileNotFoundError:
+        raise UnknownVariantError(f"no kernel file {name}.wgsl") from None
+
+
+def compose(*names: str) -> str:
+    """Kernel files concatenated in order, each preceded by a FILE_MARK line."""
+    return "\n".join(f"{FILE_MARK}{n}.wgsl\n{load_kernel(n)}" for n in names)
+
+
+def _file_line(lines: list[str], line: int) -> str:
+    """' (in NAME.wgsl, line N)' when the source was composed from marked files."""
+    for i in range(min(line, len(lines)) - 1, -1, -1):
+        if lines[i].startswith(FILE_MARK):
+            return f" (in {lines[i][len(FILE_MARK) :].strip()}, line {line - 1 - i})"
+    return ""
+
+
+def format_compile_error(label: str, wgsl: str, text: str) -> str:
+    """A one-look message from naga's report: label, line, the WGSL line, the message."""
+    text = text.strip()
+    head = _HEAD.search(text)
+    msg = head.group(1) if head else ""
+    msg = re.sub(r"^Shader '[^']*' ", "", msg) if msg else msg
+    notes = [ln.strip()[2:] for ln in text.splitlines() if ln.strip().startswith("= ")]
+    # naga repeats the notes, unindented, after the report; keep each once
+    notes = list(dict.fromkeys(notes))
+    where = f"{label}: " if label else ""
+    loc = _LOC.search(text)
+    if not loc:
+        body = msg or text.replace("Validation Error\n\nCaused by:\n", "").strip()
+        return f"{where}WGSL compile error: {body}" + "".join(f"\n  {n}" for n in notes)
+    line, col = int(loc.group(1)), int(loc.group(2))
+    lines = wgsl.splitlines()
+    src = lines[line - 1] if 0 < line <= len(lines) else ""
+    caret = " " * (max(col, 1) - 1) + "^"
+    out = [
+        f"{where}WGSL compile error at line {line}, column {col}{_file_line(lines, line)}: "
+        f"{msg or 'error'}",
+        f"  {line} | {src}",
+        f"  {' ' * len(str(line))} | {caret}",
+    ]
+    out += [f"  {n}" for n in notes]
+    return "\n".join(out)
+
+
+def compile_pipeline(gpu: Any, wgsl: str, entry: str = "main", label: str = "") -> Any:
+    """A compute pipeline (auto layout) for WGSL source; cached per device by (source, entry)."""
+    key = (wgsl, entry)
+    cache = gpu.pipelines
+    if key in cache:
+        return cache[key]
+    import wgpu
+
+    try:
+        module = gpu.device.create_shader_module(label=label, code=wgsl)
+    except wgpu.GPUError as e:
+        raise ShaderCompileError(format_compile_error(label, wgsl, str(e))) from None
+    try:
+        pipeline = gpu.device.create_compute_pipeline(
+            label=label, layout="auto", compute={"module": module, "entry_point": entry}
+        )
+    except wgpu.GPUError as e:
+        raise ShaderCompileError(format_compile_error(label, wgsl, str(e))) from None
+    cache[key] = pipeline
+    return pipeline

@@ -1,0 +1,84 @@
+"""Stepped execution: one stage per submit, its output read back at once.
+
+Same plan and kernels as the batched pass, so `st[name]` equals the batched
+capture bit for bit (tests check this); useful to watch a pass unfold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.errors import UnknownStageError
+from labkit.gpu.executor import (
+    GpuExecutor,
+    GpuKVCache,
+    read_captures,
+    record_captures,
+    record_stage,
+)
+
+
+class Stepper:
+    def __init__(self, executor: GpuExecutor, ids: list[int], cache: GpuKVCache):
+        self.executor, self.ids, self.cache = executor, list(ids), cache
+        self.plans = executor.plan(len(ids), cache, executor.embed_input(ids))
+        self.index = 0
+        self.captures: dict[str, np.ndarray] = {}
+
+    @property
+    def stages(self) -> list[str]:
+        return [p.stage.name for p in self.plans]
+
+    @property
+    def done(self) -> bool:
+        return self.index >= len(self.plans)
+
+    @property
+    def current(self) -> str | None:
+        """The last stage executed (None before the first)."""
+        return self.plans[self.index - 1].stage.name if self.index else None
+
+    @property
+    def next_stage(self) -> str | None:
+        return None if self.done else self.plans[self.index].stage.name
+
+    def next(self) -> str:
+        """Run the next stage, read its output back; returns its name."""
+        if self.done:
+            raise StopIteration("all stages have run")
+        p = self.plans[self.index]
+        dev = self.executor.device
+        enc = dev.create_command_encoder()
+        record_stage(enc, p)
+        staging, offsets = record_captures(dev, enc, [p])
+        dev.queue.submit([enc.finish()])
+        self.captures.update(read_captures(staging, offsets, [p]))
+        self.index += 1
+        if self.done:
+            self.cache.n_past += len(self.ids)
+        return p.stage.name
+
+    def run_to(self, name: str) -> np.ndarray:
+        """Run stages up to and including `name`; returns its output."""
+        if name not in self.stages:
+            raise UnknownStageError(f"unknown stage {name!r}")
+        while name not in self.captures:
+            self.next()
+        return self.captures[name]
+
+    def run_all(self) -> dict[str, np.ndarray]:
+        while not self.done:
+            self.next()
+        return self.captures
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.captures:
+            raise UnknownStageError(f"stage {name!r} has not run yet (current: {self.current})")
+        return self.captures[name]
+
+    def __iter__(self):
+        while not self.done:
+            yield self.next()
+
+    def __repr__(self) -> str:
+        return f"Stepper({self.index}/{len(self.plans)} stages, current={self.current!r})"

@@ -1,0 +1,229 @@
+"""The public entry points: open a model, run it on the GPU or the reference, compare.
+
+`labkit.open(name)` reads only the GGUF header; the tokenizer, the reference
+weights and the GPU executor are each built on first use.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labkit.captures import Run
+from labkit.errors import PromptTooLongError
+from labkit.model.config import ModelConfig, config_from_metadata
+from labkit.model.gguf_file import GgufFile, open_gguf
+from labkit.model.graph import Stage, build_graph
+from labkit.model.reference import KVCache, ReferenceEngine
+from labkit.model.registry import DEFAULT_MODEL, resolve_model
+from labkit.sampling import GREEDY, Sampler
+
+Prompt = str | list[int]
+
+
+@dataclass
+class Generation:
+    """Greedy or sampled continuation: new ids and their text, plus the prompt ids."""
+
+    prompt_ids: list[int]
+    ids: list[int]
+    text: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class Lab:
+    """One model, opened. See DESIGN.md's public API for what hangs off it."""
+
+    def __init__(self, name: str, path: Path, variants: dict[str, str] | None = None, debug: bool = False):
+        t0 = time.perf_counter()
+        self.name, self.path = name, path
+        self.gguf: GgufFile = open_gguf(path)
+        self.config: ModelConfig = config_from_metadata(self.gguf.metadata, set(self.gguf.tensors))
+        self.graph: list[Stage] = build_graph(self.config)
+        self.variants: dict[str, str] = dict(variants or {})
+        self.debug = debug
+        self.load_seconds = time.perf_counter() - t0
+
+    # ----- text ↔ ids
+    @cached_property
+    def tokenizer(self):
+        from labkit.model.tokenizer import build_tokenizer
+
+        return build_tokenizer(self.gguf.metadata)
+
+    def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:
+        return self.tokenizer.encode(text, add_bos=add_bos)
+
+    def detokenize(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(list(ids))
+
+    def piece(self, token_id: int) -> str:
+        return self.tokenizer.piece(token_id)
+
+    @property
+    def stages(self) -> list[str]:
+        return [s.name for s in self.graph]
+
+    def prompt_ids(self, prompt: Prompt, extra: int = 0) -> list[int]:
+        """Token ids of a prompt (text or ids), checked against the context length."""
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        if not ids:
+            raise PromptTooLongError("the prompt is empty: nothing to run")
+        if len(ids) + extra > self.config.context_length:
+            raise PromptTooLongError(
+                f"prompt of {len(ids)} tokens (+{extra} to generate) exceeds the context "
+                f"length {self.config.context_length}"
+            )
+        bad = [i for i in ids if not 0 <= i < self.config.vocab_size]
+        if bad:
+            raise PromptTooLongError(f"token ids out of range for vocab {self.config.vocab_size}: {bad[:5]}")
+        return ids
+
+    # ----- the float64 reference
+    @cached_property
+    def reference_engine(self) -> ReferenceEngine:
+        return ReferenceEngine(self.gguf, self.config, self.graph)
+
+    def reference(self, prompt: Prompt, names: list[str] | None = None) -> Run:
+        """The whole prompt through the float64 numpy reference; every stage captured."""
+        ids = self.prompt_ids(prompt)
+        t0 = time.perf_counter()
+        caps = self.reference_engine.forward(ids, KVCache(), capture=names)
+        return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
+
+    def _make_run(
+        self,
+        engine: str,
+        ids: list[int],
+        caps: dict[str, np.ndarray],
+        timings: dict[str, float],
+        **kw: Any,
+    ) -> Run:
+        return Run(
+            model=self.name,
+            engine=engine,
+            tokens=list(ids),
+            stages=self.stages,
+            captures=caps,
+            timings=timings,
+            piece=self.piece,
+            **kw,
+        )
+
+    def generate_reference(
+        self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None
+    ) -> Generation:
+        """KV-cached decode in the float64 reference (slow; for checking the GPU path)."""
+        sampler = sampler or GREEDY
+        ids = self.prompt_ids(prompt, extra=max_new_tokens)
+        cache = KVCache()
+        t0 = time.perf_counter()
+        caps = self.reference_engine.forward(ids, cache, capture=["logits"])
+        t1 = time.perf_counter()
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            nxt = sampler(caps["logits"][-1])
+            out.append(nxt)
+            if nxt == self.config.eos_id or len(out) == max_new_tokens:
+                break
+            caps = self.reference_engine.forward([nxt], cache, capture=["logits"])
+        t2 = time.perf_counter()
+        n_dec = max(len(out) - 1, 1)
+        return Generation(
+            ids,
+            out,
+            self.detokenize(out),
+            {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tok_s": n_dec / max(t2 - t1, 1e-9)},
+        )
+
+    # ----- the GPU
+    @cached_property
+    def executor(self):
+        from labkit.gpu.executor import GpuExecutor
+
+        return GpuExecutor(self.gguf, self.config, self.graph, variants=self.variants)
+
+    def run(
+        self,
+        prompt: Prompt,
+        names: list[str] | None = None,
+        debug: bool | None = None,
+        stepped: bool = False,
+        timestamps: bool = True,
+    ) -> Run:
+        """The whole prompt through the GPU in one batched pass; every stage captured by default."""
+        ids = self.prompt_ids(prompt)
+        ex = self.executor
+        res = ex.run_pass(
+            ids,
+            ex.new_cache(len(ids)),
+            names=names,
+            debug=self.debug if debug is None else debug,
+            stepped=stepped,
+            timestamps=timestamps,
+        )
+        timings = dict(res.timings, upload_s=ex.upload_seconds)
+        if res.stage_ms:
+            timings["stage_ms"] = res.stage_ms
+        return self._make_run(
+            "gpu", ids, res.captures, timings, unwritten=res.unwritten, variants=dict(self.variants)
+        )
+
+    def step(self, prompt: Prompt):
+        """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
+        from labkit.gpu.stepper import Stepper
+
+        ids = self.prompt_ids(prompt)
+        return Stepper(self.executor, ids, self.executor.new_cache(len(ids)))
+
+    def generate(
+        self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None
+    ) -> Generation:
+        """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
+        from labkit.gpu.sampling import GpuSampler
+
+        sampler = sampler or GREEDY
+        ids = self.prompt_ids(prompt, extra=max_new_tokens)
+        ex = self.executor
+        cache = ex.new_cache(len(ids) + max_new_tokens)
+        pick = GpuSampler(ex, sampler)
+        t0 = time.perf_counter()
+        res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True)
+        t1 = time.perf_counter()
+        out: list[int] = []
+        for _ in range(max_new_tokens):
+            nxt = pick(res.captures["logits"][-1])
+            out.append(nxt)
+            if nxt == self.config.eos_id or len(out) == max_new_tokens:
+                break
+            res = ex.run_pass([nxt], cache, names=["logits"], last_logits_only=True)
+        t2 = time.perf_counter()
+        n_dec = max(len(out) - 1, 1)
+        return Generation(
+            ids,
+            out,
+            self.detokenize(out),
+            {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tok_s": n_dec / max(t2 - t1, 1e-9)},
+        )
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"Lab({self.name!r}: {c.arch}, {c.n_layers} layers, d={c.d_model}, heads {c.n_heads}/{c.n_kv_heads}"
+            f"×{c.head_dim}, vocab {c.vocab_size})"
+        )
+
+
+def open(
+    model: str | Path = DEFAULT_MODEL,
+    variants: dict[str, str] | None = None,  # noqa: A001
+    debug: bool = False,
+) -> Lab:
+    """Open a registered model name or a .gguf path. Reads the header only."""
+    name, path = resolve_model(model)
+    return Lab(name, path, variants=variants, debug=debug)

