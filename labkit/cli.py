@@ -51,9 +51,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from labkit.gpu.device import describe, get_device
+    from labkit.gpu.device import describe
 
-    data = describe(get_device())
+    data = describe()
     _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
     return 0
 
@@ -114,6 +114,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if cmp.passed else 1
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from labkit.bench import run_bench
+
+    res = run_bench(args.model, args.prompt, args.new_tokens)
+    _emit(args, res.to_dict(), res.table)
+    return 0
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    nb = root / "notebooks" / "01_walkthrough.ipynb"
+    cmd = ["jupyter", "lab", f"--ServerApp.root_dir={root}", str(nb.relative_to(root))] + args.extra
+    os.execvp(cmd[0], cmd)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="labkit", description="A lab for LLM inference on WebGPU")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -149,6 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--failed", action="store_true", help="show only failing stages")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("bench", help="load/prefill/decode timings and peak memory, GPU vs reference")
+    s.add_argument("model", nargs="?", default="gemma3-270m")
+    s.add_argument("--prompt", default="The color of the sky is")
+    s.add_argument("--new-tokens", type=int, default=8)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("lab", help="start JupyterLab on the walkthrough notebook")
+    s.add_argument("extra", nargs=argparse.REMAINDER)
+    s.set_defaults(fn=cmd_lab)
     return p
 
 

@@ -1,0 +1,160 @@
+"""Each non-matmul WGSL kernel on the real wgpu device against the numpy reference op.
+
+Fresh random data per run (seed in the failure message), odd sizes, offsets into
+the KV cache, and the 2-D grid path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import wgpu
+
+from labkit.gpu.device import get_device
+from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform
+from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.variants import kernel_source
+from labkit.model import reference as R
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return get_device()
+
+
+def rng():
+    return np.random.default_rng(SEED)
+
+
+def buf(gpu, a: np.ndarray):
+    return gpu.device.create_buffer_with_data(data=np.ascontiguousarray(a, dtype=np.float32).tobytes(), usage=STORAGE)
+
+
+def empty(gpu, n: int, fill: float = np.nan):
+    return buf(gpu, np.full(n, fill, dtype=np.float32))
+
+
+def launch(gpu, family: str, buffers: list, fmt: str, values: tuple, n_workgroups: int):
+    pipe = compile_pipeline(gpu, kernel_source(family), label=family)
+    u = uniform(gpu, fmt, *values)
+    run(gpu, [Dispatch(pipe, bind(gpu, pipe, [*buffers, u]), grid(n_workgroups), family)])
+
+
+def read(gpu, b, n: int) -> np.ndarray:
+    return np.frombuffer(gpu.queue.read_buffer(b, 0, 4 * n), dtype=np.float32).copy()
+
+
+def nmse(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.sum((a - b) ** 2) / np.sum(b**2))
+
+
+def assert_close(got, want, thresh: float, what: str):
+    err = nmse(got, want)
+    mx = float(np.max(np.abs(np.asarray(got, np.float64) - want)))
+    assert err <= thresh, f"{what}: nmse {err:.3e} > {thresh:.0e}, max|diff| {mx:.3e} (seed {SEED})"
+
+
+@pytest.mark.parametrize("n_groups,group", [(1, 640), (7, 640), (28, 256), (5, 37)])
+def test_rmsnorm(gpu, n_groups, group):
+    r = rng()
+    x = r.standard_normal((n_groups, group)) * r.uniform(0.1, 100)
+    w = r.standard_normal(group)
+    y = empty(gpu, x.size)
+    launch(gpu, "rmsnorm", [buf(gpu, x), buf(gpu, w), y], "<IIfI", (n_groups, group, 1e-6, 0), n_groups)
+    assert_close(read(gpu, y, x.size), R.rmsnorm(x, w, 1e-6, group).ravel(), 1e-12, "rmsnorm")
+
+
+@pytest.mark.parametrize("style", ["neox", "normal"])
+@pytest.mark.parametrize("T,n_heads,head_dim,rope_dim,pos0,base", [
+    (7, 4, 256, 256, 0, 1e6), (3, 9, 64, 64, 11, 1e5), (1, 1, 256, 256, 517, 1e4), (5, 3, 64, 32, 2, 1e4)])
+def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
+    x = rng().standard_normal((T, n_heads * head_dim))
+    y_off = 3 * n_heads * head_dim  # written at an offset, as k_rope writes into the cache
+    y = empty(gpu, y_off + x.size)
+    launch(gpu, "rope", [buf(gpu, x), y], "<IIIIIIfI",
+           (T, n_heads, head_dim, rope_dim, pos0, int(style == "neox"), base, y_off), -(-x.size // 64))
+    want = R.rope(x, pos0 + np.arange(T), n_heads, head_dim, rope_dim, base, style)
+    got = read(gpu, y, y_off + x.size)
+    assert np.isnan(got[:y_off]).all(), "rope wrote before its offset"
+    assert_close(got[y_off:], want.ravel(), 1e-8, f"rope {style}")  # f32 angles at pos ~500
+
+
+@pytest.mark.parametrize("T,n_past,H,KV,hd,window", [
+    (7, 0, 4, 1, 256, None), (6, 0, 9, 3, 64, None), (1, 9, 9, 3, 64, None), (9, 3, 4, 2, 32, 4), (1, 20, 4, 1, 16, 8)])
+def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
+    r = rng()
+    S = n_past + T
+    q = r.standard_normal((T, H * hd))
+    k = r.standard_normal((S + 2, KV * hd))  # cache capacity beyond the keys in use
+    v = r.standard_normal((S + 2, KV * hd))
+    scale = 1 / np.sqrt(hd)
+    scores = empty(gpu, H * T * S)
+    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], "<IIIIIIIf",
+           (T, S, n_past, H, KV, hd, window or 0, scale), -(-H * T * S // 64))
+    want_s = R.attn_scores(q, k[:S], n_past, H, KV, hd, scale, window)
+    got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
+    assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"
+    fin = np.isfinite(want_s)
+    assert_close(got_s[fin], want_s[fin], 1e-11, "attn_scores")
+
+    probs = empty(gpu, H * T * S)
+    launch(gpu, "softmax", [scores, probs], "<IIII", (H * T, S, 0, 0), H * T)
+    want_p = R.softmax(want_s)
+    got_p = read(gpu, probs, H * T * S).reshape(H, T, S)
+    assert_close(got_p, want_p, 1e-11, "softmax")
+
+    ctx = empty(gpu, T * H * hd)
+    launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], "<IIIIIIII", (T, S, H, KV, hd, 0, 0, 0), -(-T * H * hd // 64))
+    assert_close(read(gpu, ctx, T * H * hd), R.attn_ctx(want_p, v[:S], H, KV, hd).ravel(), 1e-11, "attn_ctx")
+
+
+def test_softmax_large_row_and_fully_masked_row(gpu):
+    r = rng()
+    n = 262144
+    x = np.stack([r.standard_normal(n) * 10, np.full(n, -np.inf)])
+    y = empty(gpu, x.size)
+    launch(gpu, "softmax", [buf(gpu, x), y], "<IIII", (2, n, 0, 0), 2)
+    got = read(gpu, y, x.size).reshape(2, n)
+    assert_close(got[0], R.softmax(x[0]), 1e-10, "softmax 262144")
+    assert np.all(got[1] == 0), "an all-masked row must give zeros, not NaN"
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "silu"])
+def test_glu(gpu, act):
+    r = rng()
+    n = 7 * 2048 + 3
+    g = r.standard_normal(n) * 8
+    g[:4] = [60.0, -60.0, 300.0, -300.0]  # tanh/exp must not overflow into NaN
+    u = r.standard_normal(n)
+    y = empty(gpu, n)
+    launch(gpu, "glu", [buf(gpu, g), buf(gpu, u), y], "<IIII", (n, {"gelu_tanh": 0, "silu": 1}[act], 0, 0), -(-n // 64))
+    got = read(gpu, y, n)
+    assert np.isfinite(got).all()
+    assert_close(got, R.ACTIVATIONS[act](g) * u, 1e-11, act)
+
+
+def test_add_with_period_and_2d_grid(gpu):
+    r = rng()
+    n = 64 * 70000 + 5  # more than 65 535 workgroups: the 2-D grid path
+    a = r.standard_normal(n).astype(np.float32)
+    b = r.standard_normal(n).astype(np.float32)
+    y = empty(gpu, n)
+    launch(gpu, "add", [buf(gpu, a), buf(gpu, b), y], "<IIII", (n, n, 0, 0), -(-n // 64))
+    got = read(gpu, y, n)
+    assert np.array_equal(got, a + b), f"add differs at {np.flatnonzero(got != a + b)[:5]} (seed {SEED})"
+    bias = r.standard_normal(192).astype(np.float32)
+    m = 5 * 192
+    y2 = empty(gpu, m)
+    launch(gpu, "add", [buf(gpu, a[:m]), buf(gpu, bias), y2], "<IIII", (m, 192, 0, 0), -(-m // 64))
+    assert np.array_equal(read(gpu, y2, m), a[:m] + np.tile(bias, 5))
+
+
+def test_scale(gpu):
+    x = rng().standard_normal(640 * 7).astype(np.float32)
+    y = empty(gpu, x.size)
+    launch(gpu, "embed", [buf(gpu, x), y], "<IfII", (x.size, np.float32(25.298), 0, 0), -(-x.size // 64))
+    assert np.array_equal(read(gpu, y, x.size), x * np.float32(25.298))
