@@ -10,7 +10,9 @@ Needs llama-cpp-python (the `oracle` extra); run it with a Python that has it, e
 
 Each case records what `Llama.tokenize(text.encode(), add_bos=True, special=False)` returns
 (that is `llama_tokenize(add_special=True, parse_special=False)`) and what
-`llama_detokenize(ids, remove_special=False, unparse_special=False)` turns those ids back into.
+`llama_detokenize(ids, remove_special=False, unparse_special=False)` turns those ids back into;
+"variants" holds the same prompts with special=True, and through other tokenizer settings
+(llama.cpp metadata overrides: other gpt2 pre-tokenizers, SentencePiece space prefix).
 tests/test_tokenizer.py compares labkit's tokenizer against this file; it never needs llama_cpp.
 """
 
@@ -157,9 +159,31 @@ PROMPTS: list[str] = [
     "<html><body><div>Hi</div></body></html>",
     "  <start_of_turn>  spaced  <end_of_turn>  ",
     "<s>sentence</s>",
+    # llama_detokenize's clean-up of spaces (for the gpt2 pre-tokenizers that do it)
+    "He said ' hello ' and it 's ok , you 're right . Really ? Yes ! I 'm sure , we 've seen",
+    # rarer code points: NEL, line/paragraph separators, unassigned, private use, NUL
+    "next\u0085line\u2028sep\u2029para",
+    "unassigned \u0378\u0379 private \ue000\uf8ff end",
+    "a\x00b",
+    # a longer mixed text
+    (PARAGRAPH + "\n\n") * 3 + PYTHON_CODE + "\n価格は1,234円です。🙂 " + MARKDOWN,
 ]
 
 MODELS = {"gemma3-270m": "gemma", "smollm2-135m": "smollm"}
+
+# The same prompts through other tokenizer settings, via llama.cpp's metadata overrides: the
+# pre-tokenizers of other byte-level BPE families on SmolLM2's vocabulary, and the
+# SentencePiece space prefix (llama-2 style) on Gemma's. Stored under "variants".
+# "special": True records Llama.tokenize(..., special=True) (llama.cpp's parse_special).
+VARIANTS: list[tuple[str, dict[str, str | bool], bool]] = [
+    ("gemma3-270m", {}, True),
+    ("smollm2-135m", {}, True),
+    ("smollm2-135m", {"tokenizer.ggml.pre": "qwen2"}, False),
+    ("smollm2-135m", {"tokenizer.ggml.pre": "llama-bpe"}, False),
+    ("smollm2-135m", {"tokenizer.ggml.pre": "gpt-2"}, False),
+    ("smollm2-135m", {"tokenizer.ggml.pre": "default"}, False),
+    ("gemma3-270m", {"tokenizer.ggml.add_space_prefix": True}, False),
+]
 
 
 def default_paths() -> dict[str, str | None]:
@@ -186,16 +210,37 @@ def detokenize(llama_cpp, vocab, ids: list[int]) -> str:
     return buf.raw[:n].decode("utf-8", errors="replace")
 
 
-def cases_for(path: str) -> list[dict]:
+def cases_for(path: str, overrides: dict[str, str | bool] | None = None, special: bool = False) -> list[dict]:
     import llama_cpp
 
-    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False, kv_overrides=overrides or None)
     vocab = llm._model.vocab
     out = []
     for text in PROMPTS:
-        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
         out.append({"text": text, "ids": list(ids), "decoded": detokenize(llama_cpp, vocab, ids)})
     return out
+
+
+def dump(result: dict) -> str:
+    """JSON with one case per line (readable diffs, a tenth of the size of indent=1)."""
+
+    def case_lines(cases: list[dict], indent: str) -> str:
+        rows = [indent + json.dumps(c, ensure_ascii=False) for c in cases]
+        return "[\n" + ",\n".join(rows) + "\n" + indent[:-1] + "]"
+
+    parts = []
+    for name, value in result.items():
+        if name != "variants":
+            parts.append(f" {json.dumps(name)}: {case_lines(value, '  ')}")
+            continue
+        variants = []
+        for v in value:
+            head = {k: v[k] for k in v if k != "cases"}
+            head_json = json.dumps(head, ensure_ascii=False)[1:-1]
+            variants.append(f'  {{{head_json}, "cases": {case_lines(v["cases"], "    ")}}}')
+        parts.append(' "variants": [\n' + ",\n".join(variants) + "\n ]")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
 def main() -> None:
@@ -208,14 +253,21 @@ def main() -> None:
         default=str(Path(__file__).resolve().parent.parent / "data" / "tokenizer_cases.json"),
     )
     args = ap.parse_args()
-    result = {}
+    result: dict = {}
+    paths = {}
     for name, arg in MODELS.items():
         path = getattr(args, arg)
         if not path:
             ap.error(f"no path for {name}: pass --{arg}")
+        paths[name] = path
         result[name] = cases_for(path)
         print(f"{name}: {len(result[name])} cases from {path}")
-    Path(args.out).write_text(json.dumps(result, ensure_ascii=False, indent=1) + "\n")
+    result["variants"] = []
+    for name, overrides, special in VARIANTS:
+        cases = cases_for(paths[name], overrides, special)
+        result["variants"].append({"model": name, "overrides": overrides, "special": special, "cases": cases})
+        print(f"{name} with {overrides}, special={special}: {len(cases)} cases")
+    Path(args.out).write_text(dump(result))
     print(f"wrote {args.out}")
 
 

@@ -51,12 +51,35 @@ def _file_line(lines: list[str], line: int) -> str:
     return ""
 
 
+_NUMBERED = re.compile(r"^\s*(\d+)\s*│")
+
+
+def _innermost(text: str, lines: list[str]) -> tuple[int, int] | None:
+    """(line, column) of the first single-line `^^^` label in naga's snippet.
+
+    A validation error's `┌─` location is the start of the whole invalid function; the
+    expression at fault is the one underlined on its own line.
+    """
+    report = text.splitlines()
+    for prev, cur in zip(report, report[1:], strict=False):
+        m = _NUMBERED.match(prev)
+        if not m or "^" not in cur or "╰" in cur:
+            continue
+        line = int(m.group(1))
+        src = lines[line - 1] if 0 < line <= len(lines) else ""
+        start = prev.rfind(src) if src.strip() else -1
+        if start < 0:
+            return line, 1
+        return line, max(cur.index("^") - start, 0) + 1
+    return None
+
+
 def format_compile_error(label: str, wgsl: str, text: str) -> str:
     """A one-look message from naga's report: label, line, the WGSL line, the message."""
     text = text.strip()
     head = _HEAD.search(text)
     msg = head.group(1) if head else ""
-    msg = re.sub(r"^Shader '[^']*' ", "", msg) if msg else msg
+    msg = re.sub(r"^Shader ('[^']*' )?", "", msg)
     notes = [ln.strip()[2:] for ln in text.splitlines() if ln.strip().startswith("= ")]
     # naga repeats the notes, unindented, after the report; keep each once
     notes = list(dict.fromkeys(notes))
@@ -67,6 +90,7 @@ def format_compile_error(label: str, wgsl: str, text: str) -> str:
         return f"{where}WGSL compile error: {body}" + "".join(f"\n  {n}" for n in notes)
     line, col = int(loc.group(1)), int(loc.group(2))
     lines = wgsl.splitlines()
+    line, col = _innermost(text, lines) or (line, col)
     src = lines[line - 1] if 0 < line <= len(lines) else ""
     caret = " " * (max(col, 1) - 1) + "^"
     out = [

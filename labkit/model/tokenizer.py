@@ -77,20 +77,17 @@ class _PreType:
     regexes: tuple[str, ...]
     ignore_merges: bool = False
     add_bos: bool = False  # llama.cpp's default before tokenizer.ggml.add_bos_token
+    clean_spaces: bool = True  # llama_detokenize drops " " before ?!., etc.
 
 
 _PRE_TYPES: dict[str, _PreType] = {}
 for _names, _pre in (
-    (("default",), _PreType(_DEFAULT)),
-    (("gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4", "trillion"), _PreType((_GPT2,))),
-    (
-        (
-            "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
-            "minerva-7b", "mellum2",
-        ),
-        _PreType((r"\p{N}", _GPT2)),
-    ),
-    (("qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", "hunyuan"), _PreType((_QWEN2,))),
+    (("default", "gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4"), None),
+    (("trillion",), _PreType((_GPT2,), clean_spaces=False)),
+    (("starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"), _PreType((r"\p{N}", _GPT2))),
+    (("smollm", "command-r"), _PreType((r"\p{N}", _GPT2), clean_spaces=False)),
+    (("qwen2", "deepseek-r1-qwen", "hunyuan"), _PreType((_QWEN2,), clean_spaces=False)),
+    (("megrez", "stablelm2"), _PreType((_QWEN2,))),
     (
         ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "lfm2"),
         _PreType((_LLAMA3,), ignore_merges=True, add_bos=True),
@@ -98,7 +95,7 @@ for _names, _pre in (
     (("dbrx", "smaug-bpe"), _PreType((_LLAMA3,))),
 ):  # fmt: skip
     for _name in _names:
-        _PRE_TYPES[_name] = _pre
+        _PRE_TYPES[_name] = _pre or _PreType(_DEFAULT if _name == "default" else (_GPT2,))
 
 # --- llama.cpp's by-name fix-ups of token attributes (llama_vocab::impl::load) ----------------
 # The first token found with one of these names becomes that special id (if the file does not
@@ -181,6 +178,7 @@ class GgufTokenizer:
     add_bos: bool  # llama_tokenize(add_special=True) prepends bos_id
     add_eos: bool  # ... and appends eos_id
     add_space_prefix: bool  # SentencePiece: a space before each raw text fragment
+    clean_spaces: bool  # decode: llama_detokenize's clean-up of " ?", " 's", ...
     tokens: list[str] = field(repr=False)
     attrs: np.ndarray = field(repr=False)  # llama_token_attr bit flags per token
     hf: Tokenizer = field(repr=False)
@@ -277,10 +275,16 @@ class GgufTokenizer:
     def decode(self, ids: Iterable[int], special: bool = False) -> str:
         """Text of `ids`, as llama.cpp's ``llama_detokenize(remove_special=False,
         unparse_special=special)``: control tokens (BOS, EOS, ...) render as nothing unless
-        `special`; so ``decode(encode(text)) == text``."""
-        data = b"".join(self.piece_bytes(i, special) for i in ids)
-        if self.add_space_prefix and data.startswith(b" "):
-            data = data[1:]  # the space encode() put before the text
+        `special`. For Gemma 3 and SmolLM2 ``decode(encode(text)) == text``. Like llama.cpp,
+        a vocabulary with add_space_prefix loses one leading space of the first token (none
+        when that token is BOS), and most gpt2 pre-tokenizers (not smollm / qwen2) drop the
+        space of " ?", " !", " .", " ," and " 's"-style contractions."""
+        parts = [self.piece_bytes(i, special) for i in ids]
+        if parts and self.add_space_prefix and parts[0].startswith(b" "):
+            parts[0] = parts[0][1:]  # llama.cpp: lstrip=1 on the first token only
+        data = b"".join(parts)
+        if self.clean_spaces:
+            data = _clean_spaces(data)
         return data.decode("utf-8", errors="replace")
 
     def token_id(self, text: str) -> int | None:
@@ -299,6 +303,41 @@ def _byte_level_decode(text: str) -> bytes:
             utf8 = ch.encode()
             out += b"[UNK_BYTE_0x" + utf8.hex().encode() + text.encode() + b"]"
     return bytes(out)
+
+
+def _clean_spaces(data: bytes) -> bytes:
+    """The three clean-up passes at the end of llama.cpp's llama_detokenize, verbatim."""
+    text = bytearray(data)
+    # first pass: " ?", " !", " .", " ," lose the space
+    n, total = len(text), 1 if text else 0
+    for i in range(1, n):
+        x = text[i]
+        if text[i - 1] == 0x20 and x in b"?!.,":
+            total -= 1
+        text[total] = x
+        total += 1
+    # second pass: a lone apostrophe between spaces loses both spaces
+    n, total, i = total, 1 if total else 0, 1
+    while i < n:
+        x = text[i]
+        if x == 0x27 and i + 1 < n and text[i - 1] == 0x20 and text[i + 1] == 0x20:
+            total -= 1
+            i += 1
+            text[i] = 0
+        text[total] = x
+        total += 1
+        i += 1
+    # third pass: " 's", " 'm", " 're", " 've" lose the space
+    n, total = total, 1 if total else 0
+    for i in range(1, n):
+        x = text[i]
+        if text[i - 1] == 0x20 and x == 0x27 and i + 1 < n:
+            x1 = text[i + 1]
+            if x1 in b"sm" or (i + 2 < n and (x1, text[i + 2]) in ((0x72, 0x65), (0x76, 0x65))):
+                total -= 1
+        text[total] = x
+        total += 1
+    return bytes(text[:total])
 
 
 # --- building ------------------------------------------------------------------------------
@@ -336,11 +375,7 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     n = len(tokens)
     types = metadata.get(key + "token_type")
-    types = (
-        np.asarray(types, dtype=np.int64)
-        if types is not None
-        else np.full(n, TYPE_NORMAL, dtype=np.int64)
-    )
+    types = np.asarray(types, dtype=np.int64) if types is not None else np.full(n, TYPE_NORMAL, dtype=np.int64)
     attrs = np.zeros(n, dtype=np.int64)  # unknown type values stay ATTR_UNDEFINED
     for t, a in _TYPE_TO_ATTR.items():
         attrs[types[:n] == t] = a
@@ -350,7 +385,7 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         pre = ""
         pre_type = None
         bos, eos, unk = 1, 2, 0
-        add_bos, add_space_prefix = True, True
+        add_bos, add_space_prefix, clean_spaces = True, True, False
     else:
         pre = str(metadata.get(key + "pre") or "default")
         pre_type = _PRE_TYPES.get(pre)
@@ -360,7 +395,7 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
                 + ", ".join(sorted(_PRE_TYPES))
             )
         bos, eos, unk = 11, 11, None
-        add_bos, add_space_prefix = pre_type.add_bos, False
+        add_bos, add_space_prefix, clean_spaces = pre_type.add_bos, False, pre_type.clean_spaces
     add_eos = False
 
     def special_id(name: str, default: int | None) -> int | None:
@@ -380,22 +415,17 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
 
     if model == "llama":
         scores = metadata.get(key + "scores")
-        scores = (
-            np.asarray(scores, dtype=np.float32)[:n]
-            if scores is not None
-            else np.zeros(n, dtype=np.float32)
-        )
+        scores = np.asarray(scores, dtype=np.float32)[:n] if scores is not None else np.zeros(n, dtype=np.float32)
         hf = _spm_hf(tokens, vocab, scores, unk)
     else:
         assert pre_type is not None
-        hf = _bpe_hf(tokens, vocab, metadata.get(key + "merges") or [], pre_type)
+        merges = metadata.get(key + "merges")
+        hf = _bpe_hf(tokens, vocab, [] if merges is None else merges, pre_type)
 
     specials = [i for i in np.flatnonzero(attrs & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))]
     specials.sort(key=lambda i: -len(tokens[i].encode()))  # stable: ties keep id order
     all_specials = [(tokens[i], int(i)) for i in specials]
-    user_specials = [
-        (tokens[i], int(i)) for i in specials if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)
-    ]
+    user_specials = [(tokens[i], int(i)) for i in specials if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)]
     return GgufTokenizer(
         model=model,
         pre=pre,
@@ -406,6 +436,7 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         add_bos=add_bos,
         add_eos=add_eos,
         add_space_prefix=add_space_prefix,
+        clean_spaces=clean_spaces,
         tokens=tokens,
         attrs=attrs,
         hf=hf,
@@ -529,9 +560,7 @@ def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
     return list(zip(ls, rs, strict=True))
 
 
-def _spm_hf(
-    tokens: list[str], vocab: dict[str, int], scores: np.ndarray, unk: int | None
-) -> Tokenizer:
+def _spm_hf(tokens: list[str], vocab: dict[str, int], scores: np.ndarray, unk: int | None) -> Tokenizer:
     merges = _spm_merges(tokens, scores)
     bpe = models.BPE(
         vocab=vocab,
@@ -542,15 +571,11 @@ def _spm_hf(
     )
     tok = Tokenizer(bpe)
     tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
-    )
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     return tok
 
 
-def _bpe_hf(
-    tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: _PreType
-) -> Tokenizer:
+def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: _PreType) -> Tokenizer:
     merges = []
     for m in merges_raw:
         m = str(m)

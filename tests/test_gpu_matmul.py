@@ -1,0 +1,364 @@
+"""GPU core and quantized matmul kernels, on the real wgpu device, against numpy.
+
+Every format gets fresh random GGUF bytes (seeded; the seed is in every failure message;
+f16 scale fields are random finite halves) and random activations. The GPU result is
+compared with (a) gguf.quants.dequantize(raw) @ x in float64, the independent oracle, and
+(b) labkit.model.dequant.dequantize(raw) @ x when that module is importable.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import wgpu
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
+from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
+from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
+from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
+from labkit.gpu.shader import compile_pipeline, compose, load_kernel
+from labkit.gpu.weights import upload_weight
+
+try:
+    from labkit.model.dequant import dequantize as labkit_dequantize
+except ImportError:  # written by someone else; skip that half of the check until it exists
+    labkit_dequantize = None
+
+Q = GGMLQuantizationType
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+
+# byte offsets of the f16 fields in each block (scales that must be finite, non-NaN)
+F16_FIELDS = {
+    Q.Q8_0: (0,),
+    Q.Q4_0: (0,),
+    Q.Q4_1: (0, 2),
+    Q.Q5_0: (0,),
+    Q.Q4_K: (0, 2),
+    Q.Q5_K: (0, 2),
+    Q.Q6_K: (208,),
+}
+FORMATS = [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+
+
+@pytest.fixture(scope="module")
+def gpu() -> GpuDevice:
+    return get_device()
+
+
+def random_halves(rng: np.random.Generator, n: int, scale: float = 0.05) -> np.ndarray:
+    """n random finite, non-zero halves (as float16)."""
+    v = rng.uniform(0.25, 1.0, n) * rng.choice([-1.0, 1.0], n) * scale
+    return v.astype(np.float16)
+
+
+def random_weight(rng: np.random.Generator, qtype: Q, n_rows: int, n_cols: int) -> np.ndarray:
+    """Fresh random GGUF bytes for a [n_rows, n_cols] tensor, flat uint8."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    if qtype == Q.F32:
+        return rng.standard_normal(n_rows * n_cols).astype(np.float32).view(np.uint8)
+    if qtype == Q.F16:
+        return random_halves(rng, n_rows * n_cols, 1.0).view(np.uint8)
+    n_blocks = n_rows * n_cols // block
+    raw = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
+    for off in F16_FIELDS[qtype]:
+        raw[:, off : off + 2] = random_halves(rng, n_blocks).view(np.uint8).reshape(-1, 2)
+    return raw.reshape(-1)
+
+
+def oracles(raw: np.ndarray, qtype: Q, n_rows: int, n_cols: int) -> list[tuple[str, np.ndarray]]:
+    """[(name, dequantized float64 [n_rows, n_cols])] from the available implementations."""
+    rows = raw.reshape(n_rows, -1)
+    out = [("gguf", gguf_dequantize(rows, qtype).astype(np.float64).reshape(n_rows, n_cols))]
+    if labkit_dequantize is not None:
+        try:
+            w = labkit_dequantize(raw, int(qtype), (n_rows, n_cols))
+        except UnsupportedTensorTypeError:
+            pass
+        else:
+            out.append(("labkit.model.dequant", np.asarray(w, dtype=np.float64)))
+    return out
+
+
+def storage(gpu, data: np.ndarray) -> object:
+    data = np.ascontiguousarray(data, dtype=np.float32)
+    nbytes = max(16, -(-data.nbytes // 16) * 16)
+    buf = gpu.device.create_buffer(size=nbytes, usage=STORAGE)
+    if data.nbytes:
+        gpu.queue.write_buffer(buf, 0, data)
+    return buf
+
+
+def read_f32(gpu, buf) -> np.ndarray:
+    return np.frombuffer(gpu.queue.read_buffer(buf), dtype=np.float32).copy()
+
+
+def submit(gpu, dispatches: list[Dispatch]) -> None:
+    enc = gpu.device.create_command_encoder()
+    encode(enc, dispatches)
+    gpu.queue.submit([enc.finish()])
+
+
+def check_close(got: np.ndarray, want: np.ndarray, what: str, nmse_max: float) -> None:
+    assert np.all(np.isfinite(got)), f"{what}: non-finite output"
+    diff = got.astype(np.float64) - want
+    nmse = float(np.sum(diff**2) / max(np.sum(want**2), 1e-300))
+    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
+    tol = 1e-4 * max(1.0, float(np.max(np.abs(want))))
+    assert nmse <= nmse_max, f"{what}: nmse {nmse:.3g} > {nmse_max:g} (max |diff| {max_abs:.3g})"
+    assert max_abs <= tol, f"{what}: max |diff| {max_abs:.3g} > {tol:.3g} (nmse {nmse:.3g})"
+
+
+def run_case(gpu, qtype: Q, n_rows: int, n_cols: int, T: int, seed: int, driver: str,
+             window_rows: int | None = None, offsets: bool = False) -> None:
+    rng = np.random.default_rng(seed)
+    raw = random_weight(rng, qtype, n_rows, n_cols)
+    rb = raw.nbytes // n_rows
+    what = (f"{qtype.name} {n_rows}x{n_cols} T={T} driver={driver} seed={seed} "
+            f"windows={window_rows} offsets={offsets}")
+    mwb = None if window_rows is None else window_rows * rb + 15
+    weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
+    if window_rows is not None:
+        assert len(weight.windows) == -(-n_rows // window_rows), what
+    x_off, x_stride = (5, n_cols + 3) if offsets else (0, n_cols)
+    y_off, y_stride = (7, n_rows + 2) if offsets else (0, n_rows)
+    x = rng.standard_normal(x_off + T * x_stride).astype(np.float32)
+    sentinel = np.float32(-12345.0)
+    y0 = np.full(y_off + T * y_stride + 3, sentinel, dtype=np.float32)
+    xb, yb = storage(gpu, x), storage(gpu, y0)
+    src = matmul_source(int(qtype), driver=driver)
+    submit(gpu, prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
+    y = read_f32(gpu, yb)[: y0.size]
+    xs = np.stack([x[x_off + t * x_stride : x_off + t * x_stride + n_cols] for t in range(T)])
+    got = np.stack([y[y_off + t * y_stride : y_off + t * y_stride + n_rows] for t in range(T)])
+    # nothing outside the output rows was touched
+    mask = np.ones(y0.size, bool)
+    for t in range(T):
+        mask[y_off + t * y_stride : y_off + t * y_stride + n_rows] = False
+    assert np.all(y[mask] == sentinel), f"{what}: wrote outside its output"
+    for name, w in oracles(raw, qtype, n_rows, n_cols):
+        want = xs.astype(np.float64) @ w.T
+        check_close(got, want, f"{what} vs {name}", 1e-9)
+
+
+def shape_for(qtype: Q) -> tuple[int, int]:
+    """Odd rows (>64, so 2 row groups); K an odd number of blocks and not a multiple of 64,
+    so odd rows of Q8_0/Q4_0/Q5_0/Q6_K/F16 start only 2-byte aligned."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    if block == 1:
+        return 67, 101
+    if block == 32:
+        return 67, 96
+    return 67, 768
+
+
+@pytest.mark.parametrize("driver", ["row", "wg_reduce"])
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda q: q.name)
+def test_matmul_format(gpu, qtype, driver):
+    n_rows, n_cols = shape_for(qtype)
+    seed = 1000 * int(qtype) + (7 if driver == "row" else 11)
+    # T at the tile edges; windows of 5 rows (row0 offsets); strided, offset X and Y
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed, driver)
+    run_case(gpu, qtype, n_rows, n_cols, 3, seed + 1, driver, window_rows=5, offsets=True)
+    run_case(gpu, qtype, n_rows, n_cols, 8, seed + 2, driver)
+    run_case(gpu, qtype, n_rows, n_cols, 9, seed + 3, driver, window_rows=13, offsets=True)
+
+
+def test_matmul_odd_row_bytes_alignment(gpu):
+    """One-block rows: Q8_0/Q4_0/Q5_0 rows at every 2-byte phase; K = 1 for F32/F16 tails."""
+    for i, qtype in enumerate([Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K]):
+        block = GGML_QUANT_SIZES[qtype][0]
+        run_case(gpu, qtype, 9, block, 2, 77 + i, "row", window_rows=3, offsets=True)
+    run_case(gpu, Q.F32, 5, 1, 3, 90, "row")
+    run_case(gpu, Q.F16, 7, 3, 9, 91, "wg_reduce", offsets=True)
+
+
+def test_grid():
+    assert grid(1) == (1, 1, 1)
+    assert grid(65535) == (65535, 1, 1)
+    x, y, z = grid(65536)
+    assert z == 1 and y == 2 and x * y >= 65536 and x <= 65535
+    for n in (65536, 131071, 131070, 200000, 65535 * 65535):
+        x, y, z = grid(n)
+        assert x <= 65535 and y <= 65535 and x * y >= n and (x - 1) * y < n, n
+    assert grid(10, max_dim=4) == (4, 3, 1)
+    with pytest.raises(ValueError):
+        grid(65535 * 65535 + 1)
+
+
+def test_matmul_2d_grid(gpu):
+    """More than 65 535 workgroups: the linear id spans wid.y, and stray ids return."""
+    rng = np.random.default_rng(5)
+    # wg_reduce: one workgroup per row; 70 001 rows of K=4 F32
+    n_rows, n_cols = 70_001, 4
+    raw = rng.standard_normal(n_rows * n_cols).astype(np.float32).view(np.uint8)
+    weight = upload_weight(gpu, "tall", raw, int(Q.F32), n_rows, n_cols)
+    x = rng.standard_normal(n_cols).astype(np.float32)
+    xb, yb = storage(gpu, x), storage(gpu, np.full(n_rows, np.nan, np.float32))
+    src = matmul_source(int(Q.F32), driver="wg_reduce")
+    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=src)
+    assert ds[0].workgroups[1] == 2
+    submit(gpu, ds)
+    want = raw.view(np.float32).reshape(n_rows, n_cols).astype(np.float64) @ x
+    check_close(read_f32(gpu, yb)[:n_rows], want, "2-D grid wg_reduce seed=5", 1e-12)
+    # row-per-thread: 65 536 row groups of 64 plus one row
+    n_rows = 65_536 * 64 + 1
+    w1 = rng.standard_normal(n_rows).astype(np.float32)
+    weight = upload_weight(gpu, "tall1", w1.view(np.uint8), int(Q.F32), n_rows, 1)
+    xb, yb = storage(gpu, np.float32([1.5])), storage(gpu, np.full(n_rows, np.nan, np.float32))
+    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=matmul_source(int(Q.F32), driver="row"))
+    assert ds[0].workgroups[1] == 2
+    submit(gpu, ds)
+    assert np.array_equal(read_f32(gpu, yb)[:n_rows], w1 * np.float32(1.5))
+
+
+def test_upload_windows(gpu, tmp_path):
+    """Windows split by rows, each buffer padded to 16 and within the limit; bytes unchanged;
+    a read-only memmap source works."""
+    rng = np.random.default_rng(3)
+    n_rows, n_cols = 23, 64
+    raw = random_weight(rng, Q.Q8_0, n_rows, n_cols)  # 68-byte rows
+    path = tmp_path / "w.bin"
+    raw.tofile(path)
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    w = upload_weight(gpu, "w", mm, int(Q.Q8_0), n_rows, n_cols, max_window_bytes=300)
+    assert w.row_bytes == 68 and [x.n_rows for x in w.windows] == [4] * 5 + [3]
+    assert [x.first_row for x in w.windows] == [0, 4, 8, 12, 16, 20]
+    got = b""
+    for win in w.windows:
+        assert win.buffer.size % 16 == 0 and win.buffer.size <= 300
+        got += bytes(gpu.queue.read_buffer(win.buffer))[: win.n_rows * 68]
+    assert got == raw.tobytes()
+    with pytest.raises(ValueError):
+        upload_weight(gpu, "w", raw[:-2], int(Q.Q8_0), n_rows, n_cols)
+
+
+def test_unsupported_type(gpu):
+    with pytest.raises(UnsupportedTensorTypeError):
+        matmul_source(int(Q.Q2_K))
+    raw = np.zeros(84, np.uint8)  # one Q2_K block
+    w = upload_weight(gpu, "w", raw, int(Q.Q2_K), 1, 256)
+    with pytest.raises(UnsupportedTensorTypeError):
+        prepare_matmul(gpu, w, storage(gpu, np.zeros(256)), storage(gpu, np.zeros(1)), 1)
+
+
+def test_shader_compile_error(gpu):
+    bad = (
+        "@group(0) @binding(0) var<storage, read_write> Y: array<f32>;\n"
+        "@compute @workgroup_size(1)\n"
+        "fn main() {\n"
+        "    Y[0] = undefined_thing(1.0);\n"
+        "}\n"
+    )
+    with pytest.raises(ShaderCompileError) as e:
+        compile_pipeline(gpu, bad, label="broken/test")
+    msg = str(e.value)
+    assert "broken/test" in msg and "line 4" in msg
+    assert "Y[0] = undefined_thing(1.0);" in msg and "undefined_thing" in msg
+    # a type error in a composed source names the kernel file and its own line
+    src = matmul_source(int(Q.Q8_0), driver="row").replace(
+        "return d * ibytes4(", "return 1u + d * ibytes4("
+    )
+    with pytest.raises(ShaderCompileError) as e:
+        compile_pipeline(gpu, src, label="matmul_q8_0/bad")
+    msg = str(e.value)
+    assert "matmul_q8_0/bad" in msg and "quant_q8_0.wgsl" in msg and "1u + d" in msg, msg
+    # a missing entry point is a compile error too
+    with pytest.raises(ShaderCompileError):
+        compile_pipeline(gpu, load_kernel("rmsnorm"), entry="nope", label="entry")
+
+
+def test_pipeline_cache_and_helpers(gpu):
+    src = compose("common", "quant_q4_k", "matmul")
+    assert compile_pipeline(gpu, src) is compile_pipeline(gpu, src, label="again")
+    assert driver_geometry(src) == (64, 8)
+    assert driver_geometry(matmul_source(int(Q.Q4_K), driver="wg_reduce")) == (1, 8)
+    assert matmul_source(int(Q.Q4_K), driver="default") == matmul_source(
+        int(Q.Q4_K), driver="row" if gpu.adapter_type == "CPU" else "wg_reduce"
+    )
+    u = uniform(gpu, "<3I", 1, 2, 3)
+    assert u.size == 16
+    assert uniform(gpu, "<8I", *range(8)).size == 32
+
+
+def test_uniform_per_dispatch(gpu):
+    """Two dispatches in one pass, each with its own uniform, see their own values."""
+    wgsl = (
+        "struct P { v: f32, i: u32 }\n"
+        "@group(0) @binding(0) var<storage, read_write> Y: array<f32>;\n"
+        "@group(0) @binding(1) var<uniform> p: P;\n"
+        "@compute @workgroup_size(1) fn main() { Y[p.i] = p.v; }\n"
+    )
+    pipe = compile_pipeline(gpu, wgsl, label="uniform-test")
+    yb = storage(gpu, np.zeros(8))
+    ds = [Dispatch(pipe, bind(gpu, pipe, [yb, uniform(gpu, "<fI", 2.5, i)]), (1, 1, 1))
+          for i in range(2)]
+    ds[1] = Dispatch(pipe, bind(gpu, pipe, [(yb, 0, 32), uniform(gpu, "<fI", 7.0, 1)]), (1, 1, 1))
+    submit(gpu, ds)
+    assert read_f32(gpu, yb)[:2].tolist() == [2.5, 7.0]
+
+
+def test_device_fields(gpu):
+    assert isinstance(gpu, GpuDevice) and get_device() is gpu
+    assert gpu.backend != "OpenGL" and gpu.adapter_type in ("DiscreteGPU", "IntegratedGPU",
+                                                             "VirtualGPU", "CPU", "Unknown")
+    assert gpu.limits["max-storage-buffer-binding-size"] >= 128 << 20
+    assert gpu.limits["max-buffer-size"] >= 256 << 20
+    assert gpu.limits["max-compute-workgroups-per-dimension"] >= 65535
+    assert gpu.has_timestamps == ("timestamp-query" in gpu.features)
+    assert gpu.has_f16 == ("shader-f16" in gpu.features)
+    assert isinstance(gpu.has_subgroups, bool)
+    d = describe()
+    assert d["backend"] == gpu.backend and d["limits"]["max-buffer-size"] >= 256 << 20
+    if gpu.adapter_type == "CPU":  # lavapipe, per FACTS.md
+        assert gpu.has_f16 and gpu.has_subgroups and gpu.has_timestamps
+
+
+def test_opengl_only_is_refused():
+    from labkit.errors import NoAdapterError
+
+    class FakeAdapter:
+        info = {"device": "llvmpipe", "backend_type": "OpenGL", "adapter_type": "CPU"}
+
+    with pytest.raises(NoAdapterError, match="mesa-vulkan-drivers"):
+        pick_adapter([FakeAdapter()])
+
+    class Vk(FakeAdapter):
+        info = {"device": "lavapipe", "backend_type": "Vulkan", "adapter_type": "CPU"}
+
+    class Gpu(FakeAdapter):
+        info = {"device": "gpu", "backend_type": "Vulkan", "adapter_type": "IntegratedGPU"}
+
+    assert isinstance(pick_adapter([FakeAdapter(), Vk(), Gpu()]), Gpu)
+    assert isinstance(pick_adapter([FakeAdapter(), Vk()]), Vk)
+
+
+def test_time_gemma_unembedding(gpu):
+    """262144 x 640 Q8_0 matvec (Gemma 3's tied embedding as lm_head); printed, not asserted."""
+    n_rows, n_cols = 262_144, 640
+    rng = np.random.default_rng(0)
+    raw = random_weight(rng, Q.Q8_0, n_rows, n_cols)
+    t0 = time.perf_counter()
+    weight = upload_weight(gpu, "token_embd", raw, int(Q.Q8_0), n_rows, n_cols)
+    t_up = time.perf_counter() - t0
+    assert len(weight.windows) == 2
+    x = rng.standard_normal(n_cols).astype(np.float32)
+    xb = storage(gpu, x)
+    yb = storage(gpu, np.zeros(n_rows, np.float32))
+    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=matmul_source(int(Q.Q8_0), driver="row"))
+    submit(gpu, ds[:1])  # warm-up: pipeline compile
+    gpu.queue.read_buffer(xb)
+    t0 = time.perf_counter()
+    submit(gpu, ds)
+    y = read_f32(gpu, yb)
+    dt = time.perf_counter() - t0
+    print(f"\n262144x640 Q8_0 matvec (row-per-thread, {len(ds)} windows): {dt * 1e3:.0f} ms; "
+          f"upload {t_up * 1e3:.0f} ms")
+    # spot-check a few rows against the oracle
+    idx = np.array([0, 1, 131_071, 131_072, 262_143])
+    rows = raw.reshape(n_rows, -1)[idx]
+    want = gguf_dequantize(rows, Q.Q8_0).astype(np.float64) @ x
+    check_close(y[idx], want, "gemma-size Q8_0 seed=0", 1e-9)
