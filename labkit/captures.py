@@ -66,9 +66,7 @@ class Run:
         if name not in self.captures:
             if name in self.stages:
                 raise UnknownStageError(f"stage {name!r} was not captured in this run (names filter)")
-            raise UnknownStageError(
-                f"unknown stage {name!r}; stages are e.g. {', '.join(self.stages[:6])}, ..."
-            )
+            raise UnknownStageError(f"unknown stage {name!r}; stages are e.g. {', '.join(self.stages[:6])}, ...")
         return self.captures[name]
 
     def __contains__(self, name: str) -> bool:

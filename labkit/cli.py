@@ -63,14 +63,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from labkit.sampling import Sampler
 
     lab = labkit.open(args.model, variants=_parse_variants(args.variant))
-    sampler = Sampler(
-        temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed
-    )
+    sampler = Sampler(temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed)
     if args.engine == "reference":
         run = lab.reference(args.prompt, names=["logits"])
-        gen = (
-            lab.generate_reference(args.prompt, args.max_new_tokens, sampler) if args.max_new_tokens else None
-        )
+        gen = lab.generate_reference(args.prompt, args.max_new_tokens, sampler) if args.max_new_tokens else None
     else:
         run = lab.run(args.prompt, names=["logits"])
         gen = lab.generate(args.prompt, args.max_new_tokens, sampler) if args.max_new_tokens else None

@@ -113,9 +113,7 @@ class Comparison:
         }
 
 
-def compare_arrays(
-    stage: str, a: np.ndarray, b: np.ndarray, threshold: float, unwritten: int = 0
-) -> StageComparison:
+def compare_arrays(stage: str, a: np.ndarray, b: np.ndarray, threshold: float, unwritten: int = 0) -> StageComparison:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
@@ -140,9 +138,7 @@ def compare_arrays(
     return StageComparison(stage, nmse, max_abs, threshold, reason == "", reason)
 
 
-def compare(
-    a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None
-) -> Comparison:
+def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None) -> Comparison:
     """Compare every stage both runs captured, in `a`'s stage order."""
     th = REFERENCE_THRESHOLDS if thresholds is None else thresholds
     rows, missing = [], []
@@ -153,9 +149,7 @@ def compare(
         x, y = a.captures[name], b.captures[name]
         if positions is not None:
             x, y = _positions(name, x, positions), _positions(name, y, positions)
-        rows.append(
-            compare_arrays(name, x, y, th.get(stage_kind(name), DEFAULT_THRESHOLD), a.unwritten.get(name, 0))
-        )
+        rows.append(compare_arrays(name, x, y, th.get(stage_kind(name), DEFAULT_THRESHOLD), a.unwritten.get(name, 0)))
     return Comparison(a.engine, b.engine, rows, missing)
 
 

@@ -115,9 +115,7 @@ class Lab:
             **kw,
         )
 
-    def generate_reference(
-        self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None
-    ) -> Generation:
+    def generate_reference(self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode in the float64 reference (slow; for checking the GPU path)."""
         sampler = sampler or GREEDY
         ids = self.prompt_ids(prompt, extra=max_new_tokens)
@@ -140,6 +138,22 @@ class Lab:
             self.detokenize(out),
             {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tok_s": n_dec / max(t2 - t1, 1e-9)},
         )
+
+    # ----- llama.cpp as an oracle (extra "oracle")
+    def oracle(self, prompt: Prompt) -> Run:
+        """llama.cpp's own intermediate tensors for the prompt, under labkit's stage names."""
+        from labkit.oracle.llamacpp import run_llamacpp
+
+        ids = self.prompt_ids(prompt)
+        t0 = time.perf_counter()
+        captures = run_llamacpp(self.path, self.config, self.graph, ids)
+        return self._make_run("llamacpp", ids, captures, {"total_s": time.perf_counter() - t0})
+
+    def oracle_thresholds(self) -> dict[str, float]:
+        """Per-stage-kind NMSE bounds for comparisons against llama.cpp (looser: 8-bit activations)."""
+        from labkit.oracle.llamacpp import ORACLE_THRESHOLDS
+
+        return dict(ORACLE_THRESHOLDS)
 
     # ----- the GPU
     @cached_property
@@ -170,9 +184,7 @@ class Lab:
         timings = dict(res.timings, upload_s=ex.upload_seconds)
         if res.stage_ms:
             timings["stage_ms"] = res.stage_ms
-        return self._make_run(
-            "gpu", ids, res.captures, timings, unwritten=res.unwritten, variants=dict(self.variants)
-        )
+        return self._make_run("gpu", ids, res.captures, timings, unwritten=res.unwritten, variants=dict(self.variants))
 
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
@@ -181,9 +193,7 @@ class Lab:
         ids = self.prompt_ids(prompt)
         return Stepper(self.executor, ids, self.executor.new_cache(len(ids)))
 
-    def generate(
-        self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None
-    ) -> Generation:
+    def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
         from labkit.gpu.sampling import GpuSampler
 

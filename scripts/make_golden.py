@@ -28,9 +28,7 @@ N_TOP, N_GREEDY = 10, 8
 def golden_for(model: str, path: Path, prompts: list[str]) -> dict:
     import llama_cpp
 
-    llm = llama_cpp.Llama(
-        model_path=str(path), n_ctx=512, n_threads=2, n_batch=512, logits_all=True, verbose=False
-    )
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=2, n_batch=512, logits_all=True, verbose=False)
     out = {
         "model": model,
         "llama_cpp_python": llama_cpp.__version__,

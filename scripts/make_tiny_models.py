@@ -16,7 +16,5 @@ if __name__ == "__main__":
     out.mkdir(parents=True, exist_ok=True)
     for arch in ARCHS:
         for fmt in FORMATS:
-            p = write_tiny_model(
-                out / f"tiny-{arch}-{fmt.lower()}.gguf", TinySpec(arch=arch, weight_type=fmt)
-            )
+            p = write_tiny_model(out / f"tiny-{arch}-{fmt.lower()}.gguf", TinySpec(arch=arch, weight_type=fmt))
             print(p)

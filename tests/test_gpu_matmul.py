@@ -112,13 +112,21 @@ def check_close(got: np.ndarray, want: np.ndarray, what: str, nmse_max: float) -
     assert max_abs <= tol, f"{what}: max |diff| {max_abs:.3g} > {tol:.3g} (nmse {nmse:.3g})"
 
 
-def run_case(gpu, qtype: Q, n_rows: int, n_cols: int, T: int, seed: int, driver: str,
-             window_rows: int | None = None, offsets: bool = False) -> None:
+def run_case(
+    gpu,
+    qtype: Q,
+    n_rows: int,
+    n_cols: int,
+    T: int,
+    seed: int,
+    driver: str,
+    window_rows: int | None = None,
+    offsets: bool = False,
+) -> None:
     rng = np.random.default_rng(seed)
     raw = random_weight(rng, qtype, n_rows, n_cols)
     rb = raw.nbytes // n_rows
-    what = (f"{qtype.name} {n_rows}x{n_cols} T={T} driver={driver} seed={seed} "
-            f"windows={window_rows} offsets={offsets}")
+    what = f"{qtype.name} {n_rows}x{n_cols} T={T} driver={driver} seed={seed} windows={window_rows} offsets={offsets}"
     mwb = None if window_rows is None else window_rows * rb + 15
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
     if window_rows is not None:
@@ -204,15 +212,19 @@ def test_matmul_2d_grid(gpu):
     submit(gpu, ds)
     want = raw.view(np.float32).reshape(n_rows, n_cols).astype(np.float64) @ x
     check_close(read_f32(gpu, yb)[:n_rows], want, "2-D grid wg_reduce seed=5", 1e-12)
-    # row-per-thread: 65 536 row groups of 64 plus one row
-    n_rows = 65_536 * 64 + 1
-    w1 = rng.standard_normal(n_rows).astype(np.float32)
-    weight = upload_weight(gpu, "tall1", w1.view(np.uint8), int(Q.F32), n_rows, 1)
-    xb, yb = storage(gpu, np.float32([1.5])), storage(gpu, np.full(n_rows, np.nan, np.float32))
-    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=matmul_source(int(Q.F32), driver="row"))
+    # row-per-thread driver: 256 rows per workgroup, 8 tokens per tile; 3 rows and
+    # 65 536 token tiles (T = 524 281, K = 1) need a 2-D grid
+    n_rows, T = 3, 8 * 65_535 + 1
+    w3 = rng.standard_normal(n_rows).astype(np.float32)
+    weight = upload_weight(gpu, "tall1", w3.view(np.uint8), int(Q.F32), n_rows, 1)
+    x = rng.standard_normal(T).astype(np.float32)
+    xb, yb = storage(gpu, x), storage(gpu, np.full(T * n_rows, np.nan, np.float32))
+    src = matmul_source(int(Q.F32), driver="row")
+    ds = prepare_matmul(gpu, weight, xb, yb, T, x_stride=1, source=src)
     assert ds[0].workgroups[1] == 2
     submit(gpu, ds)
-    assert np.array_equal(read_f32(gpu, yb)[:n_rows], w1 * np.float32(1.5))
+    got = read_f32(gpu, yb)[: T * n_rows].reshape(T, n_rows)
+    assert np.array_equal(got, x[:, None] * w3[None, :]), "2-D grid row driver seed=5"
 
 
 def test_upload_windows(gpu, tmp_path):
@@ -259,9 +271,7 @@ def test_shader_compile_error(gpu):
     assert "broken/test" in msg and "line 4" in msg
     assert "Y[0] = undefined_thing(1.0);" in msg and "undefined_thing" in msg
     # a type error in a composed source names the kernel file and its own line
-    src = matmul_source(int(Q.Q8_0), driver="row").replace(
-        "return d * ibytes4(", "return 1u + d * ibytes4("
-    )
+    src = matmul_source(int(Q.Q8_0), driver="row").replace("return d * ibytes4(", "return 1u + d * ibytes4(")
     with pytest.raises(ShaderCompileError) as e:
         compile_pipeline(gpu, src, label="matmul_q8_0/bad")
     msg = str(e.value)
@@ -274,7 +284,7 @@ def test_shader_compile_error(gpu):
 def test_pipeline_cache_and_helpers(gpu):
     src = compose("common", "quant_q4_k", "matmul")
     assert compile_pipeline(gpu, src) is compile_pipeline(gpu, src, label="again")
-    assert driver_geometry(src) == (64, 8)
+    assert driver_geometry(src) == (256, 8)
     assert driver_geometry(matmul_source(int(Q.Q4_K), driver="wg_reduce")) == (1, 8)
     assert matmul_source(int(Q.Q4_K), driver="default") == matmul_source(
         int(Q.Q4_K), driver="row" if gpu.adapter_type == "CPU" else "wg_reduce"
@@ -294,8 +304,7 @@ def test_uniform_per_dispatch(gpu):
     )
     pipe = compile_pipeline(gpu, wgsl, label="uniform-test")
     yb = storage(gpu, np.zeros(8))
-    ds = [Dispatch(pipe, bind(gpu, pipe, [yb, uniform(gpu, "<fI", 2.5, i)]), (1, 1, 1))
-          for i in range(2)]
+    ds = [Dispatch(pipe, bind(gpu, pipe, [yb, uniform(gpu, "<fI", 2.5, i)]), (1, 1, 1)) for i in range(2)]
     ds[1] = Dispatch(pipe, bind(gpu, pipe, [(yb, 0, 32), uniform(gpu, "<fI", 7.0, 1)]), (1, 1, 1))
     submit(gpu, ds)
     assert read_f32(gpu, yb)[:2].tolist() == [2.5, 7.0]
@@ -303,8 +312,13 @@ def test_uniform_per_dispatch(gpu):
 
 def test_device_fields(gpu):
     assert isinstance(gpu, GpuDevice) and get_device() is gpu
-    assert gpu.backend != "OpenGL" and gpu.adapter_type in ("DiscreteGPU", "IntegratedGPU",
-                                                             "VirtualGPU", "CPU", "Unknown")
+    assert gpu.backend != "OpenGL" and gpu.adapter_type in (
+        "DiscreteGPU",
+        "IntegratedGPU",
+        "VirtualGPU",
+        "CPU",
+        "Unknown",
+    )
     assert gpu.limits["max-storage-buffer-binding-size"] >= 128 << 20
     assert gpu.limits["max-buffer-size"] >= 256 << 20
     assert gpu.limits["max-compute-workgroups-per-dimension"] >= 65535
@@ -355,8 +369,9 @@ def test_time_gemma_unembedding(gpu):
     submit(gpu, ds)
     y = read_f32(gpu, yb)
     dt = time.perf_counter() - t0
-    print(f"\n262144x640 Q8_0 matvec (row-per-thread, {len(ds)} windows): {dt * 1e3:.0f} ms; "
-          f"upload {t_up * 1e3:.0f} ms")
+    print(
+        f"\n262144x640 Q8_0 matvec (row-per-thread, {len(ds)} windows): {dt * 1e3:.0f} ms; upload {t_up * 1e3:.0f} ms"
+    )
     # spot-check a few rows against the oracle
     idx = np.array([0, 1, 131_071, 131_072, 262_143])
     rows = raw.reshape(n_rows, -1)[idx]

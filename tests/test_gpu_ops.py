@@ -69,22 +69,38 @@ def test_rmsnorm(gpu, n_groups, group):
 
 
 @pytest.mark.parametrize("style", ["neox", "normal"])
-@pytest.mark.parametrize("T,n_heads,head_dim,rope_dim,pos0,base", [
-    (7, 4, 256, 256, 0, 1e6), (3, 9, 64, 64, 11, 1e5), (1, 1, 256, 256, 517, 1e4), (5, 3, 64, 32, 2, 1e4)])
+@pytest.mark.parametrize(
+    "T,n_heads,head_dim,rope_dim,pos0,base",
+    [(7, 4, 256, 256, 0, 1e6), (3, 9, 64, 64, 11, 1e5), (1, 1, 256, 256, 517, 1e4), (5, 3, 64, 32, 2, 1e4)],
+)
 def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
     x = rng().standard_normal((T, n_heads * head_dim))
     y_off = 3 * n_heads * head_dim  # written at an offset, as k_rope writes into the cache
     y = empty(gpu, y_off + x.size)
-    launch(gpu, "rope", [buf(gpu, x), y], "<IIIIIIfI",
-           (T, n_heads, head_dim, rope_dim, pos0, int(style == "neox"), base, y_off), -(-x.size // 64))
+    launch(
+        gpu,
+        "rope",
+        [buf(gpu, x), y],
+        "<IIIIIIfI",
+        (T, n_heads, head_dim, rope_dim, pos0, int(style == "neox"), base, y_off),
+        -(-x.size // 64),
+    )
     want = R.rope(x, pos0 + np.arange(T), n_heads, head_dim, rope_dim, base, style)
     got = read(gpu, y, y_off + x.size)
     assert np.isnan(got[:y_off]).all(), "rope wrote before its offset"
     assert_close(got[y_off:], want.ravel(), 1e-8, f"rope {style}")  # f32 angles at pos ~500
 
 
-@pytest.mark.parametrize("T,n_past,H,KV,hd,window", [
-    (7, 0, 4, 1, 256, None), (6, 0, 9, 3, 64, None), (1, 9, 9, 3, 64, None), (9, 3, 4, 2, 32, 4), (1, 20, 4, 1, 16, 8)])
+@pytest.mark.parametrize(
+    "T,n_past,H,KV,hd,window",
+    [
+        (7, 0, 4, 1, 256, None),
+        (6, 0, 9, 3, 64, None),
+        (1, 9, 9, 3, 64, None),
+        (9, 3, 4, 2, 32, 4),
+        (1, 20, 4, 1, 16, 8),
+    ],
+)
 def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
     r = rng()
     S = n_past + T
@@ -93,8 +109,14 @@ def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
     v = r.standard_normal((S + 2, KV * hd))
     scale = 1 / np.sqrt(hd)
     scores = empty(gpu, H * T * S)
-    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], "<IIIIIIIf",
-           (T, S, n_past, H, KV, hd, window or 0, scale), -(-H * T * S // 64))
+    launch(
+        gpu,
+        "attn_scores",
+        [buf(gpu, q), buf(gpu, k), scores],
+        "<IIIIIIIf",
+        (T, S, n_past, H, KV, hd, window or 0, scale),
+        -(-H * T * S // 64),
+    )
     want_s = R.attn_scores(q, k[:S], n_past, H, KV, hd, scale, window)
     got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
     assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"

@@ -97,12 +97,27 @@ def _variant_id(v: dict) -> str:
     return f"{v['model']}[{opts}{',' if opts else ''}special={v['special']}]"
 
 
+@pytest.fixture(scope="module")
+def variant_tok(metadata, toks):
+    """variant_tok(variant) -> the tokenizer for its model + metadata overrides (cached)."""
+    cache: dict[str, GgufTokenizer] = {}
+
+    def get(variant: dict) -> GgufTokenizer:
+        name, overrides = variant["model"], variant["overrides"]
+        if not overrides:
+            return toks[name]
+        key = json.dumps([name, overrides], sort_keys=True)
+        if key not in cache:
+            cache[key] = build_tokenizer({**metadata[name], **overrides})
+        return cache[key]
+
+    return get
+
+
 @pytest.mark.parametrize("variant", CASES["variants"], ids=_variant_id)
-def test_variant_ids_match_llama_cpp(metadata, toks, variant):
+def test_variant_ids_match_llama_cpp(variant_tok, variant):
     """special=True (parse_special), other gpt2 pre-tokenizers, the SentencePiece space prefix."""
-    name = variant["model"]
-    tok = build_tokenizer({**metadata[name], **variant["overrides"]}) if variant["overrides"] else toks[name]
-    bad = _mismatches(tok, variant["cases"], special=variant["special"])
+    bad = _mismatches(variant_tok(variant), variant["cases"], special=variant["special"])
     assert not bad, f"{len(bad)} cases differ from llama.cpp:\n" + "\n".join(bad)
 
 
@@ -121,9 +136,8 @@ def test_decode_matches_llama_detokenize(toks, model):
 
 
 @pytest.mark.parametrize("variant", CASES["variants"], ids=_variant_id)
-def test_variant_decode_matches_llama_detokenize(metadata, toks, variant):
-    name = variant["model"]
-    tok = build_tokenizer({**metadata[name], **variant["overrides"]}) if variant["overrides"] else toks[name]
+def test_variant_decode_matches_llama_detokenize(variant_tok, variant):
+    tok = variant_tok(variant)
     for c in variant["cases"]:
         assert tok.decode(c["ids"]) == c["decoded"], c["text"]
 
@@ -277,3 +291,22 @@ def test_unsupported_tokenizer_model():
                 "tokenizer.ggml.merges": [],
             }
         )
+
+
+def test_gpt2_vocab_without_byte_tokens_refuses_text():
+    """labkit's tiny synthetic models have tokens "<t0>".. only: HF would silently drop every
+    character (and llama.cpp aborts), so encode raises instead."""
+    tok = build_tokenizer(
+        {
+            "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.tokens": [f"<t{i}>" for i in range(8)],
+            "tokenizer.ggml.token_type": [1] * 8,
+            "tokenizer.ggml.merges": [],
+            "tokenizer.ggml.bos_token_id": 1,
+            "tokenizer.ggml.add_bos_token": True,
+        }
+    )
+    assert tok.encode("") == [1]
+    assert tok.decode([1, 5]) == "<t1><t5>"
+    with pytest.raises(ValueError, match="0x68, 0x69"):
+        tok.encode("hi")

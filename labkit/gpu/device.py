@@ -111,8 +111,7 @@ def pick_adapter(adapters: list[Any]) -> Any:
     ranked = [(r, i, a) for i, a in enumerate(adapters) if (r := _rank(a)) is not None]
     if not ranked:
         seen = ", ".join(
-            f"{a.info.get('device', '?')} ({a.info.get('backend_type', '?')}, "
-            f"{a.info.get('adapter_type', '?')})"
+            f"{a.info.get('device', '?')} ({a.info.get('backend_type', '?')}, {a.info.get('adapter_type', '?')})"
             for a in adapters
         )
         raise NoAdapterError(INSTALL_HINT + (f". Adapters seen: {seen}" if seen else ""))
@@ -125,9 +124,7 @@ def _create(adapter: Any) -> GpuDevice:
     features = [f for f in WANTED_FEATURES if f in have]
     alimits = dict(adapter.limits)
     limits = {k: alimits[k] for k in WANTED_LIMITS if k in alimits}
-    device = adapter.request_device_sync(
-        label="labkit", required_features=features, required_limits=limits
-    )
+    device = adapter.request_device_sync(label="labkit", required_features=features, required_limits=limits)
     dev_features = {str(f) for f in device.features}
     info = _info(adapter)
     return GpuDevice(

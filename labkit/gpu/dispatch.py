@@ -43,9 +43,7 @@ def uniform(gpu: Any, fmt: str, *values: Any) -> Any:
     """A fresh uniform buffer holding struct.pack(fmt, *values), zero-padded to 16 bytes."""
     data = struct.pack(fmt, *values)
     data = (data + b"\0" * (-len(data) % 16)) or b"\0" * 16
-    return gpu.device.create_buffer_with_data(
-        data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
-    )
+    return gpu.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
 
 
 def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
@@ -58,9 +56,7 @@ def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
         else:
             res = {"buffer": b, "offset": 0, "size": b.size}
         entries.append({"binding": i, "resource": res})
-    return gpu.device.create_bind_group(
-        layout=pipeline.get_bind_group_layout(group), entries=entries
-    )
+    return gpu.device.create_bind_group(layout=pipeline.get_bind_group_layout(group), entries=entries)
 
 
 def encode(encoder: Any, dispatches: list[Dispatch], label: str = "") -> None:

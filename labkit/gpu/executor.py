@@ -97,9 +97,12 @@ class GpuExecutor:
         if name not in self._weights:
             t0 = time.perf_counter()
             t = self.gguf.tensors[name]
-            self._weights[name] = upload_weight(
-                self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols
-            )
+            self._weights[name] = upload_weight(self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols)
+            # write_buffer stages a host copy until the queue flushes: flush now, so staging for
+            # the whole model never piles up; then drop the mapped pages (lavapipe keeps the
+            # buffer itself in host memory already).
+            self.device.queue.submit([])
+            self.gguf.release(name)
             self.upload_seconds += time.perf_counter() - t0
         return self._weights[name]
 

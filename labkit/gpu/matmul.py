@@ -45,8 +45,7 @@ def format_name(ggml_type: int) -> str:
         except ValueError:
             name = "unknown"
         raise UnsupportedTensorTypeError(
-            f"no GPU matmul for ggml type {ggml_type} ({name}); supported: "
-            + ", ".join(t.name for t in FORMATS)
+            f"no GPU matmul for ggml type {ggml_type} ({name}); supported: " + ", ".join(t.name for t in FORMATS)
         ) from None
 
 
@@ -121,9 +120,7 @@ def prepare_matmul(
     tiles = -(-T // tokens_per_wg)
     out = []
     for w in weight.windows:
-        params = uniform(
-            gpu, PARAMS_FMT, K, w.n_rows, T, w.first_row, x_offset, x_stride, y_offset, y_stride
-        )
+        params = uniform(gpu, PARAMS_FMT, K, w.n_rows, T, w.first_row, x_offset, x_stride, y_offset, y_stride)
         bg = bind(gpu, pipeline, [w.buffer, x, y, params])
         n_wg = -(-w.n_rows // rows_per_wg) * tiles
         label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"

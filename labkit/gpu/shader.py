@@ -94,8 +94,7 @@ def format_compile_error(label: str, wgsl: str, text: str) -> str:
     src = lines[line - 1] if 0 < line <= len(lines) else ""
     caret = " " * (max(col, 1) - 1) + "^"
     out = [
-        f"{where}WGSL compile error at line {line}, column {col}{_file_line(lines, line)}: "
-        f"{msg or 'error'}",
+        f"{where}WGSL compile error at line {line}, column {col}{_file_line(lines, line)}: {msg or 'error'}",
         f"  {line} | {src}",
         f"  {' ' * len(str(line))} | {caret}",
     ]

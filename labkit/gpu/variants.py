@@ -59,9 +59,7 @@ def _add(v: Variant) -> None:
 
 def _matmul_source(fmt: str, quant_file: str | None = None, driver: str = "matmul") -> Callable[[], str]:
     def build() -> str:
-        return "\n".join(
-            [kernel_file("common"), kernel_file(quant_file or f"quant_{fmt}"), kernel_file(driver)]
-        )
+        return "\n".join([kernel_file("common"), kernel_file(quant_file or f"quant_{fmt}"), kernel_file(driver)])
 
     return build
 
@@ -107,9 +105,7 @@ def get_variant(family: str, name: str = "default") -> Variant:
     if family not in _REGISTRY:
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(_REGISTRY)}")
     if name not in _REGISTRY[family]:
-        raise UnknownVariantError(
-            f"unknown variant {name!r} of {family}; known: {', '.join(_REGISTRY[family])}"
-        )
+        raise UnknownVariantError(f"unknown variant {name!r} of {family}; known: {', '.join(_REGISTRY[family])}")
     return _REGISTRY[family][name]
 
 

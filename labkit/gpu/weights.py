@@ -90,9 +90,7 @@ def upload_weight(
         raw = raw.view(np.uint8)
     raw = raw.reshape(-1)
     if raw.nbytes != n_rows * rb:
-        raise ValueError(
-            f"{name}: {raw.nbytes} bytes given, {n_rows} rows x {rb} bytes = {n_rows * rb} expected"
-        )
+        raise ValueError(f"{name}: {raw.nbytes} bytes given, {n_rows} rows x {rb} bytes = {n_rows * rb} expected")
     limit = gpu.max_binding
     if max_window_bytes is not None:
         limit = min(limit, int(max_window_bytes))

@@ -33,9 +33,7 @@ _BLOCK_Q5_0 = np.dtype([("d", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)])
 _BLOCK_Q5_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qh", "<u4"), ("qs", "u1", 16)])
 _BLOCK_Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", 32)])
 _BLOCK_Q4_K = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qs", "u1", 128)])
-_BLOCK_Q5_K = np.dtype(
-    [("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("qs", "u1", 128)]
-)
+_BLOCK_Q5_K = np.dtype([("d", "<f2"), ("dmin", "<f2"), ("scales", "u1", 12), ("qh", "u1", 32), ("qs", "u1", 128)])
 _BLOCK_Q6_K = np.dtype([("ql", "u1", 128), ("qh", "u1", 64), ("scales", "i1", 16), ("d", "<f2")])
 
 
@@ -194,9 +192,7 @@ def _type_name(ggml_type: int) -> str:
 def _check_supported(ggml_type: int) -> None:
     if ggml_type not in SUPPORTED_TYPES:
         names = ", ".join(T(t).name for t in sorted(SUPPORTED_TYPES))
-        raise UnsupportedTensorTypeError(
-            f"cannot dequantize {_type_name(ggml_type)}; supported types: {names}"
-        )
+        raise UnsupportedTensorTypeError(f"cannot dequantize {_type_name(ggml_type)}; supported types: {names}")
 
 
 def row_bytes(ggml_type: int, n_cols: int) -> int:
@@ -205,8 +201,7 @@ def row_bytes(ggml_type: int, n_cols: int) -> int:
     block_size, type_size = GGML_QUANT_SIZES[T(ggml_type)]
     if n_cols % block_size:
         raise ModelFileError(
-            f"row of {n_cols} values is not a whole number of {_type_name(ggml_type)} "
-            f"blocks of {block_size}"
+            f"row of {n_cols} values is not a whole number of {_type_name(ggml_type)} blocks of {block_size}"
         )
     return n_cols // block_size * type_size
 
@@ -248,16 +243,11 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.nd
     raw = _as_bytes(raw)
     expected = n_rows * row_bytes(ggml_type, n_cols)
     if raw.size != expected:
-        raise ModelFileError(
-            f"{_type_name(ggml_type)} tensor of shape {shape} needs {expected} bytes, "
-            f"got {raw.size}"
-        )
+        raise ModelFileError(f"{_type_name(ggml_type)} tensor of shape {shape} needs {expected} bytes, got {raw.size}")
     return _dequantize_bytes(raw, ggml_type).reshape(shape)
 
 
-def dequantize_rows(
-    raw: np.ndarray, ggml_type: int, n_cols: int, rows: slice | np.ndarray
-) -> np.ndarray:
+def dequantize_rows(raw: np.ndarray, ggml_type: int, n_cols: int, rows: slice | np.ndarray) -> np.ndarray:
     """Dequantize only the selected rows of a 2-D tensor (e.g. an embedding lookup).
 
     Only the selected rows' bytes are read, so this is cheap on a memmap of a large

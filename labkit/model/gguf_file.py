@@ -8,6 +8,7 @@ tensor data: tensors are byte ranges into the same `np.memmap`.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,23 @@ class GgufFile:
     data_offset: int
     mmap: np.memmap = field(repr=False)
 
+    def release(self, name: str | None = None) -> None:
+        """Drop the mapped pages of one tensor (or the whole file) from this process's memory.
+
+        The map is read-only and file-backed, so this only frees resident pages: a later read
+        faults them in again from the file. Used after a tensor has been uploaded to the GPU,
+        where on lavapipe it already occupies host memory once."""
+        mm = getattr(self.mmap, "_mmap", None)
+        if mm is None:
+            return
+        if name is None:
+            start, length = 0, len(mm)
+        else:
+            t = self.tensors[name]
+            start = t.offset // mmap.PAGESIZE * mmap.PAGESIZE
+            length = t.offset + t.nbytes - start
+        mm.madvise(mmap.MADV_DONTNEED, start, length)
+
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes as a read-only uint8 view of the map (no copy, no read yet)."""
         t = self.tensors[name]
@@ -85,9 +103,7 @@ class _Cursor:
     def take(self, n: int) -> memoryview:
         end = self.pos + n
         if end > len(self.buf):
-            raise ModelFileError(
-                f"{self.path}: truncated GGUF header (needs byte {end}, file has {len(self.buf)})"
-            )
+            raise ModelFileError(f"{self.path}: truncated GGUF header (needs byte {end}, file has {len(self.buf)})")
         out = self.buf[self.pos : end]
         self.pos = end
         return out

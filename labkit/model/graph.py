@@ -66,9 +66,7 @@ def _layer(cfg: ModelConfig, L: int, x: str, out: list[Stage]) -> str:
 
     def add(kind: str, op: str, inputs: tuple[str, ...], weight: str | None = None, **params):
         bias = params.pop("bias", None)
-        out.append(
-            Stage(p + kind, op, tuple(p + i if i != x else i for i in inputs), weight, bias, params, L)
-        )
+        out.append(Stage(p + kind, op, tuple(p + i if i != x else i for i in inputs), weight, bias, params, L))
 
     def w(name: str) -> str:
         return p + name + ".weight"

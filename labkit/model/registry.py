@@ -66,9 +66,7 @@ def resolve_model(model: str | Path) -> tuple[str, Path]:
     path = Path(key)
     if path.suffix == ".gguf" or path.exists() or "/" in key:
         return path.stem, path
-    raise UnknownModelError(
-        f"unknown model {key!r}: use one of {', '.join(MODELS)} or a path to a .gguf file"
-    )
+    raise UnknownModelError(f"unknown model {key!r}: use one of {', '.join(MODELS)} or a path to a .gguf file")
 
 
 if __name__ == "__main__":  # `python -m labkit.model.registry --fetch`: locate (and assemble) every model

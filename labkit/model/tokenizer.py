@@ -121,7 +121,7 @@ _AUTO_SPECIAL: dict[str, tuple[str, ...]] = {
     ),
     "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
     "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>", "<fim-separator>", "<file_sep>", "<|file_separator|>"),
+    "fim_sep": ("<|file_sep|>",),
 }  # fmt: skip
 _AUTO_SPECIAL_KEYS = {
     "eot": ("eot_token_id",),
@@ -159,6 +159,7 @@ def _gpt2_byte_decoder() -> dict[str, int]:
 
 
 _BYTE_DECODER = _gpt2_byte_decoder()
+_BYTE_ENCODER = {b: ch for ch, b in _BYTE_DECODER.items()}
 
 
 @dataclass(eq=False)
@@ -186,6 +187,8 @@ class GgufTokenizer:
     _user_specials: list[tuple[str, int]] = field(repr=False, default_factory=list)
     _all_specials: list[tuple[str, int]] = field(repr=False, default_factory=list)
     _pieces: dict[tuple[int, bool], bytes] = field(repr=False, default_factory=dict)
+    # gpt2: bytes whose byte-level char is not a token (HF would drop them, llama.cpp aborts)
+    _missing_bytes: frozenset[int] = field(repr=False, default_factory=frozenset)
 
     # --- encode ----------------------------------------------------------------------------
 
@@ -237,6 +240,12 @@ class GgufTokenizer:
     def _encode_raw(self, fragment: str) -> list[int]:
         if self.add_space_prefix:  # llama.cpp: every raw fragment follows BOS or a special
             fragment = " " + fragment
+        if self._missing_bytes and not self._missing_bytes.isdisjoint(fragment.encode()):
+            bad = sorted(self._missing_bytes.intersection(fragment.encode()))
+            raise ValueError(
+                f"this vocabulary has no token for the byte(s) {', '.join(f'0x{b:02X}' for b in bad)} "
+                f"in {fragment!r} (llama.cpp cannot tokenize it either)"
+            )
         return self.hf.encode(fragment, add_special_tokens=False).ids
 
     # --- decode ----------------------------------------------------------------------------
@@ -442,6 +451,9 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         hf=hf,
         _user_specials=user_specials,
         _all_specials=all_specials,
+        _missing_bytes=frozenset(b for b, ch in _BYTE_ENCODER.items() if ch not in vocab)
+        if model == "gpt2"
+        else frozenset(),
     )
 
 
@@ -495,11 +507,14 @@ def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
     """Every (left, right) with left, right and left+right all tokens, best merged score first.
 
     That is HF's SentencePiece-BPE converter, done with 64-bit polynomial hashes in numpy
-    instead of 10^6 Python string slices (gemma's 262k vocabulary: ~0.5 s instead of ~2 s).
+    instead of 10^6 Python string slices (Gemma's 262k vocabulary, 515k merges: ~0.6 s
+    instead of ~2.5 s).
     """
     n = len(tokens)
+    if n == 0:
+        return []
     lens = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
-    chars = np.frombuffer("".join(tokens).encode("utf-32-le"), dtype=np.uint32)
+    chars = np.frombuffer("".join(tokens).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
     c = chars.astype(np.uint64) + np.uint64(1)
     ends = np.cumsum(lens)
     starts = ends - lens

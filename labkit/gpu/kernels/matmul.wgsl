@@ -1,4 +1,5 @@
-// Quantized matmul driver: one weight row per thread, a tile of up to 8 tokens per thread.
+// Quantized matmul driver: each thread owns 4 consecutive weight rows and a tile of up to 8
+// tokens (4 x 8 accumulators); no barriers, no shared memory.
 //
 // A matmul module is three files composed in order (labkit.gpu.matmul.matmul_source):
 //   common.wgsl        safe byte / u16 / f16 / straddling-u32 readers over W
@@ -23,20 +24,59 @@
 //   K must be a multiple of QK, except for F32/F16 (QK = 4) where the last partial block
 //   is read whole and its lanes past K are ignored.
 //
-// This layout has no barriers and no shared memory: on lavapipe (CPU) it is the fastest
-// (0.35 s vs 1.9 s for element-per-thread + shared-memory reduction on 262144 x 640 Q8_0).
-// Each dequantized vec4 is reused for every token of the tile (prefill).
+// Why this shape (measured on lavapipe, 262144 x 640 Q8_0, a busy 2-core machine):
+// - a row per thread with no barriers beats element-per-thread + shared-memory reduction
+//   (0.35 s vs 1.9 s, FACTS.md);
+// - inside loops llvmpipe loads every X element lane by lane, so X reads cost more than the
+//   weight reads: 4 rows per thread share each X load (decode 0.75 s -> 0.37 s), and a token
+//   tile shares each dequantized vec4 (T = 8: 4.5 s -> 1.0 s with the tile unrolled into
+//   registers; a dynamically indexed accumulator array gained almost nothing).
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
 @group(0) @binding(3) var<uniform> P: Params;
 
-const ROWS_PER_WG: u32 = 64u;
+const ROWS_PER_THREAD: u32 = 4u;
+const ROWS_PER_WG: u32 = 256u;  // 64 threads x ROWS_PER_THREAD
 const TOKENS_PER_WG: u32 = 8u;
 
-fn x4(i: u32) -> vec4<f32> {
-    return vec4<f32>(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
+// X[i .. i + 3], lanes >= n read as 0 (n = 4 except in the F32/F16 tail block)
+fn x4(i: u32, n: u32) -> vec4<f32> {
+    let v = vec4<f32>(X[i], X[i + 1u], X[i + 2u], X[i + 3u]);
+    return select(vec4<f32>(0.0), v, vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n));
+}
+
+// Columns = values 4j..4j+3 of block ob of the 4 rows starting at bytes rb; lanes >= n are 0
+fn w4x4(rb: vec4<u32>, ob: u32, j: u32, n: u32) -> mat4x4<f32> {
+    let keep = vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(n);
+    let z = vec4<f32>(0.0);
+    return mat4x4<f32>(select(z, dequant4(rb.x + ob, j), keep), select(z, dequant4(rb.y + ob, j), keep),
+                       select(z, dequant4(rb.z + ob, j), keep), select(z, dequant4(rb.w + ob, j), keep));
+}
+
+// acc[t][i] += dot(X[token t0 + t, k .. k + 3], column i of m), for the tile's tokens.
+// Tokens past nt repeat the last one (their sums are never stored); 4..7 only when nt > 4.
+fn accum(acc: ptr<function, array<vec4<f32>, 8>>, m: mat4x4<f32>, k: u32, n: u32, nt: u32) {
+    let xs = P.x_stride;
+    (*acc)[0] += x4(k, n) * m;
+    (*acc)[1] += x4(k + min(1u, nt - 1u) * xs, n) * m;
+    (*acc)[2] += x4(k + min(2u, nt - 1u) * xs, n) * m;
+    (*acc)[3] += x4(k + min(3u, nt - 1u) * xs, n) * m;
+    if (nt > 4u) {
+        (*acc)[4] += x4(k + 4u * xs, n) * m;
+        (*acc)[5] += x4(k + min(5u, nt - 1u) * xs, n) * m;
+        (*acc)[6] += x4(k + min(6u, nt - 1u) * xs, n) * m;
+        (*acc)[7] += x4(k + min(7u, nt - 1u) * xs, n) * m;
+    }
+}
+
+// Y[yb + i] = v[i] for the rows r + i that exist
+fn store4(yb: u32, r: u32, v: vec4<f32>) {
+    if (r < P.rows) { Y[yb] = v.x; }
+    if (r + 1u < P.rows) { Y[yb + 1u] = v.y; }
+    if (r + 2u < P.rows) { Y[yb + 2u] = v.z; }
+    if (r + 3u < P.rows) { Y[yb + 3u] = v.w; }
 }
 
 @compute @workgroup_size(64)
@@ -44,54 +84,52 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         @builtin(local_invocation_index) li: u32) {
     let lin = wid.x + wid.y * nwg.x;
     let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
-    let tile = lin / row_groups;
-    let r = (lin % row_groups) * ROWS_PER_WG + li;
-    let t0 = tile * TOKENS_PER_WG;
-    if (r >= P.rows || t0 >= P.T) {
-        return;
+    let t0 = (lin / row_groups) * TOKENS_PER_WG;
+    if (t0 >= P.T) {
+        return;  // past the end of a 2-D grid (uniform per workgroup)
     }
     let nt = min(TOKENS_PER_WG, P.T - t0);
-    let xs = P.x_stride;
-    let xb = P.x_offset + t0 * xs;
-    let rb = r * row_bytes(P.K);
+    let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
+    // rows past the end compute a copy of the last row and are not stored (no divergent exit)
+    let last = P.rows - 1u;
+    let rb = min(vec4<u32>(r) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(last)) * row_bytes(P.K);
     let nfull = P.K / QK;
     let rem = P.K % QK;
-    var acc: array<f32, TOKENS_PER_WG>;
+    let xb = P.x_offset + t0 * P.x_stride;
+    var acc: array<vec4<f32>, 8>;
     if (nt == 1u) {
-        // decode: one token, no tile loop
-        var a = 0.0;
+        // decode: one token
+        var a = vec4<f32>();
         for (var b = 0u; b < nfull; b++) {
-            let bb = rb + b * BLOCK_BYTES;
+            let ob = b * BLOCK_BYTES;
             let kb = xb + b * QK;
             for (var j = 0u; j < QK / 4u; j++) {
-                a += dot(dequant4(bb, j), x4(kb + 4u * j));
+                a += x4(kb + 4u * j, 4u) * w4x4(rb, ob, j, 4u);
             }
         }
         acc[0] = a;
     } else {
         for (var b = 0u; b < nfull; b++) {
-            let bb = rb + b * BLOCK_BYTES;
+            let ob = b * BLOCK_BYTES;
             let kb = xb + b * QK;
             for (var j = 0u; j < QK / 4u; j++) {
-                let w = dequant4(bb, j);
-                let k = kb + 4u * j;
-                for (var t = 0u; t < nt; t++) {
-                    acc[t] += dot(w, x4(k + t * xs));
-                }
+                accum(&acc, w4x4(rb, ob, j, 4u), kb + 4u * j, 4u, nt);
             }
         }
     }
     if (rem > 0u) {
-        let w = dequant4(rb + nfull * BLOCK_BYTES, 0u);
-        let k = xb + nfull * QK;
-        for (var t = 0u; t < nt; t++) {
-            for (var i = 0u; i < rem; i++) {
-                acc[t] += w[i] * X[k + t * xs + i];
-            }
-        }
+        // F32/F16 only: the last, partial 4-value block
+        accum(&acc, w4x4(rb, nfull * BLOCK_BYTES, 0u, rem), xb + nfull * QK, rem, nt);
     }
+    // constant indices only: a dynamic acc[t] would keep the accumulators in memory
     let yb = P.y_offset + t0 * P.y_stride + P.row0 + r;
-    for (var t = 0u; t < nt; t++) {
-        Y[yb + t * P.y_stride] = acc[t];
-    }
+    let ys = P.y_stride;
+    store4(yb, r, acc[0]);
+    if (nt > 1u) { store4(yb + ys, r, acc[1]); }
+    if (nt > 2u) { store4(yb + 2u * ys, r, acc[2]); }
+    if (nt > 3u) { store4(yb + 3u * ys, r, acc[3]); }
+    if (nt > 4u) { store4(yb + 4u * ys, r, acc[4]); }
+    if (nt > 5u) { store4(yb + 5u * ys, r, acc[5]); }
+    if (nt > 6u) { store4(yb + 6u * ys, r, acc[6]); }
+    if (nt > 7u) { store4(yb + 7u * ys, r, acc[7]); }
 }

@@ -1,0 +1,460 @@
+"""llama.cpp as a stage-level oracle: its own intermediate tensors under labkit's stage names.
+
+The same GGUF file and the same token ids go through llama.cpp (llama-cpp-python's
+low-level API, extra `oracle`). An eval callback (`cb_eval`) sees every node of
+llama.cpp's compute graph; the F32 nodes that correspond to a labkit stage are
+copied out with ggml's own `ggml_backend_tensor_get` (ctypes on the ggml library
+shipped inside `llama_cpp/lib`) and reshaped to labkit's layout:
+
+- vectors are [positions, features] (ggml's ne[0] is the fastest dimension, so a
+  tensor with ne = [head_dim, heads, T] is read as numpy [T, heads, head_dim] and
+  flattened to [T, heads*head_dim]);
+- attention maps are [heads, q_pos, k_pos], cropped from llama.cpp's KV-padded
+  [n_kv, T, heads] to the T cells this pass wrote;
+- `logits` is [T, vocab].
+
+Which labkit stage is which llama.cpp node is data: `MAPPINGS[arch][stage kind]`
+is a `Pick` (a node name and its ggml op, or "the node of this op that reads
+node X" for llama.cpp's unnamed `node_N` tensors). `NO_COUNTERPART[arch]` lists
+the stage kinds llama.cpp has no tensor for, with the reason. docs/llamacpp_names.md
+is the same table for people. Every pair was checked numerically against the
+float64 reference (same quantity, small NMSE), not only by name.
+
+Every position's logits are requested, so llama.cpp does not prune the last
+layer to the last position; flash attention is off, so `kq-L` and
+`kq_soft_max-L` exist as tensors.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from labkit.errors import LabkitError, OracleUnavailableError
+from labkit.model.config import ModelConfig
+from labkit.model.graph import Stage
+
+INSTALL_HINT = "install the oracle extra: pip install labkit[oracle]"
+
+
+class OracleError(LabkitError):
+    """llama.cpp ran but its graph did not look the way the mapping expects."""
+
+
+@dataclass(frozen=True)
+class Pick:
+    """How to find one labkit stage among llama.cpp's graph nodes.
+
+    `name` is the node's name with `{L}` for the layer; `op` its ggml op (`ggml_op_name`),
+    which tells apart the several nodes llama.cpp gives one name (`Qcur-L` is the
+    MUL_MAT, then a RESHAPE view, then the ROPE). When `reads` is set, `name` is
+    ignored and the node is the one of op `op` whose src[1] is named `reads` — the
+    rule for unnamed `node_N` tensors. Exactly one node per layer must match.
+    `layout`: "vec" → [T, features]; "probs" → [heads, q, k] cropped;
+    "scores" → kq·scale + mask, both read from the consuming soft_max node, cropped.
+    """
+
+    name: str
+    op: str
+    layout: str = "vec"
+    reads: str | None = None
+    note: str = ""
+
+
+def _common(resid_mid: str, act: str, attn_out_note: str) -> dict[str, Pick]:
+    return {
+        "attn_norm": Pick("attn_norm-{L}", "MUL", note="rms_norm(x) * w (the norm-L node before it is unweighted)"),
+        "k": Pick("Kcur-{L}", "MUL_MAT"),
+        "v": Pick("Vcur-{L}", "MUL_MAT"),
+        "q_rope": Pick("Qcur-{L}", "ROPE", note="same name as the matmul; the ROPE node"),
+        "k_rope": Pick("Kcur-{L}", "ROPE", note="same name as the matmul; the ROPE node"),
+        "attn_scores": Pick(
+            "kq-{L}",
+            "MUL_MAT",
+            layout="scores",
+            note="raw q·k; × the soft_max node's scale + its mask (0 / -inf), as soft_max_ext does",
+        ),
+        "attn_probs": Pick("kq_soft_max-{L}", "SOFT_MAX", layout="probs"),
+        "attn_ctx": Pick("kqv_out-{L}", "CONT", note="heads merged: ne [heads*head_dim, T]"),
+        "attn_out": Pick("", "MUL_MAT", reads="kqv_out-{L}", note=attn_out_note),
+        "resid_mid": Pick(resid_mid, "ADD"),
+        "ffn_norm": Pick("ffn_norm-{L}", "MUL"),
+        "ffn_gate": Pick("ffn_gate-{L}", "MUL_MAT"),
+        "ffn_up": Pick("ffn_up-{L}", "MUL_MAT"),
+        "ffn_act": Pick(act, "GLU", note="act(gate) * up in one GLU op"),
+        "ffn_down": Pick("ffn_out-{L}", "MUL_MAT"),
+        "resid_out": Pick("l_out-{L}", "ADD"),
+        "output_norm": Pick("result_norm", "MUL"),
+        "logits": Pick("result_output", "MUL_MAT", note="ne [vocab, T]; every position requested"),
+    }
+
+
+MAPPINGS: dict[str, dict[str, Pick]] = {
+    "gemma3": {
+        "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
+        **_common("sa_out-{L}", "ffn_geglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
+        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
+        "post_attn_norm": Pick("attn_post_norm-{L}", "MUL"),
+        "post_ffn_norm": Pick("ffn_post_norm-{L}", "MUL"),
+    },
+    "llama": {
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "MUL_MAT"),
+    },
+    "qwen2": {
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
+        # q/k/v carry a bias: llama.cpp names the ADD of the bias Qcur-L/Kcur-L/Vcur-L.
+        "q": Pick("Qcur-{L}", "ADD", note="matmul + bias"),
+        "k": Pick("Kcur-{L}", "ADD", note="matmul + bias"),
+        "v": Pick("Vcur-{L}", "ADD", note="matmul + bias"),
+    },
+}
+
+# Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
+# Every stage of all three architectures has a counterpart in llama.cpp 0.3.36's graph
+# (build 0.25.3 of ggml), so these are empty; a kind listed here is reported, not dropped.
+NO_COUNTERPART: dict[str, dict[str, str]] = {"gemma3": {}, "llama": {}, "qwen2": {}}
+
+# Max NMSE per stage kind against llama.cpp. llama.cpp quantizes each matmul's
+# activations to 8 bits (Q8_0/Q8_1/Q8_K blocks) and keeps its KV cache in F16, so
+# every stage downstream of the first matmul carries that error; labkit's float64
+# reference and its f32 GPU pass both sit at the same distance from it.
+# Measured (worst over gemma3-270m and smollm2-135m, 4 prompts each, reference and
+# GPU runs; docs/llamacpp_names.md has the per-model figures). Each threshold is
+# about 3-10x the worst measured value and below 1e-2, while the faults a case
+# injects (wrong rope style, a flipped weight sign, Q4_K min sign) give 1e-1 to 1.
+ORACLE_THRESHOLDS: dict[str, float] = {
+    "embed": 1e-10,
+    "attn_norm": 1e-10,
+    "q": 2e-3,
+    "k": 2e-3,
+    "v": 2e-3,
+    "q_norm": 2e-3,
+    "k_norm": 2e-3,
+    "q_rope": 2e-3,
+    "k_rope": 2e-3,
+    "attn_scores": 2e-3,
+    "attn_probs": 2e-3,
+    "attn_ctx": 2e-3,
+    "attn_out": 2e-3,
+    "post_attn_norm": 2e-3,
+    "resid_mid": 2e-3,
+    "ffn_norm": 2e-3,
+    "ffn_gate": 2e-3,
+    "ffn_up": 2e-3,
+    "ffn_act": 2e-3,
+    "ffn_down": 2e-3,
+    "post_ffn_norm": 2e-3,
+    "resid_out": 2e-3,
+    "output_norm": 2e-3,
+    "logits": 2e-3,
+}
+
+
+def mapping(arch: str) -> dict[str, Pick]:
+    if arch not in MAPPINGS:
+        raise OracleError(f"no llama.cpp name mapping for architecture {arch!r}")
+    return MAPPINGS[arch]
+
+
+def coverage(cfg: ModelConfig, graph: list[Stage]) -> tuple[list[str], list[str]]:
+    """(mapped stage names, unmapped stage names) of a graph under the arch's mapping."""
+    m = mapping(cfg.arch)
+    mapped = [s.name for s in graph if s.kind in m]
+    return mapped, [s.name for s in graph if s.kind not in m]
+
+
+# ----------------------------------------------------------------- ctypes on ggml
+class _GgmlTensor(ctypes.Structure):
+    """The head of ggml.h's `struct ggml_tensor` (GGML_MAX_DIMS 4, 64-byte op_params, GGML_MAX_SRC 10)."""
+
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("buffer", ctypes.c_void_p),
+        ("ne", ctypes.c_int64 * 4),
+        ("nb", ctypes.c_size_t * 4),
+        ("op", ctypes.c_int),
+        ("op_params", ctypes.c_int32 * 16),
+        ("flags", ctypes.c_int32),
+        ("src", ctypes.c_void_p * 10),
+        ("view_src", ctypes.c_void_p),
+        ("view_offs", ctypes.c_size_t),
+        ("data", ctypes.c_void_p),
+        ("name", ctypes.c_char * 64),
+    ]
+
+
+GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
+_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}
+
+
+class _Ggml:
+    def __init__(self, llama_cpp_module):
+        libdir = Path(llama_cpp_module.__file__).parent / "lib"
+        names = [n for n in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll") if (libdir / n).exists()]
+        if not names:
+            raise OracleUnavailableError(f"ggml-base library not found in {libdir}; {INSTALL_HINT}")
+        lib = ctypes.CDLL(str(libdir / names[0]))
+        lib.ggml_get_name.restype = ctypes.c_char_p
+        lib.ggml_get_name.argtypes = [ctypes.c_void_p]
+        lib.ggml_nbytes.restype = ctypes.c_size_t
+        lib.ggml_nbytes.argtypes = [ctypes.c_void_p]
+        lib.ggml_nelements.restype = ctypes.c_int64
+        lib.ggml_nelements.argtypes = [ctypes.c_void_p]
+        lib.ggml_op_name.restype = ctypes.c_char_p
+        lib.ggml_op_name.argtypes = [ctypes.c_int]
+        lib.ggml_backend_tensor_get.restype = None
+        lib.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+        self.lib = lib
+        self._ops: dict[int, str] = {}
+
+    def name(self, t: int) -> str:
+        return self.lib.ggml_get_name(t).decode("utf-8", "replace")
+
+    def op(self, s: _GgmlTensor) -> str:
+        if s.op not in self._ops:
+            self._ops[s.op] = self.lib.ggml_op_name(s.op).decode()
+        return self._ops[s.op]
+
+    def read(self, t: int) -> np.ndarray:
+        """The tensor as numpy with shape ne[::-1], honouring nb[] (views and permutes)."""
+        s = _GgmlTensor.from_address(t)
+        dtype = _DTYPES.get(s.type)
+        if dtype is None:
+            raise OracleError(f"tensor {self.name(t)!r} has ggml type {s.type}, not F32/F16")
+        nbytes = int(self.lib.ggml_nbytes(t))
+        raw = np.empty(nbytes, dtype=np.uint8)
+        self.lib.ggml_backend_tensor_get(t, raw.ctypes.data, 0, nbytes)
+        shape = tuple(int(n) for n in s.ne)[::-1]
+        strides = tuple(int(n) for n in s.nb)[::-1]
+        return np.lib.stride_tricks.as_strided(raw.view(dtype), shape=shape, strides=strides).copy()
+
+
+class _Backend:
+    """llama_cpp imported once, ggml's library opened, llama.cpp models loaded once per path."""
+
+    def __init__(self):
+        try:
+            import llama_cpp
+            from llama_cpp import llama_cpp as L
+        except ImportError as e:  # also OSError from a broken shared library
+            raise OracleUnavailableError(INSTALL_HINT) from e
+        except OSError as e:
+            raise OracleUnavailableError(f"llama_cpp failed to load ({e}); {INSTALL_HINT}") from e
+        self.L = L
+        self.ggml = _Ggml(llama_cpp)
+        self.models: dict[str, int] = {}
+        self.lock = threading.Lock()
+        with _quiet():
+            L.llama_backend_init()
+
+    def model(self, path: str | Path) -> int:
+        key = os.path.realpath(path)
+        if key not in self.models:
+            params = self.L.llama_model_default_params()
+            params.n_gpu_layers = 0
+            with _quiet():
+                m = self.L.llama_model_load_from_file(key.encode(), params)
+            if not m:
+                raise OracleError(f"llama.cpp could not load {key}")
+            self.models[key] = m
+        return self.models[key]
+
+
+_BACKEND: _Backend | None = None
+
+
+def _backend() -> _Backend:
+    global _BACKEND
+    if _BACKEND is None:
+        _BACKEND = _Backend()
+    return _BACKEND
+
+
+class _quiet:
+    """Mute llama-cpp-python's log forwarding (its logger) for the duration, then restore it."""
+
+    def __enter__(self):
+        self.logger = logging.getLogger("llama-cpp-python")
+        self.level = self.logger.level
+        self.logger.setLevel(logging.CRITICAL)
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
+
+
+# ----------------------------------------------------------------- the run
+@dataclass
+class _Want:
+    stage: str  # labkit stage name
+    pick: Pick
+
+
+class _Collector:
+    """The eval callback's state: which nodes to ask for, and what came back."""
+
+    def __init__(self, ggml: _Ggml, wants_by_key: dict[tuple[str, str], _Want], reads: dict[tuple[str, str], _Want]):
+        self.ggml = ggml
+        self.by_key = wants_by_key  # (node name, op) → want
+        self.by_reads = reads  # (src[1] name, op) → want
+        self.raw: dict[str, np.ndarray] = {}  # stage → raw tensor (numpy, ne reversed)
+        self.softmax: dict[str, tuple[float, float, np.ndarray]] = {}  # kq name → (scale, max_bias, mask)
+        self.softmax_of: dict[str, str] = {}  # kq node name → stage name (attn_scores)
+        self.seen: dict[str, int] = {}
+        self.error: BaseException | None = None
+
+    def match(self, t: int) -> tuple[_Want | None, _GgmlTensor, str]:
+        s = _GgmlTensor.from_address(t)
+        name = self.ggml.name(t)
+        op = self.ggml.op(s)
+        want = self.by_key.get((name, op))
+        if want is None and s.src[1]:
+            want = self.by_reads.get((self.ggml.name(s.src[1]), op))
+        return want, s, name
+
+    def is_softmax_of_scores(self, s: _GgmlTensor, op: str) -> str | None:
+        if op != "SOFT_MAX" or not s.src[0]:
+            return None
+        return self.softmax_of.get(self.ggml.name(s.src[0]))
+
+    def __call__(self, t: int, ask: bool, _user: int) -> bool:
+        try:
+            want, s, name = self.match(t)
+            op = self.ggml.op(s)
+            scores = self.is_softmax_of_scores(s, op)
+            if ask:
+                return (want is not None and s.type == GGML_TYPE_F32) or scores is not None
+            if scores is not None:
+                # soft_max_ext(kq, mask, scale, max_bias): op_params[0] scale, [1] max_bias; src[1] the mask.
+                pf = ctypes.cast(ctypes.addressof(s.op_params), ctypes.POINTER(ctypes.c_float))
+                mask = self.ggml.read(s.src[1]) if s.src[1] else None
+                self.softmax[scores] = (float(pf[0]), float(pf[1]), mask)
+            if want is not None and s.type == GGML_TYPE_F32:
+                self.seen[want.stage] = self.seen.get(want.stage, 0) + 1
+                self.raw[want.stage] = self.ggml.read(t)
+            return True
+        except BaseException as e:  # an exception must not cross into C; report it after decode
+            self.error = e
+            return False
+
+
+def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, str]]:
+    m = mapping(cfg.arch)
+    by_key: dict[tuple[str, str], _Want] = {}
+    by_reads: dict[tuple[str, str], _Want] = {}
+    scores_of: dict[str, str] = {}
+    for st in graph:
+        pick = m.get(st.kind)
+        if pick is None:
+            continue
+        L = "" if st.layer is None else str(st.layer)
+        want = _Want(st.name, pick)
+        if pick.reads is not None:
+            by_reads[(pick.reads.format(L=L), pick.op)] = want
+        else:
+            by_key[(pick.name.format(L=L), pick.op)] = want
+        if pick.layout == "scores":
+            scores_of[pick.name.format(L=L)] = st.name
+    return by_key, by_reads, scores_of
+
+
+def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collector) -> np.ndarray:
+    """llama.cpp's tensor (numpy, ne reversed) in labkit's layout for `stage`."""
+    if pick.layout == "vec":
+        if raw.size % T:
+            raise OracleError(f"{stage.name}: llama.cpp tensor of shape {raw.shape} does not split into {T} positions")
+        # ne = [features..., T, 1...]: positions are the slowest non-trivial dimension.
+        return raw.reshape(T, -1)
+    # attention maps: ne [n_kv, T, heads, 1] → numpy [1, heads, T, n_kv] → [heads, T, n_kv]
+    a = raw.reshape(raw.shape[-3], raw.shape[-2], raw.shape[-1])
+    if a.shape[1] != T or a.shape[2] < T:
+        raise OracleError(f"{stage.name}: unexpected attention shape {a.shape} for {T} positions")
+    if pick.layout == "probs":
+        if np.any(a[:, :, T:] != 0):
+            raise OracleError(f"{stage.name}: llama.cpp attends to KV cells beyond this pass's {T}")
+        return a[:, :, :T]
+    scale, max_bias, mask = col.softmax.get(stage.name, (math.nan, 0.0, None))
+    if mask is None or not math.isfinite(scale):
+        raise OracleError(f"{stage.name}: the soft_max node after kq was not seen")
+    if max_bias != 0.0:
+        raise OracleError(f"{stage.name}: ALiBi (max_bias={max_bias}) is not mapped")
+    m = mask.reshape(-1, mask.shape[-2], mask.shape[-1])[0, :T, :].astype(np.float32)  # [T, n_kv], rows padded
+    if not np.all(np.isneginf(m[:, T:])):
+        raise OracleError(f"{stage.name}: llama.cpp's mask leaves KV cells beyond this pass's {T} open")
+    return (a[:, :, :T] * np.float32(scale) + m[None, :, :T]).astype(np.float32)
+
+
+def run_llamacpp(path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int]) -> dict[str, np.ndarray]:
+    """llama.cpp's intermediate tensors for one prompt pass, keyed by labkit stage name.
+
+    One fresh context per call (the model is loaded once per path and kept): n_ctx and
+    the (u)batch hold the whole prompt so it is one graph, every position's logits are
+    requested, flash attention is off, 2 threads. Stages without a counterpart, or whose
+    node did not show up, are absent from the result (they land in Comparison.missing).
+    """
+    be = _backend()
+    L = be.L
+    T = len(ids)
+    if T == 0:
+        raise OracleError("empty prompt")
+    by_key, by_reads, scores_of = _wants(cfg, graph)
+    with be.lock:
+        model = be.model(path)
+        col = _Collector(be.ggml, by_key, by_reads)
+        col.softmax_of = scores_of
+        cb = L.ggml_backend_sched_eval_callback(col)
+        n_ctx = max(256, -(-T // 256) * 256)
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = n_ctx
+        cp.n_ubatch = n_ctx
+        cp.n_seq_max = 1
+        cp.n_threads = 2
+        cp.n_threads_batch = 2
+        cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED: kq and kq_soft_max stay tensors
+        cp.swa_full = True  # SWA layers keep a full-size cache: cell i holds position i
+        cp.no_perf = True
+        cp.cb_eval = cb
+        cp.cb_eval_user_data = None
+        with _quiet():
+            ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise OracleError("llama.cpp could not create a context")
+        batch = L.llama_batch_init(T, 0, 1)
+        try:
+            for i, tok in enumerate(ids):
+                batch.token[i] = int(tok)
+                batch.pos[i] = i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1  # every position is an output: nothing is pruned
+            batch.n_tokens = T
+            with _quiet():
+                rc = L.llama_decode(ctx, batch)
+        finally:
+            L.llama_batch_free(batch)
+            L.llama_free(ctx)
+        if col.error is not None:
+            raise OracleError(f"eval callback failed: {col.error!r}") from col.error
+        if rc != 0:
+            raise OracleError(f"llama_decode returned {rc}")
+    dup = {k: n for k, n in col.seen.items() if n > 1}
+    if dup:
+        raise OracleError(f"more than one llama.cpp node matched: {dup}")
+    picks = mapping(cfg.arch)
+    out: dict[str, np.ndarray] = {}
+    for st in graph:
+        if st.name in col.raw:
+            out[st.name] = _to_labkit(st, picks[st.kind], col.raw[st.name], T, col)
+    return out
