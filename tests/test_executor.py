@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import labkit
-from conftest import REAL_MODELS, _open_cached, golden
 from labkit.gpu.executor import POISON_BITS
-from test_reference_golden import check_against_golden
+
+from conftest import REAL_MODELS, _open_cached, check_against_golden, golden
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8]
 
