@@ -94,7 +94,8 @@ class Comparison:
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr style='color:{'inherit' if r.passed else '#c00'}'><td>{r.stage}</td><td>{r.nmse:.3e}</td>"
-            f"<td>{r.threshold:.0e}</td><td>{r.max_abs:.3e}</td><td>{'ok' if r.passed else 'FAIL ' + r.reason}</td></tr>"
+            f"<td>{r.threshold:.0e}</td><td>{r.max_abs:.3e}</td>"
+            f"<td>{'ok' if r.passed else 'FAIL ' + r.reason}</td></tr>"
             for r in self.rows
         )
         return (
