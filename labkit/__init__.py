@@ -3,6 +3,7 @@
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
 from labkit.errors import LabkitError
+from labkit.gpu.variants import kernel_source, register_variant
 from labkit.lab import Generation, Lab, open
 from labkit.model.registry import MODELS
 from labkit.sampling import Sampler
@@ -18,5 +19,7 @@ __all__ = [
     "Stats",
     "TopToken",
     "compare",
+    "kernel_source",
+    "register_variant",
     "open",
 ]

@@ -81,7 +81,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "top": top,
         "generated": {"ids": gen.ids if gen else [], "text": gen.text if gen else ""},
         "timings": timings,
-        "variants": lab.variants,
+        "variants": lab.selected,
     }
 
     def text() -> str:

@@ -39,14 +39,20 @@ class Generation:
 class Lab:
     """One model, opened. See DESIGN.md's public API for what hangs off it."""
 
-    def __init__(self, name: str, path: Path, variants: dict[str, str] | None = None, debug: bool = False):
+    def __init__(self, name: str, path: Path, variants: dict[str, str] | None = None, debug: bool = False,
+                 window_bytes: int | None = None):
         t0 = time.perf_counter()
         self.name, self.path = name, path
         self.gguf: GgufFile = open_gguf(path)
         self.config: ModelConfig = config_from_metadata(self.gguf.metadata, set(self.gguf.tensors))
         self.graph: list[Stage] = build_graph(self.config)
-        self.variants: dict[str, str] = dict(variants or {})
+        from labkit.gpu.variants import check_selection
+
+        check_selection(dict(variants or {}))
+        self.selected: dict[str, str] = dict(variants or {})  # {op family: variant}, shared with the executor
+        self._last_pass = None
         self.debug = debug
+        self.window_bytes = window_bytes  # split weights into row windows of at most this many bytes
         self.load_seconds = time.perf_counter() - t0
 
     # ----- text ↔ ids
@@ -160,7 +166,27 @@ class Lab:
     def executor(self):
         from labkit.gpu.executor import GpuExecutor
 
-        return GpuExecutor(self.gguf, self.config, self.graph, variants=self.variants)
+        ex = GpuExecutor(self.gguf, self.config, self.graph, variants=self.selected)
+        ex.window_bytes = self.window_bytes
+        return ex
+
+    def variants(self) -> dict[str, list[str]]:
+        """{op family: [variant names]}; "default" is the correct one of each."""
+        from labkit.gpu.variants import variants
+
+        return variants()
+
+    def use(self, family: str, name: str = "default") -> Lab:
+        """Switch one op family's variant on this live lab. The next run of the same prompt
+        recomputes only from the first stage the switch affects."""
+        from labkit.gpu.variants import get_variant
+
+        get_variant(family, name)
+        if name == "default":
+            self.selected.pop(family, None)
+        else:
+            self.selected[family] = name
+        return self
 
     def run(
         self,
@@ -169,22 +195,29 @@ class Lab:
         debug: bool | None = None,
         stepped: bool = False,
         timestamps: bool = True,
+        patch: dict | None = None,
     ) -> Run:
-        """The whole prompt through the GPU in one batched pass; every stage captured by default."""
+        """The whole prompt through the GPU; every stage captured by default.
+
+        `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
+        the pass continues from it. Re-running the same prompt after `use()` reuses the stages
+        upstream of the first one the variant switch affects (run.timings["recomputed_from"])."""
         ids = self.prompt_ids(prompt)
         ex = self.executor
+        debug = self.debug if debug is None else debug
+        last = self._last_pass
+        reuse = last is not None and last[0] == ids and not debug and not patch and not stepped
+        cache, previous = (last[1], last[2]) if reuse else (ex.new_cache(len(ids)), None)
         res = ex.run_pass(
-            ids,
-            ex.new_cache(len(ids)),
-            names=names,
-            debug=self.debug if debug is None else debug,
-            stepped=stepped,
-            timestamps=timestamps,
+            ids, cache, names=names, debug=debug, stepped=stepped, timestamps=timestamps, patch=patch, previous=previous
         )
-        timings = dict(res.timings, upload_s=ex.upload_seconds)
+        # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects
+        self._last_pass = (ids, cache, res) if not debug and not patch and not stepped else None
+        caps = res.captures
+        timings = dict(res.timings, upload_s=ex.upload_seconds, recomputed_from=res.recomputed_from)
         if res.stage_ms:
             timings["stage_ms"] = res.stage_ms
-        return self._make_run("gpu", ids, res.captures, timings, unwritten=res.unwritten, variants=dict(self.variants))
+        return self._make_run("gpu", ids, caps, timings, unwritten=res.unwritten, variants=dict(self.selected))
 
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
@@ -233,7 +266,12 @@ def open(
     model: str | Path = DEFAULT_MODEL,
     variants: dict[str, str] | None = None,  # noqa: A001
     debug: bool = False,
+    window_bytes: int | None = None,
 ) -> Lab:
-    """Open a registered model name or a .gguf path. Reads the header only."""
+    """Open a registered model name or a .gguf path. Reads the header only.
+
+    variants: {op family: variant} (see `lab.variants()`); debug: poison outputs before each
+    pass and count unwritten elements; window_bytes: split GPU weights into row windows of at
+    most this size (the binding limit otherwise), to make window edges visible on small models."""
     name, path = resolve_model(model)
-    return Lab(name, path, variants=variants, debug=debug)
+    return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes)

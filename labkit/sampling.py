@@ -1,14 +1,82 @@
 """Token sampling: greedy, or temperature → top-k → softmax → top-p → draw (llama.cpp's order).
 
-Post-mortem 004 is about getting this order wrong; the faulty orders live in the
-variant registry, this module is the correct one.
+Post-mortem 004 is about getting this wrong. The correct order is `default`; the faulty
+orders are registered as `sampling` variants next to the kernel variants.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from labkit.gpu.variants import Variant, get_variant, register_host_variant
+
+Distribution = tuple[np.ndarray, np.ndarray]  # (candidate ids, probabilities)
+
+
+def _temperature_top_k(logits: np.ndarray, temperature: float, top_k: int) -> tuple[np.ndarray, np.ndarray]:
+    z = np.asarray(logits, dtype=np.float64) / max(temperature, 1e-8)
+    ids = np.argsort(-z, kind="stable")
+    if top_k > 0:
+        ids = ids[:top_k]
+    return ids, z[ids]
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    p = np.exp(z - z.max())
+    return p / p.sum()
+
+
+def _top_p(ids: np.ndarray, p: np.ndarray, top_p: float) -> Distribution:
+    if top_p >= 1.0:
+        return ids, p
+    keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
+    return ids[:keep], p[:keep] / p[:keep].sum()
+
+
+def correct_order(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
+    """temperature → top-k on logits → softmax → top-p on probabilities (llama.cpp)."""
+    ids, z = _temperature_top_k(logits, temperature, top_k)
+    return _top_p(ids, _softmax(z), top_p)
+
+
+def top_p_before_softmax(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
+    """FAULTY (004, bug 2): top-p run on unnormalized exp(logits) before the softmax. The first
+    candidate alone already has 'mass' exp(0) = 1 ≥ p, so sampling collapses onto the argmax."""
+    ids, z = _temperature_top_k(logits, temperature, top_k)
+    if top_p < 1.0:
+        mass = np.cumsum(np.exp(z - z.max()))  # the bug: not probabilities
+        keep = int(np.searchsorted(mass, top_p) + 1)
+        ids, z = ids[:keep], z[:keep]
+    return ids, _softmax(z)
+
+
+def normalized_over_top_1000(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
+    """FAULTY (004, bug 1): the softmax denominator summed over the 1000 best tokens only, and
+    only those are ever candidates: the tail's probability mass is silently dropped."""
+    ids, z = _temperature_top_k(logits, temperature, top_k)
+    ids, z = ids[:1000], z[:1000]  # the bug: copy of the first 1000 only
+    return _top_p(ids, _softmax(z), top_p)
+
+
+SamplerFn = Callable[[np.ndarray, float, int, float], Distribution]
+for _name, _fn, _faulty in (
+    ("default", correct_order, False),
+    ("top_p_before_softmax", top_p_before_softmax, True),
+    ("norm_top1000", normalized_over_top_1000, True),
+):
+    register_host_variant(
+        Variant(
+            "sampling",
+            _name,
+            (_fn.__doc__ or "").split("\n")[0],
+            lambda shape, f=_fn: f,
+            kind="sampler",
+            faulty=_faulty,
+        )
+    )
 
 
 @dataclass
@@ -19,35 +87,33 @@ class Sampler:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    variant: str = "default"
     _rng: np.random.Generator = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)
+        get_variant("sampling", self.variant)
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def distribution(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(candidate ids, their probabilities) after temperature, top-k, softmax and top-p."""
-        z = np.asarray(logits, dtype=np.float64) / max(self.temperature, 1e-8)
-        ids = np.argsort(-z, kind="stable")
-        if self.top_k > 0:
-            ids = ids[: self.top_k]
-        zs = z[ids]
-        p = np.exp(zs - zs.max())
-        p /= p.sum()
-        if self.top_p < 1.0:
-            keep = int(np.searchsorted(np.cumsum(p), self.top_p) + 1)
-            ids, p = ids[:keep], p[:keep]
-            p = p / p.sum()
-        return ids, p
+    @property
+    def order(self) -> SamplerFn:
+        return get_variant("sampling", self.variant).source_for(None)
+
+    def distribution(self, logits: np.ndarray) -> Distribution:
+        """(candidate ids, their probabilities) as this sampler's order computes them."""
+        return self.order(logits, self.temperature, self.top_k, self.top_p)
+
+    def draw(self, dist: Distribution) -> int:
+        ids, p = dist
+        return int(ids[self._rng.choice(len(ids), p=p)])
 
     def __call__(self, logits: np.ndarray) -> int:
         if self.greedy:
             return int(np.argmax(logits))
-        ids, p = self.distribution(logits)
-        return int(ids[self._rng.choice(len(ids), p=p)])
+        return self.draw(self.distribution(logits))
 
 
 GREEDY = Sampler()

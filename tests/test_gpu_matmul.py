@@ -179,7 +179,8 @@ def test_matmul_odd_row_bytes_alignment(gpu):
     """One-block rows: Q8_0/Q4_0/Q5_0 rows at every 2-byte phase; K = 1 for F32/F16 tails."""
     for i, qtype in enumerate([Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K]):
         block = GGML_QUANT_SIZES[qtype][0]
-        run_case(gpu, qtype, 9, block, 2, 77 + i, "row", window_rows=3, offsets=True)
+        T = 6 if i % 2 else 2  # 6: the tile's tokens 4..7 branch with a clamped token
+        run_case(gpu, qtype, 9, block, T, 77 + i, "row", window_rows=3, offsets=True)
     run_case(gpu, Q.F32, 5, 1, 3, 90, "row")
     run_case(gpu, Q.F16, 7, 3, 9, 91, "wg_reduce", offsets=True)
 

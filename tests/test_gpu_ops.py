@@ -13,7 +13,7 @@ import wgpu
 from labkit.gpu.device import get_device
 from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform
 from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.variants import kernel_source
+from labkit.gpu.variants import PassShape, get_variant, kernel_source
 from labkit.model import reference as R
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
@@ -37,8 +37,8 @@ def empty(gpu, n: int, fill: float = np.nan):
     return buf(gpu, np.full(n, fill, dtype=np.float32))
 
 
-def launch(gpu, family: str, buffers: list, fmt: str, values: tuple, n_workgroups: int):
-    pipe = compile_pipeline(gpu, kernel_source(family), label=family)
+def launch(gpu, family: str, buffers: list, fmt: str, values: tuple, n_workgroups: int, source: str | None = None):
+    pipe = compile_pipeline(gpu, source or kernel_source(family), label=family)
     u = uniform(gpu, fmt, *values)
     run(gpu, [Dispatch(pipe, bind(gpu, pipe, [*buffers, u]), grid(n_workgroups), family)])
 
@@ -99,9 +99,13 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (1, 9, 9, 3, 64, None),
         (9, 3, 4, 2, 32, 4),
         (1, 20, 4, 1, 16, 8),
+        (12, 0, 4, 2, 32, 5),
     ],
 )
-def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
+@pytest.mark.parametrize("path", ["default", "general"])
+def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
+    """ "default" picks the prefill kernel (n_past 0) or the decode kernel (T 1); "general" does all.
+    The fused streaming kernel is checked against the same numbers."""
     r = rng()
     S = n_past + T
     q = r.standard_normal((T, H * hd))
@@ -109,14 +113,9 @@ def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
     v = r.standard_normal((S + 2, KV * hd))
     scale = 1 / np.sqrt(hd)
     scores = empty(gpu, H * T * S)
-    launch(
-        gpu,
-        "attn_scores",
-        [buf(gpu, q), buf(gpu, k), scores],
-        "<IIIIIIIf",
-        (T, S, n_past, H, KV, hd, window or 0, scale),
-        -(-H * T * S // 64),
-    )
+    src = get_variant("attn_scores", path).source(PassShape(T, n_past))
+    vals = (T, S, n_past, H, KV, hd, window or 0, scale)
+    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], "<IIIIIIIf", vals, -(-H * T * S // 64), src)
     want_s = R.attn_scores(q, k[:S], n_past, H, KV, hd, scale, window)
     got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
     assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"
@@ -128,6 +127,25 @@ def test_attention_stages(gpu, T, n_past, H, KV, hd, window):
     want_p = R.softmax(want_s)
     got_p = read(gpu, probs, H * T * S).reshape(H, T, S)
     assert_close(got_p, want_p, 1e-11, "softmax")
+
+    fused = empty(gpu, T * H * hd)
+    launch(
+        gpu,
+        "attn_ctx",
+        [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused],
+        "<IIIIIIIf",
+        (T, S, n_past, H, KV, hd, window or 0, scale),
+        -(-T * H * hd // 64),
+        source=kernel_source("attn_ctx", "streaming"),
+    )
+    want_c = R.attn_ctx(want_p, v[:S], H, KV, hd).ravel()
+    assert_close(read(gpu, fused, T * H * hd), want_c, 1e-11, "streaming attention")
+
+    fused = empty(gpu, T * H * hd)
+    bufs = [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused]
+    launch(gpu, "attn_ctx", bufs, "<IIIIIIIf", vals, -(-T * H * hd // 64), kernel_source("attn_ctx", "streaming"))
+    want_c = R.attn_ctx(want_p, v[:S], H, KV, hd).ravel()
+    assert_close(read(gpu, fused, T * H * hd), want_c, 1e-11, "streaming attention")
 
     ctx = empty(gpu, T * H * hd)
     launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], "<IIIIIIII", (T, S, H, KV, hd, 0, 0, 0), -(-T * H * hd // 64))

@@ -1,10 +1,13 @@
 """The GPU executor: runs a model's stage graph on WebGPU, batched or one stage at a time.
 
-Every stage writes its own output buffer (k_rope and v write straight into the
-KV cache), so nothing is overwritten within a pass: captures are plain copies
+Every stage writes its own output region (k_rope and v write straight into the KV
+cache), so nothing is overwritten within a pass: captures are plain copies
 recorded at the end of the same command encoder, and a batched run reads back
 exactly what a stepped run reads. In debug mode every output region is filled
 with a poison bit pattern before the pass; poison left afterwards is "unwritten".
+
+Because regions outlive the pass, a re-run of the same tokens after a variant
+switch re-records only the stages from the first one the switch affects.
 """
 
 from __future__ import annotations
@@ -21,17 +24,17 @@ from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.variants import get_variant, matmul_family
+from labkit.gpu.variants import PassShape, Variant, check_selection, get_variant, matmul_family
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 
-POISON_BITS = 0x7FBADBAD  # a quiet-less NaN payload no kernel produces by arithmetic
-POISON = np.array([POISON_BITS], dtype=np.uint32).view(np.float32)[0]
+POISON_BITS = 0x7FBADBAD  # a NaN payload that no arithmetic produces
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 ACT_CODES = {"gelu_tanh": 0, "silu": 1}
+Patch = Callable[[np.ndarray, str], np.ndarray]
 
 
 @dataclass
@@ -52,6 +55,8 @@ class StagePlan:
     stage: Stage
     out: Region
     dispatches: list[Dispatch]
+    signature: tuple = ()  # the variants that produced it; a re-run starts where this changes
+    skipped: bool = False  # not computed in this pass (scores/probs under fused attention)
 
 
 @dataclass
@@ -70,6 +75,8 @@ class PassResult:
     unwritten: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     stage_ms: dict[str, float] = field(default_factory=dict)
+    plans: list[StagePlan] = field(default_factory=list, repr=False)
+    recomputed_from: str | None = None
 
 
 class GpuExecutor:
@@ -86,10 +93,12 @@ class GpuExecutor:
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
         self.gpu = gpu or get_device()
         self.device = self.gpu.device
-        self.variants: dict[str, str] = dict(variants or {})
+        self.variants: dict[str, str] = variants if variants is not None else {}  # shared with the Lab
+        check_selection(self.variants)
         self._weights: dict[str, GpuWeight] = {}
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
         self.upload_seconds = 0.0
+        self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
 
     # ----- weights
     def weight(self, name: str) -> GpuWeight:
@@ -97,10 +106,11 @@ class GpuExecutor:
         if name not in self._weights:
             t0 = time.perf_counter()
             t = self.gguf.tensors[name]
-            self._weights[name] = upload_weight(self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols)
-            # write_buffer stages a host copy until the queue flushes: flush now, so staging for
-            # the whole model never piles up; then drop the mapped pages (lavapipe keeps the
-            # buffer itself in host memory already).
+            self._weights[name] = upload_weight(
+                self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols, max_window_bytes=self.window_bytes
+            )
+            # write_buffer stages a host copy until the queue flushes: flush per tensor so staging
+            # never piles up, then drop the mapped pages (lavapipe keeps the buffer in host memory).
             self.device.queue.submit([])
             self.gguf.release(name)
             self.upload_seconds += time.perf_counter() - t0
@@ -129,51 +139,95 @@ class GpuExecutor:
         windows = sum(win.buffer.size for w in self._weights.values() for win in w.windows)
         return windows + sum(b.size for b in self._vectors.values())
 
-    # ----- kernels
-    def pipeline(self, family: str):
-        v = get_variant(family, self.variants.get(family, "default"))
-        return compile_pipeline(self.gpu, v.source(), label=f"{family}/{v.name}")
+    # ----- variants and kernels
+    def family(self, st: Stage) -> str:
+        """The op family whose variant runs this stage."""
+        if st.op == "matmul":
+            return matmul_family(self.gguf.tensors[st.weight].ggml_type)
+        return st.op
 
-    def source(self, family: str) -> str:
-        return get_variant(family, self.variants.get(family, "default")).source()
+    def variant(self, family: str) -> Variant:
+        return get_variant(family, self.variants.get(family, "default"))
+
+    def pipeline(self, family: str, shape: PassShape):
+        v = self.variant(family)
+        return compile_pipeline(self.gpu, v.source(shape), label=f"{family}/{v.name}")
+
+    def signature(self, st: Stage) -> tuple:
+        """The variant choices a stage's output depends on directly."""
+        fams = [self.family(st)]
+        if st.op in ("attn_scores", "softmax", "attn_ctx"):
+            fams += ["attn_ctx"]
+        if st.name == "logits":
+            fams += ["lm_head"]
+        return tuple((f, self.variants.get(f, "default")) for f in fams)
 
     def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
-        return self.device.create_buffer(size=max(16, 4 * n_floats + 15 & ~15), usage=STORAGE, label=label)
+        return self.device.create_buffer(size=max(16, (4 * n_floats + 15) & ~15), usage=STORAGE, label=label)
 
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim
-        mk = lambda L, s: self.buffer(capacity * kv, f"cache.{s}.{L}")  # noqa: E731
         return GpuKVCache(
             capacity,
-            [mk(L, "k") for L in range(self.cfg.n_layers)],
-            [mk(L, "v") for L in range(self.cfg.n_layers)],
+            [self.buffer(capacity * kv, f"cache.k.{L}") for L in range(self.cfg.n_layers)],
+            [self.buffer(capacity * kv, f"cache.v.{L}") for L in range(self.cfg.n_layers)],
         )
 
     # ----- planning one pass
     def plan(
-        self, T: int, cache: GpuKVCache, embed_in: wgpu.GPUBuffer, last_logits_only: bool = False
+        self,
+        T: int,
+        cache: GpuKVCache,
+        embed_in: wgpu.GPUBuffer,
+        last_logits_only: bool = False,
+        reuse: list[StagePlan] | None = None,
+        start: int = 0,
     ) -> list[StagePlan]:
-        """Buffers and dispatches for T new tokens after cache.n_past cached ones."""
+        """Regions and dispatches for T new tokens after cache.n_past cached ones.
+
+        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches."""
         cfg, n_past = self.cfg, cache.n_past
         n_keys = n_past + T
+        shape = PassShape(T, n_past)
+        fused = self.variant("attn_ctx").fused
         regions: dict[str, Region] = {}
         plans: list[StagePlan] = []
-        for st in self.graph:
+        for i, st in enumerate(self.graph):
+            if reuse is not None and i < start:
+                old = reuse[i]
+                regions[st.name] = old.out
+                plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
+                continue
             P = st.params
+            skipped = False
             if st.op == "embed":
                 out = Region(self.buffer(T * cfg.d_model, st.name), 0, (T, cfg.d_model))
-                pipe = self.pipeline("embed")
-                u = uniform(self.gpu, "<IfII", out.size, P["scale"], 0, 0)
-                bg = bind(self.gpu, pipe, [embed_in, out.buffer, u])
-                dsp = [Dispatch(pipe, bg, grid(-(-out.size // 64)), st.name)]
+                dsp = [
+                    self._simple(
+                        "embed",
+                        shape,
+                        [embed_in, out.buffer],
+                        "<IfII",
+                        (out.size, P["scale"], 0, 0),
+                        grid(-(-out.size // 64)),
+                        st.name,
+                    )
+                ]
             elif st.op == "rmsnorm":
                 x = regions[st.inputs[0]]
                 out = Region(self.buffer(x.size, st.name), 0, x.shape)
                 n_groups = x.size // P["group"]
-                pipe = self.pipeline("rmsnorm")
-                u = uniform(self.gpu, "<IIfI", n_groups, P["group"], P["eps"], 0)
-                bg = bind(self.gpu, pipe, [_view(x), self.vector(st.weight), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(n_groups), st.name)]
+                dsp = [
+                    self._simple(
+                        "rmsnorm",
+                        shape,
+                        [x.buffer, self.vector(st.weight), out.buffer],
+                        "<IIfI",
+                        (n_groups, P["group"], P["eps"], 0),
+                        grid(n_groups),
+                        st.name,
+                    )
+                ]
             elif st.op == "matmul":
                 out, dsp = self._plan_matmul(st, regions, cache, T, last_logits_only)
             elif st.op == "rope":
@@ -182,88 +236,126 @@ class GpuExecutor:
                     out = Region(cache.k[st.layer], n_past * cfg.kv_dim, x.shape)
                 else:
                     out = Region(self.buffer(x.size, st.name), 0, x.shape)
-                pipe = self.pipeline("rope")
-                u = uniform(
-                    self.gpu,
-                    "<IIIIIIfI",
+                vals = (
                     T,
                     P["n_heads"],
                     P["head_dim"],
                     P["rope_dim"],
                     n_past,
-                    1 if P["style"] == "neox" else 0,
+                    int(P["style"] == "neox"),
                     P["base"],
                     out.offset,
                 )
-                bg = bind(self.gpu, pipe, [_view(x), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(-(-x.size // 64)), st.name)]
+                dsp = [
+                    self._simple(
+                        "rope", shape, [x.buffer, out.buffer], "<IIIIIIfI", vals, grid(-(-x.size // 64)), st.name
+                    )
+                ]
             elif st.op == "attn_scores":
                 q = regions[st.inputs[0]]
                 out = Region(self.buffer(P["n_heads"] * T * n_keys, st.name), 0, (P["n_heads"], T, n_keys))
-                pipe = self.pipeline("attn_scores")
-                u = uniform(
-                    self.gpu,
-                    "<IIIIIIIf",
-                    T,
-                    n_keys,
-                    n_past,
-                    P["n_heads"],
-                    P["n_kv_heads"],
-                    P["head_dim"],
-                    P["window"] or 0,
-                    P["scale"],
-                )
-                k_all = Region(cache.k[st.layer], 0, (n_keys, cfg.kv_dim))
-                bg = bind(self.gpu, pipe, [_view(q), _view(k_all), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(-(-out.size // 64)), st.name)]
+                vals = (T, n_keys, n_past, P["n_heads"], P["n_kv_heads"], P["head_dim"], P["window"] or 0, P["scale"])
+                dsp = [
+                    self._simple(
+                        "attn_scores",
+                        shape,
+                        [q.buffer, cache.k[st.layer], out.buffer],
+                        "<IIIIIIIf",
+                        vals,
+                        grid(-(-out.size // 64)),
+                        st.name,
+                    )
+                ]
+                skipped = fused
             elif st.op == "softmax":
                 x = regions[st.inputs[0]]
                 out = Region(self.buffer(x.size, st.name), 0, x.shape)
                 n = x.shape[-1]
-                pipe = self.pipeline("softmax")
-                u = uniform(self.gpu, "<IIII", x.size // n, n, 0, 0)
-                bg = bind(self.gpu, pipe, [_view(x), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(x.size // n), st.name)]
+                dsp = [
+                    self._simple(
+                        "softmax",
+                        shape,
+                        [x.buffer, out.buffer],
+                        "<IIII",
+                        (x.size // n, n, 0, 0),
+                        grid(x.size // n),
+                        st.name,
+                    )
+                ]
+                skipped = fused
             elif st.op == "attn_ctx":
-                a = regions[st.inputs[0]]
                 out = Region(self.buffer(T * cfg.q_dim, st.name), 0, (T, P["n_heads"] * P["head_dim"]))
-                pipe = self.pipeline("attn_ctx")
-                u = uniform(
-                    self.gpu,
-                    "<IIIIIIII",
-                    T,
-                    n_keys,
-                    P["n_heads"],
-                    P["n_kv_heads"],
-                    P["head_dim"],
-                    0,
-                    0,
-                    0,
-                )
-                v_all = Region(cache.v[st.layer], 0, (n_keys, cfg.kv_dim))
-                bg = bind(self.gpu, pipe, [_view(a), _view(v_all), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(-(-out.size // 64)), st.name)]
+                dsp = [self._plan_attn_ctx(st, regions, cache, out, shape, fused)]
             elif st.op == "add":
                 a, b = regions[st.inputs[0]], regions[st.inputs[1]]
                 out = Region(self.buffer(a.size, st.name), 0, a.shape)
-                dsp = [self._add(_view(a), _view(b), _view(out), a.size, b.size, st.name)]
+                dsp = [self._add(a.buffer, b.buffer, out.buffer, a.size, b.size, st.name, shape)]
             elif st.op == "glu":
                 g, up = regions[st.inputs[0]], regions[st.inputs[1]]
                 out = Region(self.buffer(g.size, st.name), 0, g.shape)
-                pipe = self.pipeline("glu")
-                u = uniform(self.gpu, "<IIII", g.size, ACT_CODES[P["act"]], 0, 0)
-                bg = bind(self.gpu, pipe, [_view(g), _view(up), _view(out), u])
-                dsp = [Dispatch(pipe, bg, grid(-(-g.size // 64)), st.name)]
+                dsp = [
+                    self._simple(
+                        "glu",
+                        shape,
+                        [g.buffer, up.buffer, out.buffer],
+                        "<IIII",
+                        (g.size, ACT_CODES[P["act"]], 0, 0),
+                        grid(-(-g.size // 64)),
+                        st.name,
+                    )
+                ]
             else:
                 raise UnknownStageError(f"GPU executor has no op {st.op!r}")
             regions[st.name] = out
-            plans.append(StagePlan(st, out, dsp))
+            plans.append(StagePlan(st, out, [] if skipped else dsp, self.signature(st), skipped))
         return plans
 
-    def _add(self, a, b, out, n: int, period: int, label: str) -> Dispatch:
-        pipe = self.pipeline("add")
-        u = uniform(self.gpu, "<IIII", n, period, 0, 0)
-        return Dispatch(pipe, bind(self.gpu, pipe, [a, b, out, u]), grid(-(-n // 64)), label)
+    def _simple(
+        self,
+        family: str,
+        shape: PassShape,
+        buffers: list,
+        fmt: str,
+        vals: tuple,
+        workgroups: tuple[int, int, int],
+        label: str,
+    ) -> Dispatch:
+        """One dispatch of a family's kernel: buffers bound in order, then a fresh uniform."""
+        pipe = self.pipeline(family, shape)
+        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, uniform(self.gpu, fmt, *vals)]), workgroups, label)
+
+    def _add(self, a, b, out, n: int, period: int, label: str, shape: PassShape) -> Dispatch:
+        return self._simple("add", shape, [a, b, out], "<IIII", (n, period, 0, 0), grid(-(-n // 64)), label)
+
+    def _plan_attn_ctx(
+        self, st: Stage, regions: dict[str, Region], cache: GpuKVCache, out: Region, shape: PassShape, fused: bool
+    ) -> Dispatch:
+        P, T, n_keys = st.params, shape.T, shape.n_past + shape.T
+        if fused:
+            q = regions[f"blk.{st.layer}.q_rope"]
+            vals = (
+                T,
+                n_keys,
+                shape.n_past,
+                P["n_heads"],
+                P["n_kv_heads"],
+                P["head_dim"],
+                self.cfg.layer_window(st.layer) or 0,
+                self.cfg.attn_scale,
+            )
+            bufs = [q.buffer, cache.k[st.layer], cache.v[st.layer], out.buffer]
+            return self._simple("attn_ctx", shape, bufs, "<IIIIIIIf", vals, grid(-(-out.size // 64)), st.name)
+        a = regions[st.inputs[0]]
+        vals = (T, n_keys, P["n_heads"], P["n_kv_heads"], P["head_dim"], 0, 0, 0)
+        return self._simple(
+            "attn_ctx",
+            shape,
+            [a.buffer, cache.v[st.layer], out.buffer],
+            "<IIIIIIII",
+            vals,
+            grid(-(-out.size // 64)),
+            st.name,
+        )
 
     def _plan_matmul(
         self, st: Stage, regions: dict[str, Region], cache: GpuKVCache, T: int, last_only: bool
@@ -279,7 +371,7 @@ class GpuExecutor:
         else:
             out = Region(self.buffer(rows_T * N, st.name), 0, (rows_T, N))
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
-        src = self.source(matmul_family(w.ggml_type))
+        src = self.variant(self.family(st)).source(PassShape(T, cache.n_past))
         dsp = prepare_matmul(
             self.gpu,
             w,
@@ -292,8 +384,16 @@ class GpuExecutor:
             y_stride=N,
             source=src,
         )
+        if st.name == "logits":
+            keep = self.variant("lm_head").window_filter
+            if keep is not None:
+                dsp = [d for i, d in enumerate(dsp) if keep(i, len(dsp))]
         if st.bias:
-            dsp.append(self._add(_view(target), self.vector(st.bias), _view(out), rows_T * N, N, st.name))
+            dsp.append(
+                self._add(
+                    target.buffer, self.vector(st.bias), out.buffer, rows_T * N, N, st.name, PassShape(T, cache.n_past)
+                )
+            )
         return out, dsp
 
     # ----- running
@@ -301,10 +401,7 @@ class GpuExecutor:
         """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
         t = self.gguf.tensors["token_embd.weight"]
         rows = dequantize_rows(
-            self.gguf.raw("token_embd.weight"),
-            t.ggml_type,
-            t.n_cols,
-            np.asarray(ids, dtype=np.int64),
+            self.gguf.raw("token_embd.weight"), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64)
         ).astype(np.float32)
         return self.device.create_buffer_with_data(data=rows.tobytes(), usage=STORAGE)
 
@@ -317,46 +414,70 @@ class GpuExecutor:
         last_logits_only: bool = False,
         timestamps: bool = False,
         stepped: bool = False,
+        patch: dict[str, Patch] | None = None,
+        previous: PassResult | None = None,
     ) -> PassResult:
-        """One forward pass of `ids` (batched: one encoder; stepped: one submit per stage)."""
+        """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
+        after each patched stage so the patch can be applied on the host and written back.
+
+        With `previous` (a result for the same ids on the same cache), only the stages from the
+        first one whose variants changed are recomputed; earlier regions still hold their data."""
         t0 = time.perf_counter()
         T = len(ids)
-        plans = self.plan(T, cache, self.embed_input(ids), last_logits_only)
-        want = set(p.stage.name for p in plans) if names is None else set(names)
-        captured = [p for p in plans if p.stage.name in want or debug]
+        patch = dict(patch or {})
+        unknown = [n for n in patch if n not in {s.name for s in self.graph}]
+        if unknown:
+            raise UnknownStageError(f"cannot patch unknown stage(s): {', '.join(unknown)}")
+        start, recomputed_from = 0, None
+        if previous is not None and not debug and not patch:
+            cache.n_past -= T  # the previous pass advanced it
+            new_sigs = [self.signature(st) for st in self.graph]
+            start = next(
+                (i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), len(self.graph)
+            )
+            embed_in = self.embed_input(ids) if start == 0 else None
+            plans = self.plan(T, cache, embed_in, last_logits_only, reuse=previous.plans, start=start)
+        else:
+            plans = self.plan(T, cache, self.embed_input(ids), last_logits_only)
+        if start < len(plans):
+            recomputed_from = plans[start].stage.name
+        want = {p.stage.name for p in plans} if names is None else set(names)
+        captured = [p for p in plans if (p.stage.name in want or debug) and not p.skipped]
         if debug:
             for p in plans:
                 poison_region(self.device, p.out)
         t1 = time.perf_counter()
+        todo = plans[start:]
         stage_ms: dict[str, float] = {}
-        if stepped:
-            for p in plans:
-                enc = self.device.create_command_encoder()
-                record_stage(enc, p)
-                self.device.queue.submit([enc.finish()])
-            staging, offsets = None, None
+        segments = _segments(todo, set(patch), stepped)
+        qs = None
+        if timestamps and self.gpu.has_timestamps and len(segments) == 1 and todo:
+            qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
+        for k, seg in enumerate(segments):
             enc = self.device.create_command_encoder()
-            staging, offsets = record_captures(self.device, enc, captured)
+            for j, p in enumerate(seg):
+                record_stage(enc, p, qs, j)
+            last = k == len(segments) - 1
+            staging = offsets = None
+            ts_buf = None
+            if last:
+                staging, offsets = record_captures(self.device, enc, captured)
+                if qs is not None:
+                    ts_buf = self.device.create_buffer(
+                        size=16 * len(todo), usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+                    )
+                    enc.resolve_query_set(qs, 0, 2 * len(todo), ts_buf, 0)
             self.device.queue.submit([enc.finish()])
-        else:
-            enc = self.device.create_command_encoder()
-            qs = None
-            if timestamps and self.gpu.has_timestamps:
-                qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(plans))
-            for i, p in enumerate(plans):
-                record_stage(enc, p, qs, i)
-            staging, offsets = record_captures(self.device, enc, captured)
-            if qs is not None:
-                ts_buf = self.device.create_buffer(
-                    size=16 * len(plans),
-                    usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
-                )
-                enc.resolve_query_set(qs, 0, 2 * len(plans), ts_buf, 0)
-            self.device.queue.submit([enc.finish()])
-            if qs is not None:
-                ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
-                stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(plans, ticks)}
-        caps = read_captures(staging, offsets, captured)
+            tail = seg[-1] if seg else None
+            if tail is not None and tail.stage.name in patch:
+                self._apply_patch(tail, patch[tail.stage.name])
+            if last:
+                caps = read_captures(staging, offsets, captured)
+                if ts_buf is not None:
+                    ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
+                    stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(todo, ticks)}
+        if not segments:
+            caps = _read_now(self.device, captured)
         t2 = time.perf_counter()
         cache.n_past += T
         unwritten = {}
@@ -364,12 +485,28 @@ class GpuExecutor:
             unwritten = {n: int(np.sum(a.view(np.uint32) == POISON_BITS)) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
-        return PassResult(caps, unwritten, timings, stage_ms)
+        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from)
+
+    def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
+        """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
+        cur = _read_now(self.device, [p])[p.stage.name]
+        new = np.asarray(fn(cur.copy(), p.stage.name), dtype=np.float32)
+        if new.shape != cur.shape:
+            raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
+        self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
 
 
-def _view(r: Region) -> wgpu.GPUBuffer:
-    """Regions are bound whole; a kernel that writes at an offset takes it in its Params."""
-    return r.buffer
+def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:
+    """Split the stages into submits: after every stage when stepped, else after each patched stage."""
+    segs, cur = [], []
+    for p in todo:
+        cur.append(p)
+        if stepped or p.stage.name in cut_after:
+            segs.append(cur)
+            cur = []
+    if cur or not segs:
+        segs.append(cur)
+    return segs
 
 
 def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
@@ -414,10 +551,14 @@ def read_captures(staging, offsets, plans: list[StagePlan]) -> dict[str, np.ndar
     staging.unmap()
     staging.destroy()
     raw = np.frombuffer(data, dtype=np.uint8)
-    out = {}
-    for p, off in zip(plans, offsets):
-        out[p.stage.name] = raw[off : off + 4 * p.out.size].view(np.float32).reshape(p.out.shape).copy()
-    return out
+    return {
+        p.stage.name: raw[off : off + 4 * p.out.size].view(np.float32).reshape(p.out.shape).copy()
+        for p, off in zip(plans, offsets)
+    }
 
 
-Patch = Callable[[np.ndarray, str], np.ndarray]
+def _read_now(device, plans: list[StagePlan]) -> dict[str, np.ndarray]:
+    enc = device.create_command_encoder()
+    staging, offsets = record_captures(device, enc, plans)
+    device.queue.submit([enc.finish()])
+    return read_captures(staging, offsets, plans)

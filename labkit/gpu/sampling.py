@@ -11,6 +11,7 @@ import numpy as np
 
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
 from labkit.gpu.executor import STORAGE, GpuExecutor
+from labkit.gpu.variants import PassShape
 from labkit.sampling import Sampler
 
 
@@ -25,7 +26,8 @@ class GpuSampler:
         n = z.size
         src = dev.create_buffer_with_data(data=z.tobytes(), usage=STORAGE)
         scaled, out = ex.buffer(n, "sample.scaled"), ex.buffer(n, "sample.probs")
-        pipe_s, pipe_m = ex.pipeline("embed"), ex.pipeline("softmax")
+        shape = PassShape(1, 0)
+        pipe_s, pipe_m = ex.pipeline("embed", shape), ex.pipeline("softmax", shape)
         inv_t = 1.0 / max(self.sampler.temperature, 1e-8)
         ds = Dispatch(
             pipe_s,
@@ -50,7 +52,11 @@ class GpuSampler:
         return np.frombuffer(dev.queue.read_buffer(out, 0, 4 * n), dtype=np.float32).astype(np.float64)
 
     def distribution(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The correct order with its full-vocabulary softmax on the GPU; a faulty sampling
+        variant runs its own (host) order instead."""
         s = self.sampler
+        if s.variant != "default":
+            return s.distribution(logits)
         p = self.probs(logits)
         ids = np.argsort(-p, kind="stable")
         if s.top_k > 0:
@@ -64,5 +70,4 @@ class GpuSampler:
     def __call__(self, logits: np.ndarray) -> int:
         if self.sampler.greedy:
             return int(np.argmax(logits))
-        ids, q = self.distribution(logits)
-        return int(ids[self.sampler._rng.choice(len(ids), p=q)])
+        return self.sampler.draw(self.distribution(logits))

@@ -1,20 +1,28 @@
-"""Kernel variants: for every op family, named WGSL sources with the same interface.
+"""Kernel variants: for every op family, named implementations with the same interface.
 
-"default" is the correct kernel of each family. Users add their own with
-`register_variant`; the executor asks `source(family, name)` for the WGSL to
-compile. Matmul families are per weight format (`matmul_q4_k`, ...): their
-source is the shared readers + the format's block code + the driver.
+"default" is the correct variant of each family. Most variants are WGSL sources;
+a few post-mortem faults live on the host side of a kernel (which kernel a path
+picks, which windows get dispatched) and the sampler's are Python — each says
+which in `kind`. Users add their own WGSL with `register_variant`.
+
+Families and what they cover:
+- `embed`, `rmsnorm`, `rope`, `softmax`, `attn_ctx`, `add`, `glu`: the stage op of that name;
+- `attn_scores`: the scores stage; "default" picks a prefill kernel for a fresh prompt and a
+  decode kernel for one new token (the two paths of post-mortem 000);
+- `matmul_<fmt>` (`matmul_q8_0`, `matmul_q4_k`, ...): every matmul whose weight has that format;
+- `lm_head`: which row windows of the logits matmul get dispatched;
+- `sampling`: the host-side sampler (see labkit.sampling).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 
 from gguf import GGMLQuantizationType
 
-from labkit.errors import UnknownVariantError
+from labkit.errors import UnknownVariantError, UnsupportedTensorTypeError
 
 MATMUL_FORMATS = {
     GGMLQuantizationType.F32: "f32",
@@ -28,10 +36,6 @@ MATMUL_FORMATS = {
     GGMLQuantizationType.Q6_K: "q6_k",
 }
 
-# Families whose default is a single kernel file of the same name.
-SIMPLE_FAMILIES = ("embed", "rmsnorm", "rope", "attn_scores", "softmax", "attn_ctx", "add", "glu")
-_SIMPLE_FILES = {"embed": "scale"}
-
 
 def kernel_file(name: str) -> str:
     """Text of labkit/gpu/kernels/<name>.wgsl."""
@@ -42,54 +46,191 @@ def kernel_file(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class PassShape:
+    """What a variant may look at when choosing its kernel: tokens in this pass, cached before it."""
+
+    T: int
+    n_past: int
+
+
+@dataclass(frozen=True)
 class Variant:
+    """One implementation of a family. `source(shape)` gives the WGSL for a pass of that shape."""
+
     family: str
     name: str
     doc: str
-    source: Callable[[], str]
+    source_for: Callable[[PassShape], str] = field(repr=False)
+    kind: str = "wgsl"  # "wgsl", "dispatch" (host side of a kernel) or "sampler" (Python)
     faulty: bool = False
+    # host-side hooks: which windows of a matmul get dispatched (lm_head)
+    window_filter: Callable[[int, int], bool] | None = field(default=None, repr=False)
+    # attn_ctx only: a fused kernel that reads q, K and V itself (scores/probs are not computed)
+    fused: bool = False
+
+    def source(self, shape: PassShape | None = None) -> str:
+        return self.source_for(shape or PassShape(T=2, n_past=0))
 
 
 _REGISTRY: dict[str, dict[str, Variant]] = {}
 
 
-def _add(v: Variant) -> None:
+def _add(v: Variant) -> Variant:
     _REGISTRY.setdefault(v.family, {})[v.name] = v
+    return v
 
 
-def _matmul_source(fmt: str, quant_file: str | None = None, driver: str = "matmul") -> Callable[[], str]:
-    def build() -> str:
-        return "\n".join([kernel_file("common"), kernel_file(quant_file or f"quant_{fmt}"), kernel_file(driver)])
-
-    return build
+def _file(name: str) -> Callable[[PassShape], str]:
+    return lambda shape: kernel_file(name)
 
 
-for _fam in SIMPLE_FAMILIES:
+def _matmul(fmt: str, quant: str | None = None, driver: str = "matmul") -> Callable[[PassShape], str]:
+    from labkit.gpu.shader import compose
+
+    return lambda shape: compose("common", quant or f"quant_{fmt}", driver)
+
+
+def _attn_paths(prefill: str, decode: str, general: str = "attn_scores") -> Callable[[PassShape], str]:
+    def pick(shape: PassShape) -> str:
+        if shape.n_past == 0:
+            return kernel_file(prefill)
+        return kernel_file(decode if shape.T == 1 else general)
+
+    return pick
+
+
+def _register_builtins() -> None:
+    for fam in ("embed", "rmsnorm", "rope", "softmax", "attn_ctx", "add", "glu"):
+        _add(Variant(fam, "default", "the correct kernel", _file("scale" if fam == "embed" else fam)))
     _add(
         Variant(
-            _fam,
+            "attn_scores",
             "default",
-            "the correct kernel",
-            (lambda f=_fam: kernel_file(_SIMPLE_FILES.get(f, f))),
+            "prefill kernel for a fresh prompt, decode kernel for one new token",
+            _attn_paths("attn_scores_prefill", "attn_scores_decode"),
         )
     )
-for _fmt in MATMUL_FORMATS.values():
+    _add(Variant("attn_scores", "general", "one kernel for every pass shape (reads n_past)", _file("attn_scores")))
     _add(
         Variant(
-            f"matmul_{_fmt}",
+            "attn_ctx",
+            "streaming",
+            "fused online-softmax attention: scores/probs are not materialized",
+            _file("attn_streaming"),
+            fused=True,
+        )
+    )
+    for fmt in MATMUL_FORMATS.values():
+        fam = f"matmul_{fmt}"
+        _add(Variant(fam, "default", "rows per thread, token tiles (fastest on CPU adapters)", _matmul(fmt)))
+        _add(
+            Variant(
+                fam,
+                "wg_reduce",
+                "one workgroup per row, shared-memory reduction (for real GPUs)",
+                _matmul(fmt, driver="matmul_wg_reduce"),
+            )
+        )
+    _add(
+        Variant(
+            "lm_head",
             "default",
-            "one weight row per thread, token tiles",
-            _matmul_source(_fmt),
+            "every row window of the output matmul is dispatched",
+            lambda shape: "",
+            kind="dispatch",
+        )
+    )
+
+    # ---- faulty variants behind the post-mortem cases
+    _add(
+        Variant(
+            "matmul_q4_k",
+            "mins_added",
+            "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)",
+            _matmul("q4_k", quant="quant_q4_k_mins_added"),
+            faulty=True,
         )
     )
     _add(
         Variant(
-            f"matmul_{_fmt}",
-            "wg_reduce",
-            "one workgroup per row, shared-memory reduction",
-            _matmul_source(_fmt, driver="matmul_wg_reduce"),
+            "attn_scores",
+            "decode_uses_prefill",
+            "decode runs the prefill kernel, which assumes no cached "
+            "positions: the new token attends to position 0 only (000, phase 1)",
+            _attn_paths("attn_scores_prefill", "attn_scores_prefill", "attn_scores_prefill"),
+            kind="dispatch",
+            faulty=True,
         )
     )
+    _add(
+        Variant(
+            "lm_head",
+            "skip_last_window",
+            "the last row window of the output matmul is never "
+            "dispatched: those logits keep whatever the buffer held (002)",
+            lambda shape: "",
+            kind="dispatch",
+            faulty=True,
+            window_filter=lambda index, count: index < count - 1,
+        )
+    )
+    _add(
+        Variant(
+            "rmsnorm",
+            "scale_clamp",
+            "norm weight read at a wrong block scale (1.688e-4, an I2_S-style clamp): tiny normalized outputs (003)",
+            _file("rmsnorm_scale_clamp"),
+            faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "rmsnorm",
+            "eps_outside",
+            "eps added outside the square root (003, hypothesis C)",
+            _file("rmsnorm_eps_outside"),
+            faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "rmsnorm",
+            "offset_twice",
+            "gemma's (1 + w) applied again to weights that already hold it",
+            _file("rmsnorm_offset_twice"),
+            faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "softmax",
+            "no_max_sub",
+            "no max-subtraction: exp overflows to inf, inf/inf = NaN (003)",
+            _file("softmax_no_max_sub"),
+            faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "softmax",
+            "masked_nan",
+            "a fully masked row gives NaN instead of zeros (003)",
+            _file("softmax_masked_nan"),
+            faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "rope",
+            "normal_pairs",
+            "normal (2i, 2i+1) rope whatever the model's style: wrong on neox models (gemma3, qwen2)",
+            _file("rope_normal_pairs"),
+            faulty=True,
+        )
+    )
+
+
+_register_builtins()
 
 
 def families() -> list[str]:
@@ -109,38 +250,43 @@ def get_variant(family: str, name: str = "default") -> Variant:
     return _REGISTRY[family][name]
 
 
+def check_selection(selection: dict[str, str]) -> None:
+    """Raise UnknownVariantError for any op or name in a {family: variant} selection that does not exist."""
+    for family, name in selection.items():
+        get_variant(family, name)
+
+
 def kernel_source(family: str, name: str = "default") -> str:
-    """WGSL text of a registered variant."""
-    return get_variant(family, name).source()
+    """WGSL text of a registered variant (for "attn_scores" default: the prefill kernel)."""
+    v = get_variant(family, name)
+    if v.kind == "sampler":
+        import inspect
+
+        return inspect.getsource(v.source_for)
+    return v.source()
 
 
-def register_variant(
-    family: str,
-    name: str,
-    wgsl: str,
-    doc: str = "user variant",
-    faulty: bool = False,
-    check: bool = True,
-) -> Variant:
-    """Add a user's WGSL for an existing family; compiled now so errors surface here."""
+def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant", faulty: bool = False) -> Variant:
+    """Add a user's WGSL for an existing family, with the family's interface; compiled now, so a
+    compile error surfaces here as ShaderCompileError with the WGSL line and the compiler's text."""
     if family not in _REGISTRY:
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(_REGISTRY)}")
-    v = Variant(family, name, doc, lambda: wgsl, faulty)
-    if check:
-        from labkit.gpu.device import get_device
-        from labkit.gpu.shader import compile_pipeline
+    if get_variant(family).kind != "wgsl":
+        raise UnknownVariantError(f"{family} variants are not WGSL; register a {get_variant(family).kind} instead")
+    from labkit.gpu.device import get_device
+    from labkit.gpu.shader import compile_pipeline
 
-        compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
-    _add(v)
-    return v
+    compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
+    return _add(Variant(family, name, doc, lambda shape: wgsl, faulty=faulty))
+
+
+def register_host_variant(variant: Variant) -> Variant:
+    """Add a non-WGSL variant (sampler or dispatch policy); used by labkit.sampling."""
+    return _add(variant)
 
 
 def matmul_family(ggml_type: int) -> str:
-    from labkit.errors import UnsupportedTensorTypeError
-
     try:
         return "matmul_" + MATMUL_FORMATS[GGMLQuantizationType(ggml_type)]
     except (KeyError, ValueError):
-        raise UnsupportedTensorTypeError(
-            f"no GPU matmul for ggml type {ggml_type} ({GGMLQuantizationType(ggml_type).name})"
-        ) from None
+        raise UnsupportedTensorTypeError(f"no GPU matmul for ggml type {ggml_type}") from None

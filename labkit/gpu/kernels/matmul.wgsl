@@ -24,13 +24,15 @@
 //   K must be a multiple of QK, except for F32/F16 (QK = 4) where the last partial block
 //   is read whole and its lanes past K are ignored.
 //
-// Why this shape (measured on lavapipe, 262144 x 640 Q8_0, a busy 2-core machine):
+// Why this shape (measured on lavapipe, 262144 x 640 Q8_0, on a busy 2-core machine):
 // - a row per thread with no barriers beats element-per-thread + shared-memory reduction
-//   (0.35 s vs 1.9 s, FACTS.md);
-// - inside loops llvmpipe loads every X element lane by lane, so X reads cost more than the
-//   weight reads: 4 rows per thread share each X load (decode 0.75 s -> 0.37 s), and a token
-//   tile shares each dequantized vec4 (T = 8: 4.5 s -> 1.0 s with the tile unrolled into
-//   registers; a dynamically indexed accumulator array gained almost nothing).
+//   (0.35 s vs 1.9 s, FACTS.md); one workgroup per row (matmul_wg_reduce.wgsl) takes ~2.7 s;
+// - X reads cost more than the weight reads (llvmpipe apparently loads them lane by lane
+//   inside loops, although every lane reads the same address): sharing each X load between
+//   4 rows halved decode (0.75 s -> 0.37 s);
+// - the token tile shares each dequantized vec4 between tokens: T = 8 went 4.5 s -> 1.0 s
+//   once the accumulators were indexed only by constants (any dynamic acc[t] puts them in
+//   memory and costs ~25%).
 @group(0) @binding(0) var<storage, read> W: array<u32>;
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;

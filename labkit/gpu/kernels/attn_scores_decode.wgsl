@@ -1,0 +1,23 @@
+// Decode attention scores: one new query (T = 1) at position n_past against n_past + 1 cached keys.
+// Same bindings and Params as attn_scores.wgsl. One thread per (head, key); no causal mask is
+// needed (every cached key is in the past) except the sliding window.
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> K: array<f32>;
+@group(0) @binding(2) var<storage, read_write> S: array<f32>;
+@group(0) @binding(3) var<uniform> P: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = gid.x + gid.y * nwg.x * 64u;
+    if (idx >= P.n_heads * P.n_keys) { return; }
+    let s = idx % P.n_keys;
+    let h = idx / P.n_keys;
+    if (P.window > 0u && P.n_past - s >= P.window) { S[idx] = bitcast<f32>(0xff800000u); return; }
+    let kvh = h / (P.n_heads / P.n_kv_heads);
+    let qb = h * P.head_dim;
+    let kb = s * P.n_kv_heads * P.head_dim + kvh * P.head_dim;
+    var acc = 0.0;
+    for (var d = 0u; d < P.head_dim; d++) { acc += Q[qb + d] * K[kb + d]; }
+    S[idx] = acc * P.scale;
+}

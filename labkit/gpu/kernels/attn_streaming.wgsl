@@ -1,0 +1,42 @@
+// Fused streaming attention (online softmax): C = softmax(mask(scale * q·k)) · v in one pass over
+// the keys, never materializing scores or probabilities (so those stages are not captured).
+// Bindings: @binding(0) Q [T, n_heads*head_dim], @binding(1) K cache, @binding(2) V cache,
+//           @binding(3) C [T, n_heads*head_dim], @binding(4) P (attn_scores.wgsl's Params).
+// One thread per output element (t, h, d): it recomputes the row's running max and sum.
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> K: array<f32>;
+@group(0) @binding(2) var<storage, read> V: array<f32>;
+@group(0) @binding(3) var<storage, read_write> C: array<f32>;
+@group(0) @binding(4) var<uniform> P: Params;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = gid.x + gid.y * nwg.x * 64u;
+    let row = P.n_heads * P.head_dim;
+    if (idx >= P.T * row) { return; }
+    let t = idx / row;
+    let h = (idx % row) / P.head_dim;
+    let d = idx % P.head_dim;
+    let kvh = h / (P.n_heads / P.n_kv_heads);
+    let stride = P.n_kv_heads * P.head_dim;
+    let qb = t * row + h * P.head_dim;
+    let qpos = P.n_past + t;
+    var m = bitcast<f32>(0xff800000u);
+    var l = 0.0;
+    var acc = 0.0;
+    for (var s = 0u; s <= qpos; s++) {
+        if (P.window > 0u && qpos - s >= P.window) { continue; }
+        let kb = s * stride + kvh * P.head_dim;
+        var x = 0.0;
+        for (var e = 0u; e < P.head_dim; e++) { x += Q[qb + e] * K[kb + e]; }
+        x *= P.scale;
+        let m_new = max(m, x);
+        let corr = exp(m - m_new);
+        let p = exp(x - m_new);
+        l = l * corr + p;
+        acc = acc * corr + p * V[kb + d];
+        m = m_new;
+    }
+    C[idx] = acc / l;
+}

@@ -1,0 +1,169 @@
+"""Kernel variants: every shipped fault changes the numbers where it should (and only there),
+users' own WGSL is localized by first_divergence, live switches re-run only what they affect,
+and patches written back on the GPU carry through the rest of the pass."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import labkit
+from labkit.errors import ShaderCompileError, UnknownVariantError
+from labkit.gpu.variants import kernel_source
+
+IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8]
+
+
+def first_div(lab, ids=IDS) -> str | None:
+    return labkit.compare(lab.run(ids), lab.reference(ids)).first_divergence
+
+
+@pytest.mark.parametrize(
+    "arch,fmt,family,variant,expect",
+    [
+        ("gemma3", "Q4_K", "matmul_q4_k", "mins_added", "blk.0.q"),
+        ("gemma3", "Q8_0", "rmsnorm", "scale_clamp", "blk.0.attn_norm"),
+        ("llama", "Q8_0", "rmsnorm", "offset_twice", "blk.0.attn_norm"),
+        ("gemma3", "Q8_0", "rope", "normal_pairs", "blk.0.q_rope"),
+        ("qwen2", "Q8_0", "rope", "normal_pairs", "blk.0.q_rope"),
+        ("llama", "Q8_0", "rope", "normal_pairs", None),  # llama is normal-style already: no change
+        ("llama", "Q8_0", "attn_scores", "decode_uses_prefill", None),  # harmless on a prompt pass
+        ("llama", "Q8_0", "softmax", "no_max_sub", None),  # latent while scores stay small
+    ],
+)
+def test_faulty_variant_first_divergence(tiny_model, arch, fmt, family, variant, expect):
+    lab = labkit.open(tiny_model(arch, fmt), variants={family: variant})
+    assert first_div(lab) == expect
+
+
+def test_decode_uses_prefill_breaks_decode_at_the_first_attention(tiny_model):
+    from labkit.captures import Run
+    from labkit.model.reference import KVCache
+
+    lab = labkit.open(tiny_model("llama", "Q8_0"), variants={"attn_scores": "decode_uses_prefill"})
+    ex = lab.executor
+    cache = ex.new_cache(len(IDS) + 1)
+    ex.run_pass(IDS, cache, names=[])
+    dec = ex.run_pass([6], cache)
+    rc = KVCache()
+    lab.reference_engine.forward(IDS, rc, capture=[])
+    ref = lab.reference_engine.forward([6], rc)
+    cmp = labkit.compare(
+        Run(lab.name, "gpu", [6], lab.stages, dec.captures), Run(lab.name, "reference", [6], lab.stages, ref)
+    )
+    assert cmp.first_divergence == "blk.0.attn_scores"
+    good = labkit.open(tiny_model("llama", "Q8_0"))
+    assert good.generate(IDS, 6).ids == good.generate_reference(IDS, 6).ids
+    assert cmp.row("logits").nmse > 1e-3  # the decode step's output really changes
+
+
+def test_lm_head_skipping_the_last_window_leaves_rows_unwritten(tiny_model):
+    lab = labkit.open(
+        tiny_model("llama", "Q8_0"), variants={"lm_head": "skip_last_window"}, window_bytes=128 * 272
+    )  # 128 rows of 256 Q8_0 values per window: 4 windows
+    run = lab.run(IDS, debug=True)
+    assert run.unwritten["logits"] == len(IDS) * 128
+    assert all(v == 0 for k, v in run.unwritten.items() if k != "logits")
+    unwritten_rows = np.flatnonzero(np.isnan(run["logits"][-1]))
+    assert list(unwritten_rows) == list(range(384, 512))
+    cmp = labkit.compare(run, lab.reference(IDS))
+    assert cmp.first_divergence == "logits" and "unwritten" in cmp.row("logits").reason
+
+
+def test_streaming_attention_matches_and_skips_scores(tiny_model):
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"), variants={"attn_ctx": "streaming"})
+    cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
+    assert cmp.passed, cmp.table(only_failed=True)
+    assert "blk.0.attn_scores" in cmp.missing and "blk.0.attn_probs" in cmp.missing
+
+
+def test_softmax_faults_show_under_large_scores(tiny_model):
+    """no_max_sub is latent until scores pass ~88: a patch that inflates layer 0's scores shows it."""
+    boost = {"blk.0.attn_scores": lambda a, stage: a * 1000.0}
+    good = labkit.open(tiny_model("llama", "Q8_0")).run(IDS, patch=boost)
+    bad = labkit.open(tiny_model("llama", "Q8_0"), variants={"softmax": "no_max_sub"}).run(IDS, patch=boost)
+    assert np.isfinite(good["blk.0.attn_probs"]).all()
+    assert np.isnan(bad["blk.0.attn_probs"]).any()
+
+
+USER_VARIANTS = {
+    # family: (a WGSL edit of the shipped kernel, the first stage that must diverge on gemma3)
+    "glu": (("let a = select(silu(g), gelu_tanh(g), P.act == 0u);", "let a = max(g, 0.0);"), "blk.0.ffn_act"),
+    "add": (("Y[i] = A[i] + B[i % P.period];", "Y[i] = A[i] + 0.5 * B[i % P.period];"), "blk.0.resid_mid"),
+    "rope": (("let c = cos(theta);", "let c = cos(theta * 1.01);"), "blk.0.q_rope"),
+    "attn_ctx": (("C[idx] = acc;", "C[idx] = acc * 1.01;"), "blk.0.attn_ctx"),
+    "embed": (("Y[i] = X[i] * P.scale;", "Y[i] = X[i] * P.scale + select(0.0, 1.0, i == 77u);"), "embed"),
+}
+
+
+@pytest.mark.parametrize("family", sorted(USER_VARIANTS))
+def test_user_wgsl_variant_is_localized(tiny_model, family):
+    (old, new), expect = USER_VARIANTS[family]
+    src = kernel_source(family)
+    assert old in src
+    labkit.register_variant(family, "test_edit", src.replace(old, new))
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"), variants={family: "test_edit"})
+    assert first_div(lab) == expect
+
+
+def test_user_matmul_variant_for_one_format(tiny_model):
+    src = kernel_source("matmul_q5_0")
+    old = "return d * (bytes4(lo | hb) - 16.0);"
+    assert old in src, "quant_q5_0.wgsl changed: update this test's edit"
+    labkit.register_variant("matmul_q5_0", "test_edit", src.replace(old, "return d * (bytes4(lo | hb) - 15.0);"))
+    lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit"})
+    assert first_div(lab) == "blk.0.q"
+
+
+def test_compile_error_is_typed_and_points_at_the_line():
+    bad = kernel_source("add").replace("Y[i] = A[i] + B[i % P.period];", "Y[i] = A[i] + undefined_thing;")
+    with pytest.raises(ShaderCompileError) as e:
+        labkit.register_variant("add", "broken", bad)
+    msg = str(e.value)
+    assert "line" in msg and "undefined_thing" in msg
+    with pytest.raises(UnknownVariantError):
+        labkit.open("smollm2-135m", variants={"rope": "nope"})
+    with pytest.raises(UnknownVariantError):
+        labkit.register_variant("no_such_op", "x", "")
+
+
+def test_live_switch_recomputes_only_from_the_affected_stage(tiny_model):
+    path = tiny_model("gemma3", "Q8_0")
+    lab = labkit.open(path)
+    first = lab.run(IDS)
+    assert first.timings["recomputed_from"] == "embed"
+    labkit.register_variant(
+        "glu",
+        "test_relu",
+        kernel_source("glu").replace("let a = select(silu(g), gelu_tanh(g), P.act == 0u);", "let a = max(g, 0.0);"),
+    )
+    lab.use("glu", "test_relu")
+    second = lab.run(IDS)
+    assert second.timings["recomputed_from"] == "blk.0.ffn_act"
+    fresh = labkit.open(path, variants={"glu": "test_relu"}).run(IDS)
+    for name in lab.stages:
+        assert second[name].tobytes() == fresh[name].tobytes(), name
+    for name in lab.stages[: lab.stages.index("blk.0.ffn_act")]:
+        assert second[name].tobytes() == first[name].tobytes(), name
+    lab.use("glu", "default")
+    third = lab.run(IDS)
+    assert third.timings["recomputed_from"] == "blk.0.ffn_act"
+    assert third["logits"].tobytes() == first["logits"].tobytes()
+
+
+def test_patch_with_reference_values_fixes_everything_downstream(tiny_model):
+    """A neox model under normal rope: writing the reference's roped q/k back at every layer
+    makes the rest of the pass right again — the fault is in rope and nowhere else."""
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"), variants={"rope": "normal_pairs"})
+    ref = lab.reference(IDS)
+    broken = labkit.compare(lab.run(IDS), ref)
+    assert broken.first_divergence == "blk.0.q_rope"
+    patch = {n: (lambda a, stage: ref[stage]) for n in lab.stages if n.endswith(("q_rope", "k_rope"))}
+    fixed = labkit.compare(lab.run(IDS, patch=patch), ref)
+    assert fixed.passed, fixed.table(only_failed=True)
+
+
+def test_patch_unknown_stage_is_an_error(tiny_model):
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    with pytest.raises(labkit.errors.UnknownStageError):
+        lab.run(IDS, patch={"blk.99.q": lambda a, s: a})
