@@ -110,6 +110,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if cmp.passed else 1
 
 
+def cmd_cases(args: argparse.Namespace) -> int:
+    from labkit.cases import cases
+
+    data = [
+        {"name": c.name, "postmortem": c.postmortem, "model": c.model, "title": c.title, "fault": c.fault}
+        for c in cases()
+    ]
+    _emit(
+        args, data, lambda: "\n".join(f"{d['name']:20} {d['postmortem']}  {d['model']:14} {d['title']}" for d in data)
+    )
+    return 0
+
+
+def cmd_case(args: argparse.Namespace) -> int:
+    from labkit.cases import run_case
+
+    report = run_case(args.name)
+    _emit(args, report.to_dict(), report.text)
+    return 0 if report.passed else 1
+
+
+def cmd_variants(args: argparse.Namespace) -> int:
+    from labkit.gpu.variants import get_variant, variants
+
+    data = {fam: {name: get_variant(fam, name).doc for name in names} for fam, names in variants().items()}
+    _emit(
+        args,
+        data,
+        lambda: "\n".join(f"{fam:14} {name:22} {doc}" for fam, vs in data.items() for name, doc in vs.items()),
+    )
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from labkit.bench import run_bench
 
@@ -164,6 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--failed", action="store_true", help="show only failing stages")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("cases", help="list the post-mortem cases")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_cases)
+
+    s = sub.add_parser("case", help="reproduce a post-mortem: fault, symptoms, localization, fix, checklist")
+    s.add_argument("name")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_case)
+
+    s = sub.add_parser("variants", help="every op family's kernel variants (default = correct)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_variants)
 
     s = sub.add_parser("bench", help="load/prefill/decode timings and peak memory, GPU vs reference")
     s.add_argument("model", nargs="?", default="gemma3-270m")

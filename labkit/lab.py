@@ -39,8 +39,14 @@ class Generation:
 class Lab:
     """One model, opened. See DESIGN.md's public API for what hangs off it."""
 
-    def __init__(self, name: str, path: Path, variants: dict[str, str] | None = None, debug: bool = False,
-                 window_bytes: int | None = None):
+    def __init__(
+        self,
+        name: str,
+        path: Path,
+        variants: dict[str, str] | None = None,
+        debug: bool = False,
+        window_bytes: int | None = None,
+    ):
         t0 = time.perf_counter()
         self.name, self.path = name, path
         self.gguf: GgufFile = open_gguf(path)

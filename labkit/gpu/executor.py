@@ -432,9 +432,8 @@ class GpuExecutor:
         if previous is not None and not debug and not patch:
             cache.n_past -= T  # the previous pass advanced it
             new_sigs = [self.signature(st) for st in self.graph]
-            start = next(
-                (i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), len(self.graph)
-            )
+            # no switch since the last pass: recompute it all (same regions), don't replay old data
+            start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
             embed_in = self.embed_input(ids) if start == 0 else None
             plans = self.plan(T, cache, embed_in, last_logits_only, reuse=previous.plans, start=start)
         else:

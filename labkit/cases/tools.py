@@ -1,0 +1,302 @@
+"""Measurements the cases share: a logit lens, GPU weight read-back, sign windows, chi-square.
+
+Pure computation on captures and weights (no figures: labkit.viz draws what these return).
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labkit.captures import Run
+from labkit.model.reference import rmsnorm
+
+# ----- logit lens ---------------------------------------------------------------------------
+
+
+@dataclass
+class LogitLens:
+    """Each layer's hidden state at one position read through the final norm and the unembedding.
+
+    `Z[L]` holds layer L's lens logits over the whole vocabulary (float32); `rank(t, L)` is how
+    many vocabulary entries score above token t at layer L (0 = top-1)."""
+
+    stages: list[str]
+    position: int
+    Z: np.ndarray = field(repr=False)  # [layers, vocab]
+    piece: Callable[[int], str] = field(repr=False, default=str)
+    final_nmse: float = 0.0  # last layer's lens logits against the run's own logits (sanity)
+
+    def rank(self, token: int, layer: int = -1) -> int:
+        z = self.Z[layer]
+        return int(np.sum(z > z[token]))
+
+    def ranks(self, token: int) -> list[int]:
+        return [self.rank(token, L) for L in range(len(self.stages))]
+
+    def logits(self, token: int) -> list[float]:
+        return [float(x) for x in self.Z[:, token]]
+
+    def top(self) -> list[tuple[int, str, float]]:
+        """The winning (id, piece, lens logit) at each layer."""
+        ids = np.argmax(self.Z, axis=1)
+        return [(int(i), self.piece(int(i)), float(self.Z[L, i])) for L, i in enumerate(ids)]
+
+    def table(self, tokens: list[int]) -> dict:
+        """{piece: {"id", "ranks", "logits"}} for tracked tokens, JSON-able."""
+        return {
+            self.piece(t): {"id": t, "ranks": self.ranks(t), "logits": [round(x, 3) for x in self.logits(t)]}
+            for t in tokens
+        }
+
+
+def unembedding(lab) -> np.ndarray:
+    """The output matrix [vocab, d] in float64 (the tied embedding when the model ties it)."""
+    name = "token_embd.weight" if lab.config.tied_embeddings else "output.weight"
+    return lab.reference_engine.weight(name)
+
+
+def logit_lens(lab, run: Run, pos: int = -1, kind: str = "resid_out") -> LogitLens:
+    """Apply output_norm (the file's weight and eps) and the unembedding to every layer's
+    `kind` capture at position `pos` of a run."""
+    cfg = lab.config
+    E = unembedding(lab)
+    w = lab.reference_engine.weight("output_norm.weight")
+    stages = [f"blk.{L}.{kind}" for L in range(cfg.n_layers)]
+    H = np.stack([np.asarray(run[s][pos], dtype=np.float64) for s in stages])  # [layers, d]
+    Z = rmsnorm(H, w, cfg.rms_eps, cfg.d_model) @ E.T  # [layers, vocab]
+    final = float("nan")
+    if "logits" in run.captures and kind == "resid_out":
+        ref = np.asarray(run["logits"][pos], dtype=np.float64)
+        if np.all(np.isfinite(ref)) and np.all(np.isfinite(Z[-1])):
+            final = float(np.sum((Z[-1] - ref) ** 2) / max(np.sum(ref**2), 1e-30))
+    return LogitLens(stages, pos, Z.astype(np.float32), run.piece or lab.piece, final)
+
+
+# ----- weights read back from the GPU --------------------------------------------------------
+
+
+def gpu_weight_columns(lab, tensor: str, cols: int = 256) -> np.ndarray:
+    """Columns [0, cols) of a weight as the GPU's matmul dequantizes it, for every row.
+
+    The current matmul variant of the tensor's format multiplies one-hot activations
+    (token t = unit vector e_t), so output t is column t of W: a round trip through the
+    real kernel, not a separate dequantizer."""
+    from labkit.gpu.dispatch import run as run_dispatches
+    from labkit.gpu.executor import STORAGE
+    from labkit.gpu.matmul import prepare_matmul
+    from labkit.gpu.variants import PassShape
+
+    ex = lab.executor
+    w = ex.weight(tensor)
+    K, N = w.n_cols, w.n_rows
+    cols = min(cols, K)
+    x = np.zeros((cols, K), dtype=np.float32)
+    x[np.arange(cols), np.arange(cols)] = 1.0
+    xb = ex.device.create_buffer_with_data(data=x.tobytes(), usage=STORAGE)
+    yb = ex.buffer(cols * N, "roundtrip.y")
+    fam = ex.family(next(s for s in lab.graph if s.op == "matmul" and s.weight == tensor))
+    src = ex.variant(fam).source(PassShape(cols, 0))
+    run_dispatches(ex.gpu, prepare_matmul(ex.gpu, w, xb, yb, cols, source=src), "roundtrip")
+    y = np.frombuffer(ex.device.queue.read_buffer(yb, 0, 4 * cols * N), dtype=np.float32)
+    return y.reshape(cols, N).T.copy()
+
+
+def cpu_weight_columns(lab, tensor: str, cols: int = 256) -> np.ndarray:
+    """The same columns from labkit's numpy dequantizer (ggml's dequantize_row_*)."""
+    from labkit.model.dequant import dequantize_rows
+
+    t = lab.gguf.tensors[tensor]
+    rows = dequantize_rows(lab.gguf.raw(tensor), t.ggml_type, t.n_cols, np.arange(t.n_rows))
+    return np.asarray(rows[:, : min(cols, t.n_cols)], dtype=np.float32)
+
+
+@dataclass
+class RoundTrip:
+    tensor: str
+    type_name: str
+    cols: int
+    neg_frac_gpu: float
+    neg_frac_cpu: float
+    max_abs_err: float
+    scale: float  # max |w| of the CPU values, for a relative reading of the error
+
+    @property
+    def preserves_negatives(self) -> bool:
+        return self.neg_frac_gpu > 0.25 * self.neg_frac_cpu and self.max_abs_err <= 1e-5 * max(self.scale, 1e-30)
+
+    def describe(self) -> str:
+        return (
+            f"{self.tensor} ({self.type_name}) first {self.cols} columns on the GPU: {100 * self.neg_frac_gpu:.1f}% "
+            f"negative (numpy dequant: {100 * self.neg_frac_cpu:.1f}%), max |gpu-numpy| {self.max_abs_err:.3g}"
+        )
+
+
+def weight_roundtrip(lab, tensor: str, cols: int = 256) -> RoundTrip:
+    gpu = gpu_weight_columns(lab, tensor, cols)
+    cpu = cpu_weight_columns(lab, tensor, cols)
+    return RoundTrip(
+        tensor,
+        lab.gguf.tensors[tensor].type_name,
+        gpu.shape[1],
+        float(np.mean(gpu < 0)),
+        float(np.mean(cpu < 0)),
+        float(np.max(np.abs(gpu - cpu))),
+        float(np.max(np.abs(cpu))),
+    )
+
+
+def first_tensor_of_type(lab, type_name: str) -> tuple[str, str] | None:
+    """(stage, weight) of the first matmul in stage order whose weight has this ggml type."""
+    for st in lab.graph:
+        if st.op == "matmul" and lab.gguf.tensors[st.weight].type_name == type_name:
+            return st.name, st.weight
+    return None
+
+
+# ----- signs and windows ---------------------------------------------------------------------
+
+
+@dataclass
+class SignReadout:
+    """Post-mortem 000's 5-value readout against the whole vector."""
+
+    n: int
+    negative_frac: float
+    first_values: list[float]
+    window: int
+    positive_windows: list[int] = field(default_factory=list)  # starts of all-positive windows
+
+    @property
+    def illusion_at(self) -> int | None:
+        return self.positive_windows[0] if self.positive_windows else None
+
+
+def sign_readout(v: np.ndarray, window: int = 5) -> SignReadout:
+    v = np.asarray(v, dtype=np.float64).ravel()
+    pos = v > 0
+    c = np.concatenate([[0], np.cumsum(pos)])
+    starts = [int(i) for i in np.flatnonzero(c[window:] - c[:-window] == window)]
+    return SignReadout(v.size, float(np.mean(v < 0)), [float(x) for x in v[:window]], window, starts)
+
+
+# ----- text ---------------------------------------------------------------------------------
+
+
+def latin_script(piece: str) -> bool:
+    """True when every letter of a token is Latin script (digits, spaces, punctuation pass)."""
+    for ch in piece:
+        if ch.isalpha() and "LATIN" not in unicodedata.name(ch, ""):
+            return False
+    return True
+
+
+# ----- chi-square ----------------------------------------------------------------------------
+
+
+def _gammaincc(a: float, x: float) -> float:
+    """Regularized upper incomplete gamma Q(a, x) (Numerical Recipes' series / continued fraction)."""
+    if x <= 0:
+        return 1.0
+    lg = math.lgamma(a)
+    if x < a + 1:
+        term = s = 1.0 / a
+        n = a
+        for _ in range(10000):
+            n += 1
+            term *= x / n
+            s += term
+            if abs(term) < abs(s) * 1e-15:
+                break
+        return max(0.0, 1.0 - s * math.exp(-x + a * math.log(x) - lg))
+    b = x + 1 - a
+    c = 1 / 1e-300
+    d = 1 / b
+    h = d
+    for i in range(1, 10000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = 1e-300 if abs(d) < 1e-300 else d
+        c = b + an / c
+        c = 1e-300 if abs(c) < 1e-300 else c
+        d = 1 / d
+        h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h * math.exp(-x + a * math.log(x) - lg)
+
+
+def chi2_sf(stat: float, dof: int) -> float:
+    """P(chi-square with `dof` degrees of freedom > stat); scipy's when installed."""
+    try:
+        from scipy.stats import chi2
+
+        return float(chi2.sf(stat, dof))
+    except ImportError:  # pragma: no cover - scipy is a dev extra
+        return _gammaincc(dof / 2.0, stat / 2.0)
+
+
+@dataclass
+class ChiSquare:
+    stat: float
+    dof: int
+    p: float
+    bins: int
+    samples: int
+    outside: int  # draws of tokens the exact distribution does not contain
+
+
+def chi_square(draws: np.ndarray, ids: np.ndarray, probs: np.ndarray, min_expected: float = 5.0) -> ChiSquare:
+    """Pearson's chi-square of sampled token ids against an exact distribution (ids, probs).
+
+    Tokens are taken in order of decreasing probability; a token with an expected count of at
+    least `min_expected` is its own bin, and rarer ones are pooled with their neighbours in rank
+    until each pool expects `min_expected` draws. Pooling by rank keeps a lost tail visible (a
+    sampler that never draws past rank 1000 leaves the pools beyond it empty). Draws of tokens
+    outside the distribution form one more bin that expects (almost) nothing."""
+    draws = np.asarray(draws, dtype=np.int64)
+    n = draws.size
+    order = np.argsort(-np.asarray(probs, dtype=np.float64), kind="stable")
+    ids = np.asarray(ids, dtype=np.int64)[order]
+    expected = n * np.asarray(probs, dtype=np.float64)[order]
+    # bin index of each token, by rank
+    bin_of = np.empty(ids.size, dtype=np.int64)
+    exp_bins: list[float] = []
+    acc, b = 0.0, 0
+    for i, e in enumerate(expected):
+        bin_of[i] = b
+        acc += e
+        if acc >= min_expected:
+            exp_bins.append(acc)
+            acc, b = 0.0, b + 1
+    if acc > 0 or not exp_bins:  # a short tail joins the last full bin
+        if exp_bins:
+            bin_of[bin_of == b] = b - 1
+            exp_bins[-1] += acc
+        else:
+            exp_bins.append(acc)
+    index = dict(zip(ids.tolist(), bin_of.tolist()))
+    obs = np.zeros(len(exp_bins) + 1)
+    for t in draws.tolist():
+        obs[index.get(t, len(exp_bins))] += 1
+    outside = int(obs[-1])
+    exp = np.array(exp_bins + [0.0])
+    if outside == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    exp = np.maximum(exp, 1e-12)  # draws where the exact distribution puts no mass: a huge term
+    exp = exp * (obs.sum() / exp.sum())
+    dof = max(len(obs) - 1, 1)
+    try:
+        from scipy.stats import chisquare
+
+        res = chisquare(obs, exp)
+        stat, p = float(res.statistic), float(res.pvalue)
+    except ImportError:  # pragma: no cover - scipy is a dev extra
+        stat = float(np.sum((obs - exp) ** 2 / exp))
+        p = chi2_sf(stat, dof)
+    return ChiSquare(stat, dof, p, len(obs), n, outside)
