@@ -95,10 +95,19 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
         for _ in range(n_cells):
             page.keyboard.press("Shift+Enter")
             time.sleep(0.2)
+        # fail fast on a cell error instead of waiting out the timeout
+        page.wait_for_function(
+            "() => document.querySelector('.widget-slider') || "
+            "[...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('Traceback'))",
+            timeout=600_000,
+        )
+        tracebacks = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
+        assert not tracebacks, tracebacks[0][-600:]
         page.wait_for_selector(".widget-slider", timeout=600_000)
         page.wait_for_selector(".jp-OutputArea-output img", timeout=600_000)
         page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes(\"' blue'\"))",
+            "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
+            ".some(e => e.innerText.includes(\"' blue'\"))",
             timeout=600_000,
         )
         # the notebook finishes: the last cell (generation) prints its text
