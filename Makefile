@@ -8,7 +8,7 @@ STAMP := $(VENV)/.labkit-setup
 ORACLE_STAMP := $(VENV)/.labkit-oracle
 PYTEST_ARGS ?=
 
-.PHONY: lab test setup vulkan oracle lint format bench golden clean
+.PHONY: lab test setup vulkan chromium oracle lint format bench golden clean
 
 setup: $(STAMP) vulkan
 
@@ -21,7 +21,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 vulkan:
-	@bash scripts/ensure_vulkan.sh
+	@bash scripts/ensure_system.sh vulkan
+
+chromium:
+	@bash scripts/ensure_system.sh chromium
 
 oracle: $(ORACLE_STAMP)
 
@@ -32,8 +35,9 @@ $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 lab: setup
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) notebooks/01_walkthrough.ipynb
 
-test: setup oracle
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# LABKIT_STRICT=1: a skipped test fails the run, so nothing is silently left out here.
+test: setup oracle chromium
+	LABKIT_STRICT=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,5 +1,6 @@
 """labkit: a Jupyter-first lab for LLM inference on WebGPU, one named stage at a time."""
 
+from labkit import cases
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
 from labkit.errors import LabkitError
@@ -18,6 +19,7 @@ __all__ = [
     "Sampler",
     "Stats",
     "TopToken",
+    "cases",
     "compare",
     "kernel_source",
     "register_variant",

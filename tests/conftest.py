@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,19 @@ from labkit.model.tiny import TinySpec, write_tiny_model
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "data" / "golden"
 REAL_MODELS = ("gemma3-270m", "smollm2-135m")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under LABKIT_STRICT=1 (what `make test` and CI set) a skip is a failure: every dependency
+    (models, llama-cpp-python, chromium, lavapipe) is installed there, so a skip means a check
+    silently did not run."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("LABKIT_STRICT") == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.longrepr = f"skipped under LABKIT_STRICT=1: {reason}"
 
 
 def golden(model: str) -> dict:

@@ -20,7 +20,7 @@ from typing import Any
 from labkit.compare import Comparison
 from labkit.errors import LabkitError
 
-POSTMORTEMS = Path(__file__).resolve().parents[3] / "shared" / "postmortems"
+POSTMORTEMS = Path(__file__).resolve().parents[2] / "docs" / "postmortems"  # copies of the originals
 
 
 class UnknownCaseError(LabkitError):
@@ -82,7 +82,7 @@ class Case:
     garbage token the fault produced)."""
 
     name: str
-    postmortem: str  # file id in shared/postmortems, e.g. "001"
+    postmortem: str  # file id in docs/postmortems, e.g. "001"
     title: str
     model: str
     prompt: str

@@ -10,7 +10,10 @@ not what the kernels are written for.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import wgpu
@@ -142,10 +145,20 @@ def _create(adapter: Any) -> GpuDevice:
     )
 
 
+def _quiet_window_system() -> None:
+    """Mesa's Vulkan loader prints "XDG_RUNTIME_DIR is invalid" four times on a headless machine
+    (it probes Wayland). Compute needs no window system; give it a private runtime dir."""
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        d = Path(tempfile.gettempdir()) / f"labkit-runtime-{os.getuid()}"
+        d.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(d)
+
+
 def get_device() -> GpuDevice:
     """The process-wide device (created on first use)."""
     global _DEVICE
     if _DEVICE is None:
+        _quiet_window_system()
         try:
             adapters = list(wgpu.gpu.enumerate_adapters_sync())
         except Exception as e:  # no loader / no driver at all
