@@ -54,8 +54,8 @@ class Lab:
         self.graph: list[Stage] = build_graph(self.config)
         from labkit.gpu.variants import check_selection
 
-        check_selection(dict(variants or {}))
-        self.selected: dict[str, str] = dict(variants or {})  # {op family: variant}, shared with the executor
+        # {op family: variant}, aliases resolved; shared with the executor
+        self.selected: dict[str, str] = check_selection(dict(variants or {}))
         self._last_pass = None
         self.debug = debug
         self.window_bytes = window_bytes  # split weights into row windows of at most this many bytes
@@ -185,8 +185,9 @@ class Lab:
     def use(self, family: str, name: str = "default") -> Lab:
         """Switch one op family's variant on this live lab. The next run of the same prompt
         recomputes only from the first stage the switch affects."""
-        from labkit.gpu.variants import get_variant
+        from labkit.gpu.variants import get_variant, resolve_family
 
+        family = resolve_family(family, name)
         get_variant(family, name)
         if name == "default":
             self.selected.pop(family, None)

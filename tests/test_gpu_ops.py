@@ -100,6 +100,8 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (9, 3, 4, 2, 32, 4),
         (1, 20, 4, 1, 16, 8),
         (12, 0, 4, 2, 32, 5),
+        (9, 70, 4, 1, 256, None),  # 79 keys: two key chunks of the tiled kernel, two query tiles
+        (17, 60, 2, 1, 48, 40),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
     ],
 )
 @pytest.mark.parametrize("path", ["default", "general"])
@@ -141,11 +143,16 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     want_c = R.attn_ctx(want_p, v[:S], H, KV, hd).ravel()
     assert_close(read(gpu, fused, T * H * hd), want_c, 1e-11, "streaming attention")
 
-    fused = empty(gpu, T * H * hd)
-    bufs = [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused]
-    launch(gpu, "attn_ctx", bufs, "<IIIIIIIf", vals, -(-T * H * hd // 64), kernel_source("attn_ctx", "streaming"))
-    want_c = R.attn_ctx(want_p, v[:S], H, KV, hd).ravel()
-    assert_close(read(gpu, fused, T * H * hd), want_c, 1e-11, "streaming attention")
+    # the tiled tier, with its own workgroup count and with the streaming count (000's dispatch
+    # bug): the extra workgroups must not change a single value
+    for name in ("tiled", "tiled_streaming_count"):
+        variant = get_variant("attn_ctx", name)
+        fused = empty(gpu, T * H * hd)
+        bufs = [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused]
+        launch(gpu, "attn_ctx", bufs, "<IIIIIIIf", vals, variant.workgroups(T, H, T * H * hd), variant.source())
+        got = read(gpu, fused, T * H * hd)
+        assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
+        assert_close(got, want_c, 1e-11, f"{name} attention")
 
     ctx = empty(gpu, T * H * hd)
     launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], "<IIIIIIII", (T, S, H, KV, hd, 0, 0, 0), -(-T * H * hd // 64))

@@ -344,7 +344,9 @@ class GpuExecutor:
                 self.cfg.attn_scale,
             )
             bufs = [q.buffer, cache.k[st.layer], cache.v[st.layer], out.buffer]
-            return self._simple("attn_ctx", shape, bufs, "<IIIIIIIf", vals, grid(-(-out.size // 64)), st.name)
+            count = self.variant("attn_ctx").workgroups
+            n_wg = count(T, P["n_heads"], out.size) if count else -(-out.size // 64)
+            return self._simple("attn_ctx", shape, bufs, "<IIIIIIIf", vals, grid(n_wg), st.name)
         a = regions[st.inputs[0]]
         vals = (T, n_keys, P["n_heads"], P["n_kv_heads"], P["head_dim"], 0, 0, 0)
         return self._simple(

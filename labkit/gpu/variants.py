@@ -37,6 +37,9 @@ MATMUL_FORMATS = {
 }
 
 
+ATTN_TILE = 8  # queries per workgroup in attn_tiled.wgsl (its TILE)
+
+
 def kernel_file(name: str) -> str:
     """Text of labkit/gpu/kernels/<name>.wgsl."""
     try:
@@ -67,6 +70,8 @@ class Variant:
     window_filter: Callable[[int, int], bool] | None = field(default=None, repr=False)
     # attn_ctx only: a fused kernel that reads q, K and V itself (scores/probs are not computed)
     fused: bool = False
+    # fused attn_ctx only: workgroups(T, n_heads, out_size); None = one thread per output element
+    workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)
 
     def source(self, shape: PassShape | None = None) -> str:
         return self.source_for(shape or PassShape(T=2, n_past=0))
@@ -120,6 +125,16 @@ def _register_builtins() -> None:
             fused=True,
         )
     )
+    _add(
+        Variant(
+            "attn_ctx",
+            "tiled",
+            f"fused attention, one workgroup per {ATTN_TILE} queries of a head, keys in chunks of 64",
+            _file("attn_tiled"),
+            fused=True,
+            workgroups=lambda T, n_heads, size: -(-T // ATTN_TILE) * n_heads,
+        )
+    )
     for fmt in MATMUL_FORMATS.values():
         fam = f"matmul_{fmt}"
         _add(Variant(fam, "default", "rows per thread, token tiles (fastest on CPU adapters)", _matmul(fmt)))
@@ -160,6 +175,19 @@ def _register_builtins() -> None:
             _attn_paths("attn_scores_prefill", "attn_scores_prefill", "attn_scores_prefill"),
             kind="dispatch",
             faulty=True,
+        )
+    )
+    _add(
+        Variant(
+            "attn_ctx",
+            "tiled_streaming_count",
+            "the tiled tier dispatched with the streaming count (T x heads, not ceil(T/8) x heads): the "
+            "extra workgroups find no head and return, so the numbers do not change (000, phase 2)",
+            _file("attn_tiled"),
+            kind="dispatch",
+            fused=True,
+            faulty=True,
+            workgroups=lambda T, n_heads, size: T * n_heads,
         )
     )
     _add(
@@ -243,6 +271,7 @@ def variants() -> dict[str, list[str]]:
 
 
 def get_variant(family: str, name: str = "default") -> Variant:
+    family = resolve_family(family, name)
     if family not in _REGISTRY:
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(_REGISTRY)}")
     if name not in _REGISTRY[family]:
@@ -250,10 +279,30 @@ def get_variant(family: str, name: str = "default") -> Variant:
     return _REGISTRY[family][name]
 
 
-def check_selection(selection: dict[str, str]) -> None:
-    """Raise UnknownVariantError for any op or name in a {family: variant} selection that does not exist."""
+# DESIGN.md speaks of "attention" variants; the stages behind the word are two families.
+FAMILY_ALIASES = {"attention": ("attn_ctx", "attn_scores")}
+
+
+def resolve_family(family: str, name: str = "default") -> str:
+    """The real family for `family` (an alias such as "attention" picks the one that has `name`)."""
+    if family not in FAMILY_ALIASES:
+        return family
+    options = FAMILY_ALIASES[family]
+    for real in options:
+        if name in _REGISTRY.get(real, {}):
+            return real
+    known = sorted({n for real in options for n in _REGISTRY.get(real, {})})
+    raise UnknownVariantError(f"unknown variant {name!r} of {family}; known: {', '.join(known)}")
+
+
+def check_selection(selection: dict[str, str]) -> dict[str, str]:
+    """The selection with aliases resolved; UnknownVariantError for any op or name that does not exist."""
+    out = {}
     for family, name in selection.items():
-        get_variant(family, name)
+        real = resolve_family(family, name)
+        get_variant(real, name)
+        out[real] = name
+    return out
 
 
 def kernel_source(family: str, name: str = "default") -> str:
