@@ -70,11 +70,16 @@ def test_lm_head_skipping_the_last_window_leaves_rows_unwritten(tiny_model):
     assert cmp.first_divergence == "logits" and "unwritten" in cmp.row("logits").reason
 
 
-def test_streaming_attention_matches_and_skips_scores(tiny_model):
-    lab = labkit.open(tiny_model("gemma3", "Q8_0"), variants={"attn_ctx": "streaming"})
+@pytest.mark.parametrize("arch", ["gemma3", "qwen2"])
+@pytest.mark.parametrize("tier", ["streaming", "tiled", "tiled_streaming_count"])
+def test_fused_attention_tiers_match_and_skip_scores(tiny_model, arch, tier):
+    """Every fused tier (and the tiled one over-dispatched, 000's phase 2) passes every stage it
+    computes, prompt pass and KV-cached decode; scores/probs are not materialized."""
+    lab = labkit.open(tiny_model(arch, "Q8_0"), variants={"attention": tier})
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
     assert cmp.passed, cmp.table(only_failed=True)
     assert "blk.0.attn_scores" in cmp.missing and "blk.0.attn_probs" in cmp.missing
+    assert lab.generate(IDS, 5).ids == lab.generate_reference(IDS, 5).ids
 
 
 def test_softmax_faults_show_under_large_scores(tiny_model):
@@ -167,3 +172,35 @@ def test_patch_unknown_stage_is_an_error(tiny_model):
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     with pytest.raises(labkit.errors.UnknownStageError):
         lab.run(IDS, patch={"blk.99.q": lambda a, s: a})
+
+
+def test_masked_nan_softmax_turns_a_fully_masked_row_into_nan(tiny_model):
+    """A causal mask never masks a whole row, so the fault is latent until one is: patch a row of
+    blk.0.attn_scores to -inf on the GPU and the faulty softmax writes NaN where the default writes 0."""
+
+    def mask_row(a, stage):
+        a[0, 2, :] = -np.inf  # head 0, query 2: every key masked
+        return a
+
+    path = tiny_model("llama", "Q8_0")
+    good = labkit.open(path).run(IDS, patch={"blk.0.attn_scores": mask_row})
+    bad = labkit.open(path, variants={"softmax": "masked_nan"}).run(IDS, patch={"blk.0.attn_scores": mask_row})
+    assert np.all(good["blk.0.attn_probs"][0, 2] == 0), good["blk.0.attn_probs"][0, 2]
+    assert np.isnan(bad["blk.0.attn_probs"][0, 2]).all()
+    assert not np.isnan(np.delete(bad["blk.0.attn_probs"].reshape(-1, len(IDS)), 2, axis=0)).any()
+    assert labkit.compare(bad, good).first_divergence == "blk.0.attn_probs"
+    # unpatched, the fault is invisible: a causal row always keeps its own key
+    plain = labkit.open(path, variants={"softmax": "masked_nan"})
+    assert first_div(plain) is None
+
+
+def test_eps_outside_the_sqrt_matters_only_near_zero(tiny_model):
+    """eps outside the square root: invisible on normal activations (max NMSE far below rmsnorm's
+    threshold), wrong once mean(x^2) is comparable to eps (embedding scaled by 1e-4 here)."""
+    path = tiny_model("llama", "Q8_0")
+    good, bad = labkit.open(path), labkit.open(path, variants={"rmsnorm": "eps_outside"})
+    assert first_div(bad) is None
+    tiny = {"embed": lambda a, stage: a * 1e-4}
+    cmp = labkit.compare(bad.run(IDS, patch=tiny), good.run(IDS, patch=tiny))
+    assert cmp.first_divergence == "blk.0.attn_norm", cmp.table(only_failed=True)
+    assert cmp.row("blk.0.attn_norm").nmse > 1e-3, cmp.row("blk.0.attn_norm")
