@@ -310,3 +310,12 @@ def test_gpt2_vocab_without_byte_tokens_refuses_text():
     assert tok.decode([1, 5]) == "<t1><t5>"
     with pytest.raises(ValueError, match="0x68, 0x69"):
         tok.encode("hi")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_golden_prompt_tokenizes_as_llama_cpp(toks, model):
+    """The golden files' prompts (code, digits, punctuation) as llama.cpp tokenized them."""
+    golden = json.loads((ROOT / "data" / "golden" / f"{model}.json").read_text())
+    for entry in golden["prompts"]:
+        assert toks[model].encode(entry["text"]) == entry["tokens"], entry["text"]
+        assert toks[model].decode(entry["tokens"]).endswith(entry["text"]), entry["text"]
