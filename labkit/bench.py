@@ -41,11 +41,16 @@ class BenchResult:
     adapter: str
 
     def ratios(self) -> dict[str, float]:
+        """Speed ratios (> 1: the GPU path is faster): prefill time and decode rate."""
         g, r = self.gpu, self.reference
-        return {
-            "prefill_gpu_over_reference": g.prefill_s / r.prefill_s,
-            "decode_gpu_over_reference": g.decode_tok_s / r.decode_tok_s,
+        out = {
+            "prefill_speedup_gpu_vs_reference": r.prefill_s / g.prefill_s,
+            "decode_speedup_gpu_vs_reference": g.decode_tok_s / r.decode_tok_s,
         }
+        if self.llamacpp:
+            out["prefill_speedup_gpu_vs_llamacpp"] = self.llamacpp["prefill_s"] / g.prefill_s
+            out["decode_speedup_gpu_vs_llamacpp"] = g.decode_tok_s / self.llamacpp["decode_tok_s"]
+        return out
 
     def to_dict(self) -> dict:
         return dict(asdict(self), ratios=self.ratios())
@@ -57,9 +62,36 @@ class BenchResult:
             rows.append(f"{name:10} {f.load_s:8.2f} {f.prefill_s:10.3f} {f.decode_tok_s:13.2f} {f.peak_rss_mb:12.0f}")
         if self.llamacpp:
             lc = self.llamacpp
-            rows.append(f"{'llama.cpp':10} {'':8} {lc['prefill_s']:10.3f} {lc['decode_tok_s']:13.2f}")
+            load = f"{lc['load_s']:8.2f}" if "load_s" in lc else f"{'':8}"
+            rows.append(f"{'llama.cpp':10} {load} {lc['prefill_s']:10.3f} {lc['decode_tok_s']:13.2f}")
         rows += [f"{k}: {v:.2f}" for k, v in self.ratios().items()]
         return "\n".join(rows)
+
+
+def measure_llamacpp(path: Path, ids: list[int], new_tokens: int, threads: int = 2) -> dict | None:
+    """llama.cpp on the same file and token ids, in this process (extra "oracle"); None without it."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    import numpy as np
+
+    t0 = time.perf_counter()
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=512, n_threads=threads, n_batch=512, verbose=False)
+    load = time.perf_counter() - t0
+    llm.eval(ids)  # warm-up
+    llm.reset()
+    t1 = time.perf_counter()
+    llm.eval(ids)
+    prefill = time.perf_counter() - t1
+    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    t2 = time.perf_counter()
+    for _ in range(max(new_tokens - 1, 1)):
+        llm.eval([nxt])
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    decode = time.perf_counter() - t2
+    llm.close()
+    return {"load_s": load, "prefill_s": prefill, "decode_tok_s": max(new_tokens - 1, 1) / decode, "live": True}
 
 
 def run_bench(model: str = "gemma3-270m", prompt: str = "The color of the sky is", new_tokens: int = 8) -> BenchResult:
@@ -85,12 +117,13 @@ def run_bench(model: str = "gemma3-270m", prompt: str = "The color of the sky is
     rgen = ref_lab.generate_reference(prompt, max_new_tokens=new_tokens)
     ref = EngineFigures(ref_load, ref_prefill, rgen.timings["decode_tok_s"], peak_rss_mb())
 
-    llamacpp = None
-    golden = GOLDEN_DIR / f"{lab.name}.json"
-    if golden.exists():
-        for entry in json.loads(golden.read_text())["prompts"]:
-            if entry["text"] == prompt and entry.get("prefill_s"):
-                llamacpp = {"prefill_s": entry["prefill_s"], "decode_tok_s": entry["decode_tok_s"]}
+    llamacpp = measure_llamacpp(lab.path, gen.prompt_ids, new_tokens)
+    if llamacpp is None:  # not installed: llama.cpp's figures from the golden file, if it has them
+        golden = GOLDEN_DIR / f"{lab.name}.json"
+        if golden.exists():
+            for entry in json.loads(golden.read_text())["prompts"]:
+                if entry["text"] == prompt and entry.get("prefill_s"):
+                    llamacpp = {"prefill_s": entry["prefill_s"], "decode_tok_s": entry["decode_tok_s"], "live": False}
     from labkit.gpu.device import get_device
 
     return BenchResult(lab.name, prompt, len(gen.prompt_ids), len(gen.ids), gpu, ref, llamacpp, get_device().name)
