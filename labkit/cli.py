@@ -1,16 +1,51 @@
-"""The `labkit` command. Every LabkitError becomes one `labkit: error: ...` line and exit 2."""
+"""The `labkit` command. Every LabkitError (and every usage error) becomes one `labkit: error: ...`
+line and exit 2; any other exception one `labkit: error: internal error: ...` line and exit 3
+(LABKIT_TRACEBACK=1 shows its traceback instead)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from labkit.errors import LabkitError, UnknownVariantError
+from labkit.errors import InputFileError, LabkitError, ToolNotFoundError, UnknownVariantError
 
 EXIT_ERROR = 2
+EXIT_INTERNAL = 3
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (e.g. a ShaderCompileError's snippet) on one line; caret-only lines
+    (`   | ^`) are dropped, the others joined with ' | '."""
+    lines = [ln.strip() for ln in str(text).splitlines()]
+    return " | ".join(ln for ln in lines if ln and not set(ln) <= set(" |^~-"))
+
+
+def _fail(message: str) -> None:
+    print(f"labkit: error: {_one_line(message)}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with labkit's error format: one `labkit: error: ...` line, exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sub = self.prog.split(" ", 1)[1] if " " in self.prog else ""
+        _fail(f"{sub}: {message}" if sub else message)
+        sys.exit(EXIT_ERROR)
+
+
+def _count(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
 
 
 def _parse_variants(items: list[str] | None) -> dict[str, str]:
@@ -21,6 +56,33 @@ def _parse_variants(items: list[str] | None) -> dict[str, str]:
         op, name = item.split("=", 1)
         out[op.strip()] = name.strip()
     return out
+
+
+def _register_wgsl(items: list[str] | None) -> dict[str, str]:
+    """`--wgsl OP=NAME=FILE`: register each file as variant NAME of OP; {op: name} to select."""
+    import labkit
+
+    out = {}
+    for item in items or []:
+        parts = item.split("=", 2)
+        if len(parts) != 3 or not all(s.strip() for s in parts):
+            raise UnknownVariantError(f"--wgsl wants op=name=file, got {item!r}")
+        op, name, path = (s.strip() for s in parts)
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise InputFileError(f"--wgsl {op}={name}: {path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputFileError(f"--wgsl {op}={name}: cannot read {path}: {e}") from None
+        labkit.register_variant(op, name, text, doc=f"user WGSL from {path}")
+        out[op] = name
+    return out
+
+
+def _selection(args: argparse.Namespace) -> dict[str, str]:
+    """--variant and --wgsl together (--wgsl wins for the same op)."""
+    return {**_parse_variants(args.variant), **_register_wgsl(args.wgsl)}
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
@@ -62,7 +124,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import labkit
     from labkit.sampling import Sampler
 
-    lab = labkit.open(args.model, variants=_parse_variants(args.variant))
+    lab = labkit.open(args.model, variants=_selection(args))
     sampler = Sampler(temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed)
     if args.engine == "reference":
         run = lab.reference(args.prompt, names=["logits"])
@@ -98,9 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import labkit
 
-    lab = labkit.open(args.model, variants=_parse_variants(args.variant))
+    lab = labkit.open(args.model, variants=_selection(args))
     if args.against == "llamacpp":
-        a, b = lab.run(args.prompt), lab.oracle(args.prompt)
+        a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
+        b = lab.oracle(args.prompt)
         cmp = labkit.compare(a, b, thresholds=lab.oracle_thresholds())
     else:
         a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
@@ -152,19 +215,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    import os
+    import shutil
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     nb = root / "notebooks" / "01_walkthrough.ipynb"
-    cmd = ["jupyter", "lab", f"--ServerApp.root_dir={root}", str(nb.relative_to(root))] + args.extra
-    os.execvp(cmd[0], cmd)
+    exe = shutil.which("jupyter")
+    if exe is None:
+        raise ToolNotFoundError("`jupyter` is not on PATH: install JupyterLab (pip install jupyterlab)")
+    cmd = [exe, "lab", f"--ServerApp.root_dir={root}", str(nb.relative_to(root))] + args.extra
+    try:
+        os.execv(exe, cmd)
+    except OSError as e:
+        raise ToolNotFoundError(f"cannot start {exe}: {e.strerror or e}") from None
     return 0
 
 
+WGSL_HELP = "register the WGSL in FILE as variant NAME of op family OP and select it (repeatable)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="labkit", description="A lab for LLM inference on WebGPU")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="labkit", description="A lab for LLM inference on WebGPU")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     s = sub.add_parser("models", help="list the registered models")
     s.add_argument("--json", action="store_true")
@@ -178,13 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--prompt", required=True)
     s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
-    s.add_argument("--top", type=int, default=5)
-    s.add_argument("--max-new-tokens", type=int, default=0)
+    s.add_argument("--top", type=_count, default=5)
+    s.add_argument("--max-new-tokens", type=_count, default=0)
     s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--top-k-sampling", type=int, default=0)
+    s.add_argument("--top-k-sampling", type=_count, default=0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_run)
 
@@ -194,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
     s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
     s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
     s.add_argument("--failed", action="store_true", help="show only failing stages")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_compare)
@@ -214,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench", help="load/prefill/decode timings and peak memory, GPU vs reference")
     s.add_argument("model", nargs="?", default="gemma3-270m")
     s.add_argument("--prompt", default="The color of the sky is")
-    s.add_argument("--new-tokens", type=int, default=8)
+    s.add_argument("--new-tokens", type=_count, default=8)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 
@@ -230,11 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except LabkitError as e:
-        print(f"labkit: error: {e}", file=sys.stderr)
+        _fail(str(e))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("labkit: error: interrupted", file=sys.stderr)
+        _fail("interrupted")
         return EXIT_ERROR
+    except Exception as e:
+        if os.environ.get("LABKIT_TRACEBACK") == "1":
+            raise
+        _fail(f"internal error: {type(e).__name__}: {e} (set LABKIT_TRACEBACK=1 for the traceback)")
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

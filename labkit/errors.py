@@ -45,3 +45,31 @@ class NoAdapterError(LabkitError):
 
 class OracleUnavailableError(LabkitError):
     """The llama.cpp oracle (extra `oracle`) is not installed."""
+
+
+class TensorDataError(ModelFileError, ValueError):
+    """A tensor's bytes do not match its type and shape (a corrupt or truncated file)."""
+
+
+class TokenizerError(LabkitError, ValueError):
+    """Text the model's vocabulary cannot tokenize, or a vocabulary without a token it needs."""
+
+
+class TokenIdError(TokenizerError, IndexError):
+    """A token id outside the model's vocabulary."""
+
+
+class GpuLimitError(LabkitError, ValueError):
+    """A workgroup grid or a weight window the adapter cannot take (or a malformed one)."""
+
+
+class VariantInterfaceError(LabkitError):
+    """A user WGSL variant whose bindings differ from its family's interface."""
+
+
+class ToolNotFoundError(LabkitError):
+    """An external program labkit starts (e.g. `jupyter`) is not installed or not on PATH."""
+
+
+class InputFileError(LabkitError):
+    """A file given to labkit other than the model (e.g. a `--wgsl` source) is missing or unreadable."""

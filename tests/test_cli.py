@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from gguf import GGUFWriter
+
+import labkit as lk
+import labkit.model.tiny as tiny
+from labkit import cli
+from labkit.errors import (
+    GpuLimitError,
+    ShaderCompileError,
+    TokenIdError,
+    TokenizerError,
+    UnknownVariantError,
+    UnsupportedArchitectureError,
+    UnsupportedTensorTypeError,
+    VariantInterfaceError,
+)
+from labkit.gpu.dispatch import grid
+from labkit.gpu.variants import variants
+from labkit.lab import Lab
+from labkit.model.tokenizer import _BYTE_ENCODER
 
 from conftest import golden
 
@@ -74,3 +95,232 @@ def test_errors_are_one_line(tmp_path, tiny_model):
     long_prompt = "word " * 9000  # > 8192 tokens, < the 128 KiB argv limit
     assert_one_line_error(labkit("run", "smollm2-135m", "--prompt", long_prompt), "exceeds the context")
     assert_one_line_error(labkit("run", "smollm2-135m", "--prompt", "x", "--variant", "nonsense"), "op=name")
+
+
+# ---- bad input: one line, exit 2, typed errors in the library, nothing on disk modified
+
+
+class _ByteVocabWriter(GGUFWriter):
+    """GGUFWriter whose token list starts with GPT-2's 256 byte characters: any text tokenizes."""
+
+    def add_token_list(self, tokens) -> None:
+        super().add_token_list([_BYTE_ENCODER[b] for b in range(256)] + list(tokens)[256:])
+
+
+@pytest.fixture(scope="module")
+def byte_model(tmp_path_factory):
+    """Factory: byte_model(weight_type, **spec) -> a tiny model that can tokenize any text."""
+    made: dict = {}
+
+    def make(weight_type: str = "Q8_0", **kw) -> Path:
+        key = (weight_type, tuple(sorted(kw.items())))
+        if key not in made:
+            path = tmp_path_factory.mktemp("bytevocab") / f"tiny-{weight_type.lower()}.gguf"
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(tiny, "GGUFWriter", _ByteVocabWriter)
+                made[key] = tiny.write_tiny_model(path, tiny.TinySpec(weight_type=weight_type, **kw))
+        return made[key]
+
+    return make
+
+
+def snapshot(*paths: Path) -> dict:
+    return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
+
+
+def check_one_line(code: int, err: str, needle: str = "", want_code: int = 2) -> str:
+    assert code == want_code, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("labkit: error:"), err
+    assert "Traceback" not in err
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def _code_err(p: subprocess.CompletedProcess) -> tuple[int, str]:
+    return p.returncode, p.stderr
+
+
+def call_main(capsys, *argv: str) -> tuple[int, str]:
+    """labkit.cli.main in this process: (exit code, stderr)."""
+    try:
+        code = cli.main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err
+
+
+def wgsl_with_unknown_identifier() -> tuple[str, int]:
+    """add.wgsl with `foo(1u)` inserted before its bounds check: (source, 1-based line of foo)."""
+    lines = lk.kernel_source("add").splitlines()
+    at = next(i for i, ln in enumerate(lines) if "if (i >= P.n)" in ln)
+    lines.insert(at, "    let zz = foo(1u);")
+    return "\n".join(lines) + "\n", at + 1
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        ([], "required: cmd"),
+        (["frob"], "invalid choice: 'frob'"),
+        (["run", "m", "--prompt", "x", "--engine", "foo"], "--engine: invalid choice: 'foo'"),
+        (["run", "m", "--prompt", "x", "--top", "x"], "--top: invalid int value: 'x'"),
+        (["run", "m", "--prompt", "x", "--top", "-1"], "--top: must be >= 0"),
+        (["run", "m", "--prompt", "x", "--max-new-tokens", "-3"], "--max-new-tokens: must be >= 0"),
+        (["run", "m"], "required: --prompt"),
+        (["run", "m", "--prompt", "x", "--bogus"], "unrecognized arguments: --bogus"),
+        (["compare", "m", "--prompt", "x", "--against", "nope"], "--against: invalid choice: 'nope'"),
+        (["run", "m", "--prompt", "x", "--wgsl", "add=mine"], "op=name=file"),
+    ],
+)
+def test_usage_errors_are_one_line(capsys, argv, needle):
+    check_one_line(*call_main(capsys, *argv), needle)
+
+
+def test_usage_error_from_the_command_line():
+    check_one_line(*_code_err(labkit("run", "m", "--prompt", "x", "--engine", "foo")), "invalid choice")
+
+
+def test_bad_models_are_one_line_and_untouched(tmp_path, tiny_model, byte_model):
+    mamba = tiny_model("mamba", "Q8_0")
+    q2k = byte_model("Q2_K")
+    plain = tiny_model("llama", "Q8_0")  # its vocabulary has no byte tokens: text cannot be tokenized
+    small = byte_model("Q8_0")
+    before = snapshot(mamba, q2k, plain, small)
+    check_one_line(*_code_err(labkit("run", str(mamba), "--prompt", "x")), "architecture 'mamba' is not supported")
+    for engine in ("gpu", "reference"):
+        line = check_one_line(*_code_err(labkit("run", str(q2k), "--prompt", "hi", "--engine", engine)))
+        assert "Q2_K" in line or "type 10" in line, line
+    check_one_line(*_code_err(labkit("run", str(plain), "--prompt", "hello")), "no token for the byte(s)")
+    check_one_line(*_code_err(labkit("run", str(small), "--prompt", "a" * 300)), "exceeds the context")
+    check_one_line(*_code_err(labkit("run", str(small), "--prompt", "x", "--variant", "add=nope")), "unknown variant")
+    check_one_line(*_code_err(labkit("run", str(small), "--prompt", "x", "--variant", "frob=x")), "unknown op family")
+    assert snapshot(mamba, q2k, plain, small) == before
+
+
+def test_bad_models_raise_typed_errors(tiny_model, byte_model):
+    with pytest.raises(UnsupportedArchitectureError, match="mamba"):
+        lk.open(str(tiny_model("mamba", "Q8_0")))
+    lab = lk.open(str(byte_model("Q2_K")))
+    with pytest.raises(UnsupportedTensorTypeError):
+        lab.run("hi")
+    with pytest.raises(UnsupportedTensorTypeError):
+        lab.reference("hi")
+    plain = lk.open(str(tiny_model("llama", "Q8_0")))
+    with pytest.raises(TokenizerError, match="0x65") as e:
+        plain.tokenize("hello")
+    assert isinstance(e.value, ValueError)  # still a ValueError for old callers
+    with pytest.raises(TokenIdError) as e:
+        plain.piece(10**6)
+    assert isinstance(e.value, IndexError)
+    with pytest.raises(UnknownVariantError):
+        lk.open(str(byte_model("Q8_0")), variants={"add": "nope"})
+    with pytest.raises(GpuLimitError):
+        grid(-1)
+
+
+def test_user_wgsl_from_the_command_line(tmp_path, byte_model):
+    model = byte_model("Q8_0")
+    bad, line = wgsl_with_unknown_identifier()
+    files = {"bad": bad, "good": lk.kernel_source("add") + "// my copy\n"}
+    composed = lk.kernel_source("matmul_q8_0")
+    files["iface"] = composed.replace("var<storage, read> X: array<f32>", "var<storage, read_write> X: array<f32>")
+    assert files["iface"] != composed
+    for name, text in files.items():
+        (tmp_path / f"{name}.wgsl").write_text(text)
+    paths = [model, *(tmp_path / f"{n}.wgsl" for n in files)]
+    before = snapshot(*paths)
+
+    err = check_one_line(
+        *_code_err(labkit("run", str(model), "--prompt", "x", "--wgsl", f"add=mine={tmp_path}/bad.wgsl"))
+    )
+    assert f"line {line}" in err and "foo" in err, err
+    err = check_one_line(
+        *_code_err(labkit("compare", str(model), "--prompt", "x", "--wgsl", f"matmul_q8_0=mm={tmp_path}/iface.wgsl"))
+    )
+    assert "@binding(1)" in err and "read_write" in err, err
+    check_one_line(
+        *_code_err(labkit("run", str(model), "--prompt", "x", "--wgsl", f"add=m={tmp_path}/no.wgsl")), "no such file"
+    )
+    check_one_line(
+        *_code_err(labkit("run", str(model), "--prompt", "x", "--wgsl", f"frob=m={tmp_path}/good.wgsl")), "frob"
+    )
+
+    p = labkit("run", str(model), "--prompt", "hi", "--json", "--wgsl", f"add=mine={tmp_path}/good.wgsl")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["variants"] == {"add": "mine"}
+    assert snapshot(*paths) == before
+
+
+def test_register_variant_checks_compile_and_interface():
+    bad, line = wgsl_with_unknown_identifier()
+    with pytest.raises(ShaderCompileError) as e:
+        lk.register_variant("add", "broken", bad)
+    assert f"line {line}" in str(e.value) and "foo(1u)" in str(e.value)
+    src = lk.kernel_source("add")
+    wrong = src.replace("var<uniform> P: Params", "var<storage, read> P: Params")
+    wrong += "@group(0) @binding(4) var<storage, read_write> Z: array<f32>;\n"
+    with pytest.raises(VariantInterfaceError) as e:
+        lk.register_variant("add", "wrong", wrong)
+    msg = str(e.value)
+    assert "@binding(3) is var<storage, read>, should be var<uniform>" in msg, msg
+    assert "@binding(4) var<storage, read_write> is not in the interface" in msg, msg
+    composed = lk.kernel_source("matmul_q4_k")  # common + quant_q4_k + matmul, composed
+    writes_x = composed.replace("var<storage, read> X: array<f32>", "var<storage, read_write> X: array<f32>")
+    assert writes_x != composed
+    with pytest.raises(VariantInterfaceError, match=r"@binding\(1\) is var<storage, read_write>, should be"):
+        lk.register_variant("matmul_q4_k", "writes_x", writes_x)
+    assert {"broken", "wrong"}.isdisjoint(variants()["add"]) and "writes_x" not in variants()["matmul_q4_k"]
+
+
+def test_internal_errors_are_one_line_with_exit_3(capsys, monkeypatch):
+    def boom(args):
+        raise RuntimeError("first line\nsecond line")
+
+    monkeypatch.setattr(cli, "cmd_models", boom)
+    monkeypatch.delenv("LABKIT_TRACEBACK", raising=False)
+    err = check_one_line(*call_main(capsys, "models"), "internal error: RuntimeError: first line", want_code=3)
+    assert "second line" in err and "LABKIT_TRACEBACK=1" in err
+    monkeypatch.setenv("LABKIT_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["models"])
+
+
+def test_lab_without_jupyter_is_one_line(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))
+    p = subprocess.run(
+        [sys.executable, "-m", "labkit.cli", "lab"], capture_output=True, text=True, env=env, timeout=120
+    )
+    check_one_line(p.returncode, p.stderr, "`jupyter` is not on PATH")
+
+
+def test_compare_against_llamacpp_honours_engine(capsys, monkeypatch, byte_model):
+    """Side a of `compare --against llamacpp` is the engine asked for (llama.cpp stubbed by the reference)."""
+    calls = []
+
+    def fake_oracle(self, prompt):
+        calls.append("oracle")
+        return self.reference(prompt)
+
+    def no_gpu(self, *a, **kw):
+        raise AssertionError("--engine reference must not run the GPU")
+
+    monkeypatch.setattr(Lab, "oracle", fake_oracle)
+    monkeypatch.setattr(Lab, "run", no_gpu)
+    code = cli.main(
+        [
+            "compare",
+            str(byte_model("Q8_0")),
+            "--prompt",
+            "hi",
+            "--against",
+            "llamacpp",
+            "--engine",
+            "reference",
+            "--json",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and calls == ["oracle"], out
+    assert json.loads(out)

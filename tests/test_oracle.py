@@ -221,22 +221,23 @@ def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
 @pytest.mark.slow
 @needs_llama
 @pytest.mark.parametrize(
-    "variant, target",
-    [("rope=normal_pairs", "blk.0.q_rope"), ("matmul_q4_k=mins_added", "blk.0.attn_out")],
+    "model, variant, target",
+    [
+        ("gemma3-270m", "rope=normal_pairs", "blk.0.q_rope"),  # rope-style
+        ("gemma3-270m", "matmul_q4_k=mins_added", "blk.0.attn_out"),  # q4k-sign: the first Q4_K weight
+        ("gemma3-270m", "rmsnorm=scale_clamp", "blk.0.attn_norm"),  # norm-cascade
+        ("smollm2-135m", "rmsnorm=offset_twice", "blk.0.attn_norm"),  # 000's norm offset
+        ("gemma3-270m", "lm_head=skip_last_window", "logits"),  # lm-head-unwritten
+        ("gemma3-270m", "attention=tiled", None),  # a correct tier: nothing to find
+    ],
 )
-def test_faulty_gpu_variant_is_localized(variant, target):
+def test_gpu_variant_is_localized_by_llamacpp(model, variant, target):
+    """Every case fault that changes the prompt pass is caught by the llama.cpp thresholds at the
+    stage it breaks (decode_uses_prefill and the sampler faults act after the prompt pass)."""
     fam, name = variant.split("=")
-    if name not in _registered(fam):
-        pytest.skip(f"variant {variant} is not registered")
-    lab, prompt = labkit.open("gemma3-270m", variants={fam: name}), PROMPTS[0]
-    cmp = compare(lab.run(prompt), _oracle("gemma3-270m", prompt), thresholds=lab.oracle_thresholds())
+    lab, prompt = labkit.open(model, variants={fam: name}), PROMPTS[0]
+    cmp = compare(lab.run(prompt), _oracle(model, prompt), thresholds=lab.oracle_thresholds())
     assert cmp.first_divergence == target, cmp.table(only_failed=True)
-
-
-def _registered(family: str) -> list[str]:
-    from labkit.gpu.variants import variants
-
-    return variants().get(family, [])
 
 
 # ----------------------------------------------------------------- the CLI

@@ -94,7 +94,10 @@ def test_softmax_faults_show_under_large_scores(tiny_model):
 USER_VARIANTS = {
     # family: (a WGSL edit of the shipped kernel, the first stage that must diverge on gemma3)
     "glu": (("let a = select(silu(g), gelu_tanh(g), P.act == 0u);", "let a = max(g, 0.0);"), "blk.0.ffn_act"),
-    "add": (("Y[i] = A[i] + B[i % P.period];", "Y[i] = A[i] + 0.5 * B[i % P.period];"), "blk.0.resid_mid"),
+    "add": (
+        ("Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + 0.5 * B[i % P.period];"),
+        "blk.0.resid_mid",
+    ),
     "rope": (("let c = cos(theta);", "let c = cos(theta * 1.01);"), "blk.0.q_rope"),
     "attn_ctx": (("C[idx] = acc;", "C[idx] = acc * 1.01;"), "blk.0.attn_ctx"),
     "embed": (("Y[i] = X[i] * P.scale;", "Y[i] = X[i] * P.scale + select(0.0, 1.0, i == 77u);"), "embed"),
@@ -121,7 +124,9 @@ def test_user_matmul_variant_for_one_format(tiny_model):
 
 
 def test_compile_error_is_typed_and_points_at_the_line():
-    bad = kernel_source("add").replace("Y[i] = A[i] + B[i % P.period];", "Y[i] = A[i] + undefined_thing;")
+    bad = kernel_source("add").replace(
+        "Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + undefined_thing;"
+    )
     with pytest.raises(ShaderCompileError) as e:
         labkit.register_variant("add", "broken", bad)
     msg = str(e.value)
@@ -204,3 +209,34 @@ def test_eps_outside_the_sqrt_matters_only_near_zero(tiny_model):
     cmp = labkit.compare(bad.run(IDS, patch=tiny), good.run(IDS, patch=tiny))
     assert cmp.first_divergence == "blk.0.attn_norm", cmp.table(only_failed=True)
     assert cmp.row("blk.0.attn_norm").nmse > 1e-3, cmp.row("blk.0.attn_norm")
+
+
+@pytest.mark.slow
+def test_live_switch_on_gemma_recomputes_only_from_the_affected_stage(gemma, record_property):
+    """On the real model: after a switch, stages upstream of the first affected one are reused
+    bit for bit, and everything from it on equals a fresh run with that variant."""
+    prompt = "The color of the sky is"
+    full = gemma.run(prompt)
+    try:
+        gemma.use("lm_head", "skip_last_window")
+        rerun = gemma.run(prompt)
+    finally:
+        gemma.use("lm_head", "default")
+    assert rerun.timings["recomputed_from"] == "logits"
+    for name in gemma.stages[:-1]:
+        assert rerun[name].tobytes() == full[name].tobytes(), name
+    n_last = gemma.executor.weight("token_embd.weight").windows[-1].n_rows
+    assert np.all(rerun["logits"][:, -n_last:] == 0) and not np.array_equal(rerun["logits"], full["logits"])
+    back = gemma.run(prompt)
+    assert back.timings["recomputed_from"] == "logits" and back["logits"].tobytes() == full["logits"].tobytes()
+    try:
+        gemma.use("rope", "normal_pairs")
+        roped = gemma.run(prompt)
+    finally:
+        gemma.use("rope", "default")
+    assert roped.timings["recomputed_from"] == "blk.0.q_rope"
+    assert roped["blk.0.q"].tobytes() == full["blk.0.q"].tobytes()
+    assert roped["blk.0.q_rope"].tobytes() != full["blk.0.q_rope"].tobytes()
+    figures = {k: round(r.timings["total_s"], 3) for k, r in (("full", full), ("lm_head", rerun), ("rope", roped))}
+    record_property("rerun_seconds", figures)
+    print("re-run seconds:", figures)

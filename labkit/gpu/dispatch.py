@@ -17,6 +17,8 @@ from typing import Any
 
 import wgpu
 
+from labkit.errors import GpuLimitError
+
 
 @dataclass
 class Dispatch:
@@ -29,12 +31,12 @@ class Dispatch:
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:
     """Workgroup counts for n workgroups: (n, 1, 1), or 2-D (x, y, 1) with x*y >= n."""
     if n < 0:
-        raise ValueError(f"negative workgroup count {n}")
+        raise GpuLimitError(f"negative workgroup count {n}")
     if n <= max_dim:
         return (n, 1, 1)
     y = math.ceil(n / max_dim)
     if y > max_dim:
-        raise ValueError(f"{n} workgroups do not fit a {max_dim} x {max_dim} grid")
+        raise GpuLimitError(f"{n} workgroups do not fit a {max_dim} x {max_dim} grid")
     x = math.ceil(n / y)
     return (x, y, 1)
 

@@ -259,6 +259,7 @@ def _register_builtins() -> None:
 
 
 _register_builtins()
+_BUILTIN = {(family, name) for family, named in _REGISTRY.items() for name in named}
 
 
 def families() -> list[str]:
@@ -315,9 +316,58 @@ def kernel_source(family: str, name: str = "default") -> str:
     return v.source()
 
 
+def check_interface(family: str, name: str, wgsl: str) -> None:
+    """VariantInterfaceError unless `wgsl` declares the same resources as the family's default
+    variant: the same set of (@group, @binding, address space, access). Comments are ignored,
+    `var<storage>` counts as `var<storage, read>`, a texture or sampler as var<handle>."""
+    import re
+
+    from labkit.errors import VariantInterfaceError
+
+    comment = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+    decl = re.compile(r"((?:@\s*\w+\s*(?:\([^)]*\))?\s*)+)\bvar\b\s*(?:<([^>]*)>)?\s*\w+")
+    attr = re.compile(r"@\s*(group|binding)\s*\(\s*(\d+)\s*\)")
+
+    def bindings(src: str) -> dict[tuple[int, int], str]:
+        out = {}
+        for m in decl.finditer(comment.sub(" ", src)):
+            attrs = dict(attr.findall(m.group(1)))
+            if "binding" not in attrs:
+                continue
+            parts = [s.strip() for s in (m.group(2) or "handle").split(",")]
+            if parts[0] == "storage" and len(parts) == 1:
+                parts.append("read")
+            out[(int(attrs.get("group", 0)), int(attrs["binding"]))] = f"var<{', '.join(parts)}>"
+        return out
+
+    want, got = bindings(get_variant(family).source()), bindings(wgsl)
+    if got == want:
+        return
+
+    def at(key: tuple[int, int]) -> str:
+        return f"@group({key[0]}) @binding({key[1]})"
+
+    diffs = []
+    for key in sorted(set(want) | set(got)):
+        if key not in got:
+            diffs.append(f"{at(key)} {want[key]} is missing")
+        elif key not in want:
+            diffs.append(f"{at(key)} {got[key]} is not in the interface")
+        elif got[key] != want[key]:
+            diffs.append(f"{at(key)} is {got[key]}, should be {want[key]}")
+    expected = ", ".join(f"{at(k)} {want[k]}" for k in sorted(want))
+    raise VariantInterfaceError(
+        f"{family}/{name}: bindings differ from the {family} interface: {'; '.join(diffs)} (expected: {expected})"
+    )
+
+
 def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant", faulty: bool = False) -> Variant:
     """Add a user's WGSL for an existing family, with the family's interface; compiled now, so a
-    compile error surfaces here as ShaderCompileError with the WGSL line and the compiler's text."""
+    compile error surfaces here as ShaderCompileError with the WGSL line and the compiler's text,
+    and bindings that differ from the family's default as VariantInterfaceError."""
+    family = resolve_family(family)
+    if (family, name) in _BUILTIN:
+        raise UnknownVariantError(f"{family}/{name} is a shipped variant; register yours under another name")
     if family not in _REGISTRY:
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(_REGISTRY)}")
     if get_variant(family).kind != "wgsl":
@@ -326,6 +376,7 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
     from labkit.gpu.shader import compile_pipeline
 
     compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
+    check_interface(family, name, wgsl)
     return _add(Variant(family, name, doc, lambda shape: wgsl, faulty=faulty))
 
 
@@ -338,4 +389,11 @@ def matmul_family(ggml_type: int) -> str:
     try:
         return "matmul_" + MATMUL_FORMATS[GGMLQuantizationType(ggml_type)]
     except (KeyError, ValueError):
-        raise UnsupportedTensorTypeError(f"no GPU matmul for ggml type {ggml_type}") from None
+        try:
+            type_name = GGMLQuantizationType(ggml_type).name
+        except ValueError:
+            type_name = "unknown"
+        supported = ", ".join(t.name for t in MATMUL_FORMATS)
+        raise UnsupportedTensorTypeError(
+            f"no GPU matmul for ggml type {ggml_type} ({type_name}); supported: {supported}"
+        ) from None

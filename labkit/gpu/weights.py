@@ -17,7 +17,7 @@ import numpy as np
 import wgpu
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from labkit.errors import UnsupportedTensorTypeError
+from labkit.errors import GpuLimitError, TensorDataError, UnsupportedTensorTypeError
 
 UPLOAD_CHUNK = 16 << 20
 
@@ -90,13 +90,13 @@ def upload_weight(
         raw = raw.view(np.uint8)
     raw = raw.reshape(-1)
     if raw.nbytes != n_rows * rb:
-        raise ValueError(f"{name}: {raw.nbytes} bytes given, {n_rows} rows x {rb} bytes = {n_rows * rb} expected")
+        raise TensorDataError(f"{name}: {raw.nbytes} bytes given, {n_rows} rows x {rb} bytes = {n_rows * rb} expected")
     limit = gpu.max_binding
     if max_window_bytes is not None:
         limit = min(limit, int(max_window_bytes))
     limit -= limit % 16  # the padded buffer must fit too
     if rb > limit:
-        raise ValueError(f"{name}: one row ({rb} bytes) is larger than a window ({limit} bytes)")
+        raise GpuLimitError(f"{name}: one row ({rb} bytes) is larger than a window ({limit} bytes)")
     rows_per_window = limit // rb
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
     windows = []

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from labkit.errors import UnsupportedArchitectureError
+from labkit.errors import TokenIdError, TokenizerError, UnsupportedArchitectureError
 
 # tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
 TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL = 0, 1, 2, 3
@@ -207,7 +207,7 @@ class GgufTokenizer:
         ids: list[int] = []
         if self.add_bos if add_bos is None else add_bos:
             if self.bos_id is None:
-                raise ValueError("this vocabulary has no BOS token")
+                raise TokenizerError("this vocabulary has no BOS token")
             ids.append(self.bos_id)
         for frag in self._partition(text, special):
             if isinstance(frag, int):
@@ -242,7 +242,7 @@ class GgufTokenizer:
             fragment = " " + fragment
         if self._missing_bytes and not self._missing_bytes.isdisjoint(fragment.encode()):
             bad = sorted(self._missing_bytes.intersection(fragment.encode()))
-            raise ValueError(
+            raise TokenizerError(
                 f"this vocabulary has no token for the byte(s) {', '.join(f'0x{b:02X}' for b in bad)} "
                 f"in {fragment!r} (llama.cpp cannot tokenize it either)"
             )
@@ -260,7 +260,7 @@ class GgufTokenizer:
 
     def _piece_bytes(self, id: int, special: bool) -> bytes:
         if not 0 <= id < self.vocab_size:
-            raise IndexError(f"token id {id} out of range for a vocabulary of {self.vocab_size}")
+            raise TokenIdError(f"token id {id} out of range for a vocabulary of {self.vocab_size}")
         attr = int(self.attrs[id])
         text = self.tokens[id]
         if attr & (ATTR_CONTROL | ATTR_UNKNOWN):
