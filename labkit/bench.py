@@ -18,6 +18,14 @@ GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "golden"
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident set. VmHWM, not getrusage: ru_maxrss survives exec, so a
+    child of a big process (pytest) would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

@@ -13,6 +13,11 @@ import numpy as np
 
 from labkit.errors import UnknownStageError
 
+# The bit pattern a debug run fills every output region with before the pass (a NaN payload that
+# no arithmetic produces); an element still holding it afterwards was never written. Defined here,
+# not in the GPU package, because data flows file → model → gpu → captures.
+POISON_BITS = 0x7FBADBAD
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -65,19 +70,38 @@ class Run:
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.captures:
             if name in self.stages:
-                raise UnknownStageError(f"stage {name!r} was not captured in this run (names filter)")
+                raise UnknownStageError(
+                    f"stage {name!r} was not captured in this run: a names filter left it out, or the selected "
+                    "variants do not compute it (a fused attn_ctx variant has no attention scores or probs)"
+                )
             raise UnknownStageError(f"unknown stage {name!r}; stages are e.g. {', '.join(self.stages[:6])}, ...")
         return self.captures[name]
 
     def __contains__(self, name: str) -> bool:
         return name in self.captures
 
+    @property
+    def debug(self) -> bool:
+        """A debug run: outputs were poisoned before the pass, so unwritten elements can be counted."""
+        return bool(self.unwritten)
+
+    def unwritten_count(self, a: np.ndarray) -> int:
+        """Elements of `a` (part of a capture of this run) still holding the poison pattern."""
+        a = np.asarray(a)
+        if not self.debug or a.dtype != np.float32:
+            return 0
+        return int(np.count_nonzero(np.ascontiguousarray(a).view(np.uint32) == POISON_BITS))
+
     def stats(self, name: str, pos: int | None = None) -> Stats:
-        """min/max/mean/std/rms and NaN/inf/unwritten counts, over all values or one position."""
+        """min/max/mean/std/rms and NaN/inf/unwritten counts, over all values or one position.
+
+        Unwritten elements are counted on debug runs only (a poison pattern needs poisoning first);
+        the poison is a NaN payload, so they are in `nan` too."""
         a = self[name]
         if pos is not None:
             a = a[:, pos] if a.ndim == 3 and name.endswith(("attn_scores", "attn_probs")) else a[pos]
-        a64 = np.asarray(a, dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: casting it raises the flag
+            a64 = np.asarray(a, dtype=np.float64)
         finite = a64[np.isfinite(a64)]
         if finite.size == 0:
             finite = np.zeros(1)
@@ -91,7 +115,7 @@ class Run:
             rms=float(np.sqrt(np.mean(finite**2))),
             nan=int(np.isnan(a64).sum()),
             inf=int(np.isinf(a64).sum()),
-            unwritten=int(self.unwritten.get(name, 0)) if pos is None else 0,
+            unwritten=int(self.unwritten[name]) if pos is None and name in self.unwritten else self.unwritten_count(a),
         )
 
     def logits(self, pos: int = -1) -> np.ndarray:

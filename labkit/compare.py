@@ -71,7 +71,8 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.rows)
+        """Every compared stage passed, and at least one stage was compared."""
+        return bool(self.rows) and all(r.passed for r in self.rows)
 
     @property
     def first_divergence(self) -> str | None:
@@ -88,6 +89,10 @@ class Comparison:
                 continue
             mark = "ok" if r.passed else "FAIL " + r.reason
             lines.append(f"{r.stage:28} {r.nmse:10.3e} {r.threshold:8.0e} {r.max_abs:10.3e}  {mark}")
+        if not self.rows:
+            lines.append("no stage compared: the runs have no captured stage in common")
+        if self.missing:
+            lines.append("not compared: " + ", ".join(self.missing))
         lines.append(f"first divergence: {self.first_divergence}")
         return "\n".join(lines)
 
@@ -98,9 +103,11 @@ class Comparison:
             f"<td>{'ok' if r.passed else 'FAIL ' + r.reason}</td></tr>"
             for r in self.rows
         )
+        missing = f"<p>not compared: {', '.join(self.missing)}</p>" if self.missing else ""
         return (
             f"<b>{self.a_engine} vs {self.b_engine}</b>: first divergence <code>{self.first_divergence}</code>"
             f"<table><tr><th>stage</th><th>nmse</th><th>thresh</th><th>max|a-b|</th><th></th></tr>{rows}</table>"
+            f"{missing}"
         )
 
     def to_dict(self) -> dict:
@@ -115,8 +122,9 @@ class Comparison:
 
 
 def compare_arrays(stage: str, a: np.ndarray, b: np.ndarray, threshold: float, unwritten: int = 0) -> StageComparison:
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it sets the flag
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape:
         return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
     fa, fb = np.isfinite(a), np.isfinite(b)

@@ -324,3 +324,29 @@ def test_compare_against_llamacpp_honours_engine(capsys, monkeypatch, byte_model
     out = capsys.readouterr().out
     assert code == 0 and calls == ["oracle"], out
     assert json.loads(out)
+
+
+def test_cases_and_variants_json():
+    p = labkit("cases", "--json")
+    assert p.returncode == 0, p.stderr
+    listed = json.loads(p.stdout)
+    assert {c["name"] for c in listed} >= {"q4k-sign", "sky-kaw", "lm-head-unwritten", "norm-cascade", "top-p-order"}
+    assert all(c["postmortem"] and c["model"] and c["fault"] for c in listed)
+    p = labkit("variants", "--json")
+    assert p.returncode == 0, p.stderr
+    docs = json.loads(p.stdout)
+    assert docs["rope"]["normal_pairs"] and docs["attn_ctx"]["tiled_streaming_count"]
+    assert set(docs) == set(variants())
+
+
+@pytest.mark.slow
+def test_case_from_the_command_line_exits_0_with_a_passed_report():
+    """`labkit case NAME --json`, end to end in a fresh process (the other cases run in test_cases.py)."""
+    p = labkit("case", "top-p-order", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    report = json.loads(p.stdout)
+    assert report["passed"] is True and report["name"] == "top-p-order"
+    assert report["first_divergence"] == report["expected_divergence"]
+    assert all(s["faulty"]["present"] and not s["fixed"]["present"] for s in report["symptoms"])
+    assert all(c["fixed"]["passed"] for c in report["checklist"])
+    assert_one_line_error(labkit("case", "no-such-case"), "no-such-case")

@@ -23,22 +23,43 @@ def test_every_stage_matches_reference_on_tiny(tiny_model, arch, fmt):
     assert not cmp.missing
 
 
-def test_stepped_and_batched_captures_are_bit_identical(tiny_model):
-    lab = labkit.open(tiny_model("gemma3", "Q4_K"))
+@pytest.mark.parametrize("variants", [{}, {"attn_ctx": "streaming"}], ids=["default", "streaming"])
+def test_stepped_and_batched_captures_are_bit_identical(tiny_model, variants):
+    """Under a fused attention variant the scores and probs are not computed: neither the batched
+    run nor the stepper may hand back (zero) arrays for them; asking the stepper is an error."""
+    lab = labkit.open(tiny_model("gemma3", "Q4_K"), variants=variants)
+    fused = bool(variants)
+    not_computed = {n for n in lab.stages if n.endswith(("attn_scores", "attn_probs"))} if fused else set()
     batched = lab.run(IDS)
+    assert set(batched.captures) == set(lab.stages) - not_computed
     st = lab.step(IDS)
     assert st.current is None
     first = st.next()
     assert first == "embed" and st.current == "embed"
-    st.run_to("blk.0.attn_probs")
-    assert st.current == "blk.0.attn_probs"
-    st.run_all()
-    for name in lab.stages:
+    if fused:
+        for name in ("blk.0.attn_probs", "blk.1.attn_scores"):
+            with pytest.raises(labkit.errors.UnknownStageError, match="streaming"):
+                st.run_to(name)
+            with pytest.raises(labkit.errors.UnknownStageError, match="does not"):
+                st[name]
+        assert st.current == "embed", "asking for a skipped stage must not run anything"
+        st.run_to("blk.0.attn_ctx")
+        assert st.current == "blk.0.attn_ctx"
+    else:
+        st.run_to("blk.0.attn_probs")
+        assert st.current == "blk.0.attn_probs"
+    ran = [st.current]
+    while not st.done:
+        ran.append(st.next())
+    assert not_computed.isdisjoint(ran)
+    assert set(st.captures) == set(batched.captures)
+    for name in batched.captures:
         a, b = batched[name], st[name]
         assert a.tobytes() == b.tobytes(), f"{name}: stepped and batched differ (max {np.abs(a - b).max()})"
         assert np.any(a != 0), f"{name}: capture is all zeros"
     stepped_run = lab.run(IDS, stepped=True)
-    assert all(stepped_run[n].tobytes() == batched[n].tobytes() for n in lab.stages)
+    assert set(stepped_run.captures) == set(batched.captures)
+    assert all(stepped_run[n].tobytes() == batched[n].tobytes() for n in batched.captures)
 
 
 def test_debug_mode_reports_zero_unwritten_and_catches_a_skipped_dispatch(tiny_model):
@@ -70,7 +91,7 @@ def test_names_filter_captures_only_what_is_asked(tiny_model):
         run["blk.0.q"]
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+@pytest.mark.parametrize("arch", ["gemma3", "llama", "qwen2"])
 def test_kv_cached_decode_matches_reference_decode(tiny_model, arch):
     lab = labkit.open(tiny_model(arch, "Q8_0"))
     gpu = lab.generate(IDS, max_new_tokens=6)
@@ -78,24 +99,28 @@ def test_kv_cached_decode_matches_reference_decode(tiny_model, arch):
     assert gpu.ids == ref.ids
 
 
-def test_decode_pass_stages_match_reference_with_cache(tiny_model):
-    """One decode step (T=1 after 9 cached positions, past the gemma window of 4) stage by stage."""
+@pytest.mark.parametrize("arch", ["gemma3", "llama", "qwen2"])
+def test_decode_pass_stages_match_reference_with_cache(tiny_model, arch):
+    """Decode steps (T=1 after 9 and 10 cached positions, past the gemma window of 4) stage by
+    stage, on the same KV history as the reference. qwen2's biased v goes into the cache at n_past."""
     from labkit.captures import Run
     from labkit.model.reference import KVCache
 
-    lab = labkit.open(tiny_model("gemma3", "Q5_0"))
+    lab = labkit.open(tiny_model(arch, "Q5_0"))
     ex = lab.executor
-    cache = ex.new_cache(len(IDS) + 1)
+    cache = ex.new_cache(len(IDS) + 2)
     ex.run_pass(IDS, cache, names=[])
-    dec = ex.run_pass([6], cache)
     rc = KVCache()
     lab.reference_engine.forward(IDS, rc, capture=[])
-    ref = lab.reference_engine.forward([6], rc)
-    a = Run(lab.name, "gpu", [6], lab.stages, dec.captures)
-    b = Run(lab.name, "reference", [6], lab.stages, ref)
-    cmp = labkit.compare(a, b)
-    assert cmp.passed, cmp.table(only_failed=True)
-    assert a["blk.0.attn_scores"].shape == (lab.config.n_heads, 1, len(IDS) + 1)
+    for tok in (6, 10):
+        dec = ex.run_pass([tok], cache, debug=True)
+        ref = lab.reference_engine.forward([tok], rc)
+        a = Run(lab.name, "gpu", [tok], lab.stages, dec.captures, unwritten=dec.unwritten)
+        b = Run(lab.name, "reference", [tok], lab.stages, ref)
+        cmp = labkit.compare(a, b)
+        assert cmp.passed and not cmp.missing, f"decode at n_past={rc.n_past - 1}:\n" + cmp.table(only_failed=True)
+        assert sum(dec.unwritten.values()) == 0, {k: v for k, v in dec.unwritten.items() if v}
+        assert a["blk.0.attn_scores"].shape == (lab.config.n_heads, 1, rc.n_past)
 
 
 def test_sampler_distribution_on_gpu_matches_host(tiny_model):
@@ -137,3 +162,96 @@ def test_real_model_gpu_matches_llamacpp_golden(model):
         gen = lab.generate(entry["tokens"], max_new_tokens=8)
         greedy_equal += gen.ids == entry["greedy"]
     assert greedy_equal >= 3, f"greedy 8-token continuations equal llama.cpp's on {greedy_equal}/{len(prompts)}"
+
+
+def test_logits_chunked_by_tokens_above_the_binding_limit(tiny_model):
+    """Gemma's logits are [T, 262144]: past ~128 tokens they exceed one 128 MiB storage binding.
+    Here a lowered limit (32 KiB) makes a tiny model's [9, 2048] logits (72 KiB) span several
+    bindings, with two weight windows: every (window, token chunk) pair is one dispatch."""
+    lab = labkit.open(tiny_model("llama", "Q8_0", vocab=2048), window_bytes=1024 * 272)
+    ex = lab.executor
+    ex.max_binding = 32 << 10
+    plans = ex.plan(len(IDS), ex.new_cache(len(IDS)), ex.embed_input(IDS))
+    logits = plans[-1]
+    n_windows = len(ex.weight("token_embd.weight").windows)
+    assert n_windows == 2 and logits.out.size * 4 > ex.max_binding
+    assert len(logits.dispatches) > n_windows and len(logits.dispatches) % n_windows == 0
+    run = lab.run(IDS, debug=True)
+    assert sum(run.unwritten.values()) == 0, {k: v for k, v in run.unwritten.items() if v}
+    cmp = labkit.compare(run, lab.reference(IDS))
+    assert cmp.passed and not cmp.missing, cmp.table(only_failed=True)
+    # the lm_head window filter still drops a whole weight window, across every token chunk
+    lab.use("lm_head", "skip_last_window")
+    bad = lab.run(IDS, debug=True)
+    last_rows = ex.weight("token_embd.weight").windows[-1].n_rows
+    assert bad.unwritten["logits"] == len(IDS) * last_rows
+    assert bad.stats("logits", pos=-1).unwritten == last_rows
+    assert bad.stats("logits", pos=0).unwritten == last_rows
+    assert bad.stats("output_norm", pos=-1).unwritten == 0
+
+
+def test_scores_above_the_binding_limit_raise_prompt_too_long(tiny_model):
+    """A non-matmul region above the binding limit (attn_scores [H, T, T] at thousands of tokens on
+    Gemma) is a typed PromptTooLongError that names the stage and the way out, not a GPU validation
+    error; the fused streaming attention does not materialize scores and runs."""
+    path = tiny_model("llama", "Q8_0")
+    ids = [int(i) for i in np.random.default_rng(0).integers(3, 512, 200)]
+    lab = labkit.open(path)
+    lab.executor.max_binding = 512 << 10  # scores: 4 x 200 x 200 x 4 bytes = 625 KiB
+    with pytest.raises(labkit.errors.PromptTooLongError) as e:
+        lab.run(ids)
+    msg = str(e.value)
+    assert "blk.0.attn_scores" in msg and "0.6 MiB" in msg and "200 tokens" in msg, msg
+    assert '"attn_ctx": "streaming"' in msg, msg
+    fused = labkit.open(path, variants={"attn_ctx": "streaming"})
+    fused.executor.max_binding = 512 << 10
+    run = fused.run(ids)
+    cmp = labkit.compare(run, fused.reference(ids))
+    assert cmp.passed, cmp.table(only_failed=True)
+    assert set(cmp.missing) == {n for n in fused.stages if n.endswith(("attn_scores", "attn_probs"))}
+
+
+def test_unknown_names_in_filter_raise(tiny_model):
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    for fn in (lab.run, lab.reference):
+        with pytest.raises(labkit.errors.UnknownStageError, match=r"blk\.0\.atn_probs.*nope|nope.*atn_probs"):
+            fn(IDS, names=["blk.0.attn_probs", "blk.0.atn_probs", "nope"])
+        assert set(fn(IDS, names=["logits"]).captures) == {"logits"}
+
+
+def test_stats_count_unwritten_per_position():
+    """Run.stats reads the poison pattern from the capture itself on a debug run, per position
+    (and per query position for attention maps)."""
+    from labkit.captures import POISON_BITS, Run
+
+    a = np.arange(3 * 5, dtype=np.float32).reshape(3, 5)
+    a.view(np.uint32)[1, [0, 3]] = POISON_BITS
+    a.view(np.uint32)[2, 4] = POISON_BITS
+    s = np.zeros((2, 3, 3), dtype=np.float32)
+    s.view(np.uint32)[1, 2, :2] = POISON_BITS
+    caps = {"x": a, "blk.0.attn_scores": s}
+    run = Run("m", "gpu", [1, 2, 3], list(caps), caps, unwritten={"x": 3, "blk.0.attn_scores": 2})
+    assert [run.stats("x", pos=p).unwritten for p in (0, 1, 2, -1)] == [0, 2, 1, 1]
+    assert run.stats("x").unwritten == 3
+    assert [run.stats("blk.0.attn_scores", pos=p).unwritten for p in range(3)] == [0, 0, 2]
+    # not a debug run (no poison was written): nothing can be called unwritten
+    plain = Run("m", "gpu", [1, 2, 3], list(caps), caps)
+    assert plain.stats("x", pos=1).unwritten == 0
+
+
+def test_compare_with_nothing_in_common_does_not_pass():
+    from labkit.captures import Run
+
+    x = np.ones((2, 4), np.float32)
+    a = Run("m", "gpu", [1, 2], ["embed", "logits"], {"embed": x})
+    b = Run("m", "reference", [1, 2], ["embed", "logits"], {"logits": x})
+    cmp = labkit.compare(a, b)
+    assert not cmp.rows and not cmp.passed and cmp.missing == ["embed", "logits"]
+    assert "not compared: embed, logits" in cmp.table()
+    assert cmp.to_dict()["passed"] is False
+    b.captures["embed"] = x
+    cmp = labkit.compare(a, b)
+    assert cmp.passed and cmp.missing == ["logits"]
+    assert "not compared: logits" in cmp.table() and "not compared" not in cmp.table().replace(
+        "not compared: logits", ""
+    )

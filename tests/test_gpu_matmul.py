@@ -1,6 +1,7 @@
 """GPU core and quantized matmul kernels, on the real wgpu device, against numpy.
 
-Every format gets fresh random GGUF bytes (seeded; the seed is in every failure message;
+Every format gets fresh random GGUF bytes (a fresh entropy seed per session, SEED below, plus a
+per-case offset; the seed is in every failure message;
 f16 scale fields are random finite halves) and random activations. The GPU result is
 compared with (a) gguf.quants.dequantize(raw) @ x in float64, the independent oracle, and
 (b) labkit.model.dequant.dequantize(raw) @ x when that module is importable.
@@ -16,6 +17,7 @@ import wgpu
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
+import labkit.gpu.matmul as matmul_mod
 from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
@@ -29,6 +31,7 @@ except ImportError:  # written by someone else; skip that half of the check unti
     labkit_dequantize = None
 
 Q = GGMLQuantizationType
+SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
 # byte offsets of the f16 fields in each block (scales that must be finite, non-NaN)
@@ -167,7 +170,7 @@ def shape_for(qtype: Q) -> tuple[int, int]:
 @pytest.mark.parametrize("qtype", FORMATS, ids=lambda q: q.name)
 def test_matmul_format(gpu, qtype, driver):
     n_rows, n_cols = shape_for(qtype)
-    seed = 1000 * int(qtype) + (7 if driver == "row" else 11)
+    seed = SEED + 1000 * int(qtype) + (7 if driver == "row" else 11)
     # T at the tile edges; windows of 5 rows (row0 offsets); strided, offset X and Y
     run_case(gpu, qtype, n_rows, n_cols, 1, seed, driver)
     run_case(gpu, qtype, n_rows, n_cols, 3, seed + 1, driver, window_rows=5, offsets=True)
@@ -180,9 +183,9 @@ def test_matmul_odd_row_bytes_alignment(gpu):
     for i, qtype in enumerate([Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q6_K]):
         block = GGML_QUANT_SIZES[qtype][0]
         T = 6 if i % 2 else 2  # 6: the tile's tokens 4..7 branch with a clamped token
-        run_case(gpu, qtype, 9, block, T, 77 + i, "row", window_rows=3, offsets=True)
-    run_case(gpu, Q.F32, 5, 1, 3, 90, "row")
-    run_case(gpu, Q.F16, 7, 3, 9, 91, "wg_reduce", offsets=True)
+        run_case(gpu, qtype, 9, block, T, SEED + 77 + i, "row", window_rows=3, offsets=True)
+    run_case(gpu, Q.F32, 5, 1, 3, SEED + 90, "row")
+    run_case(gpu, Q.F16, 7, 3, 9, SEED + 91, "wg_reduce", offsets=True)
 
 
 def test_grid():
@@ -200,7 +203,8 @@ def test_grid():
 
 def test_matmul_2d_grid(gpu):
     """More than 65 535 workgroups: the linear id spans wid.y, and stray ids return."""
-    rng = np.random.default_rng(5)
+    seed = SEED + 5
+    rng = np.random.default_rng(seed)
     # wg_reduce: one workgroup per row; 70 001 rows of K=4 F32
     n_rows, n_cols = 70_001, 4
     raw = rng.standard_normal(n_rows * n_cols).astype(np.float32).view(np.uint8)
@@ -212,7 +216,7 @@ def test_matmul_2d_grid(gpu):
     assert ds[0].workgroups[1] == 2
     submit(gpu, ds)
     want = raw.view(np.float32).reshape(n_rows, n_cols).astype(np.float64) @ x
-    check_close(read_f32(gpu, yb)[:n_rows], want, "2-D grid wg_reduce seed=5", 1e-12)
+    check_close(read_f32(gpu, yb)[:n_rows], want, f"2-D grid wg_reduce seed={seed}", 1e-12)
     # row-per-thread driver: 256 rows per workgroup, 8 tokens per tile; 3 rows and
     # 65 536 token tiles (T = 524 281, K = 1) need a 2-D grid
     n_rows, T = 3, 8 * 65_535 + 1
@@ -225,26 +229,27 @@ def test_matmul_2d_grid(gpu):
     assert ds[0].workgroups[1] == 2
     submit(gpu, ds)
     got = read_f32(gpu, yb)[: T * n_rows].reshape(T, n_rows)
-    assert np.array_equal(got, x[:, None] * w3[None, :]), "2-D grid row driver seed=5"
+    assert np.array_equal(got, x[:, None] * w3[None, :]), f"2-D grid row driver seed={seed}"
 
 
 def test_upload_windows(gpu, tmp_path):
     """Windows split by rows, each buffer padded to 16 and within the limit; bytes unchanged;
     a read-only memmap source works."""
-    rng = np.random.default_rng(3)
+    seed = SEED + 3
+    rng = np.random.default_rng(seed)
     n_rows, n_cols = 23, 64
     raw = random_weight(rng, Q.Q8_0, n_rows, n_cols)  # 68-byte rows
     path = tmp_path / "w.bin"
     raw.tofile(path)
     mm = np.memmap(path, dtype=np.uint8, mode="r")
     w = upload_weight(gpu, "w", mm, int(Q.Q8_0), n_rows, n_cols, max_window_bytes=300)
-    assert w.row_bytes == 68 and [x.n_rows for x in w.windows] == [4] * 5 + [3]
-    assert [x.first_row for x in w.windows] == [0, 4, 8, 12, 16, 20]
+    assert w.row_bytes == 68 and [x.n_rows for x in w.windows] == [4] * 5 + [3], f"seed={seed}"
+    assert [x.first_row for x in w.windows] == [0, 4, 8, 12, 16, 20], f"seed={seed}"
     got = b""
     for win in w.windows:
-        assert win.buffer.size % 16 == 0 and win.buffer.size <= 300
+        assert win.buffer.size % 16 == 0 and win.buffer.size <= 300, f"seed={seed}"
         got += bytes(gpu.queue.read_buffer(win.buffer))[: win.n_rows * 68]
-    assert got == raw.tobytes()
+    assert got == raw.tobytes(), f"uploaded bytes differ (seed={seed})"
     with pytest.raises(ValueError):
         upload_weight(gpu, "w", raw[:-2], int(Q.Q8_0), n_rows, n_cols)
 
@@ -354,7 +359,8 @@ def test_opengl_only_is_refused():
 def test_time_gemma_unembedding(gpu):
     """262144 x 640 Q8_0 matvec (Gemma 3's tied embedding as lm_head); printed, not asserted."""
     n_rows, n_cols = 262_144, 640
-    rng = np.random.default_rng(0)
+    seed = SEED
+    rng = np.random.default_rng(seed)
     raw = random_weight(rng, Q.Q8_0, n_rows, n_cols)
     t0 = time.perf_counter()
     weight = upload_weight(gpu, "token_embd", raw, int(Q.Q8_0), n_rows, n_cols)
@@ -373,8 +379,100 @@ def test_time_gemma_unembedding(gpu):
     print(
         f"\n262144x640 Q8_0 matvec (row-per-thread, {len(ds)} windows): {dt * 1e3:.0f} ms; upload {t_up * 1e3:.0f} ms"
     )
-    # spot-check a few rows against the oracle
-    idx = np.array([0, 1, 131_071, 131_072, 262_143])
+    # spot-check rows against the oracle, at both sides of the window split: wherever the
+    # binding limit puts it (197 379 rows of 680 bytes fit in 128 MiB), not at the half
+    w0, w1 = weight.windows
+    last0, first1 = w0.first_row + w0.n_rows - 1, w1.first_row
+    assert first1 == last0 + 1 and w1.first_row + w1.n_rows == n_rows
+    assert w0.n_rows * weight.row_bytes <= gpu.max_binding < (w0.n_rows + 1) * weight.row_bytes
+    idx = np.array([0, 1, last0 - 1, last0, first1, first1 + 1, n_rows - 1])
     rows = raw.reshape(n_rows, -1)[idx]
     want = gguf_dequantize(rows, Q.Q8_0).astype(np.float64) @ x
-    check_close(y[idx], want, "gemma-size Q8_0 seed=0", 1e-9)
+    check_close(y[idx], want, f"gemma-size Q8_0 rows {idx.tolist()} seed={seed}", 1e-9)
+
+
+@pytest.mark.parametrize("driver", ["row", "wg_reduce"])
+def test_matmul_token_chunks_within_max_binding(gpu, monkeypatch, driver):
+    """X/Y bigger than one storage binding (Gemma's [T, 262144] logits past ~128 tokens): tokens are
+    split into chunks whose bindings fit, bound at 256-aligned byte offsets with the remainder in
+    x_offset/y_offset. Odd T, a non-zero y_offset, every chunk edge, and two weight windows."""
+    bound: list[tuple] = []
+    real_bind = matmul_mod.bind
+
+    def spy(gpu_, pipeline, buffers, group=0):
+        bound.append(tuple(buffers[1:3]))
+        return real_bind(gpu_, pipeline, buffers, group)
+
+    monkeypatch.setattr(matmul_mod, "bind", spy)
+    qtype, n_rows, n_cols = Q.Q8_0, 67, 96
+    for i, (T, limit) in enumerate([(37, 1024), (9, 2048), (31, 700), (5, 10_000)]):
+        seed = SEED + 200 + i
+        rng = np.random.default_rng(seed)
+        raw = random_weight(rng, qtype, n_rows, n_cols)
+        weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=40 * (raw.nbytes // n_rows))
+        assert len(weight.windows) == 2
+        x_off, x_stride = 5 + 64 * i, n_cols + 3
+        y_off, y_stride = 301 + 7 * i, n_rows + 2  # 301 floats: not a 256-byte boundary
+        what = f"T={T} max_binding={limit} driver={driver} x_off={x_off} y_off={y_off} seed={seed}"
+        x = rng.standard_normal(x_off + T * x_stride).astype(np.float32)
+        sentinel = np.float32(-12345.0)
+        y0 = np.full(y_off + T * y_stride + 3, sentinel, dtype=np.float32)
+        xb, yb = storage(gpu, x), storage(gpu, y0)
+        bound.clear()
+        src = matmul_source(int(qtype), driver=driver)
+        ds = prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=limit)
+        chunked = yb.size > limit or xb.size > limit
+        assert chunked == (len(ds) > len(weight.windows)), what
+        for b in (b for pair in bound for b in pair):
+            if isinstance(b, tuple):
+                buf, offset, size = b
+                assert offset % 256 == 0 and size % 4 == 0 and size <= limit, f"{what}: bound {offset}+{size}"
+                assert offset + size <= buf.size, what
+            else:
+                assert b.size <= limit, f"{what}: {b.size}-byte buffer bound whole"
+        submit(gpu, ds)
+        y = read_f32(gpu, yb)[: y0.size]
+        xs = np.stack([x[x_off + t * x_stride : x_off + t * x_stride + n_cols] for t in range(T)])
+        got = np.stack([y[y_off + t * y_stride : y_off + t * y_stride + n_rows] for t in range(T)])
+        mask = np.ones(y0.size, bool)
+        for t in range(T):
+            mask[y_off + t * y_stride : y_off + t * y_stride + n_rows] = False
+        assert np.all(y[mask] == sentinel), f"{what}: wrote outside its output"
+        for name, w in oracles(raw, qtype, n_rows, n_cols):
+            check_close(got, xs.astype(np.float64) @ w.T, f"{what} vs {name}", 1e-9)
+    # no chunk at all: one row of Y plus the alignment slack must fit
+    with pytest.raises(ValueError, match="does not fit"):
+        prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=256)
+
+
+def test_token_chunks_edges():
+    """Chunk arithmetic: the spans tile the tokens exactly, each within the limit, maximal."""
+    from labkit.gpu.matmul import token_chunks
+
+    class Buf:
+        def __init__(self, size):
+            self.size = size
+
+    rng = np.random.default_rng(SEED)
+    for _ in range(200):
+        T, K, N = int(rng.integers(1, 50)), int(rng.integers(1, 40)), int(rng.integers(1, 300))
+        xs, ys = K + int(rng.integers(0, 5)), N + int(rng.integers(0, 5))
+        xo, yo = int(rng.integers(0, 500)), int(rng.integers(0, 500))
+        x, y = Buf(4 * (xo + (T - 1) * xs + K)), Buf(4 * (yo + (T - 1) * ys + N) + 16)
+        limit = 4 * int(rng.integers(max(N, K) + 64, 4 * (max(N, K) + 64)))  # any row fits at any phase
+        what = f"T={T} K={K} N={N} strides={xs},{ys} offsets={xo},{yo} limit={limit} seed={SEED}"
+        chunks = token_chunks(T, x, xo, xs, K, y, yo, ys, N, limit)
+        assert [c.t0 for c in chunks] == list(np.cumsum([0] + [c.n for c in chunks[:-1]])), what
+        assert sum(c.n for c in chunks) == T, what
+        for c in chunks:
+            full = False  # one more token would overflow a binding
+            for b, off, stride, width, base_off in ((c.y, c.y_offset, ys, N, yo), (c.x, c.x_offset, xs, K, xo)):
+                if isinstance(b, tuple):
+                    _, start, size = b
+                    assert start % 256 == 0 and size <= limit, what
+                    assert start // 4 + off == base_off + c.t0 * stride, what  # same first element
+                    assert size == 4 * (off + (c.n - 1) * stride + width), what
+                    full |= 4 * (off + c.n * stride + width) > limit
+                else:
+                    assert b.size <= limit and off == base_off + c.t0 * stride, what
+            assert full or c is chunks[-1], f"{what}: chunk {c.t0}+{c.n} could take another token"

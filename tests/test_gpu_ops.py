@@ -205,3 +205,18 @@ def test_scale(gpu):
     y = empty(gpu, x.size)
     launch(gpu, "embed", [buf(gpu, x), y], "<IfII", (x.size, np.float32(25.298), 0, 0), -(-x.size // 64))
     assert np.array_equal(read(gpu, y, x.size), x * np.float32(25.298))
+
+
+def test_add_writes_at_output_offset(gpu):
+    """The third Params field places the sum inside a bigger buffer (qwen2's biased v goes into the
+    KV cache at n_past * kv_dim); nothing before or after it is touched."""
+    r = rng()
+    width, rows, y_off = 96, 3, 7 * 96 + 5
+    a = r.standard_normal(rows * width).astype(np.float32)
+    bias = r.standard_normal(width).astype(np.float32)
+    y = empty(gpu, y_off + a.size + 11, fill=-7.0)
+    launch(gpu, "add", [buf(gpu, a), buf(gpu, bias), y], "<IIII", (a.size, width, y_off, 0), -(-a.size // 64))
+    got = read(gpu, y, y_off + a.size + 11)
+    assert np.all(got[:y_off] == -7.0) and np.all(got[y_off + a.size :] == -7.0), f"add wrote outside (seed {SEED})"
+    want = a + np.tile(bias, rows)
+    assert np.array_equal(got[y_off : y_off + a.size], want), f"add at offset {y_off} differs (seed {SEED})"

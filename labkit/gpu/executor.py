@@ -5,6 +5,13 @@ cache), so nothing is overwritten within a pass: captures are plain copies
 recorded at the end of the same command encoder, and a batched run reads back
 exactly what a stepped run reads. In debug mode every output region is filled
 with a poison bit pattern before the pass; poison left afterwards is "unwritten".
+Stages a fused attention variant does without (scores, probs) are `skipped`: they get
+a placeholder buffer, no dispatch, and are never captured.
+
+Matmuls bind X and Y per chunk of tokens when a buffer is bigger than one storage
+binding (Gemma's [T, 262144] logits); every other kernel binds its buffers whole, so a
+region above the limit (attn_scores [H, T, T] at thousands of tokens) is a
+PromptTooLongError at plan time, not a GPU validation error.
 
 Because regions outlive the pass, a re-run of the same tokens after a variant
 switch re-records only the stages from the first one the switch affects.
@@ -19,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from labkit.errors import UnknownStageError
+from labkit.captures import POISON_BITS  # defined with the captures that report it; re-exported here
+from labkit.errors import PromptTooLongError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
 from labkit.gpu.matmul import prepare_matmul
@@ -31,7 +39,6 @@ from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 
-POISON_BITS = 0x7FBADBAD  # a NaN payload that no arithmetic produces
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 ACT_CODES = {"gelu_tanh": 0, "silu": 1}
 Patch = Callable[[np.ndarray, str], np.ndarray]
@@ -99,6 +106,7 @@ class GpuExecutor:
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
         self.upload_seconds = 0.0
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
+        self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
 
     # ----- weights
     def weight(self, name: str) -> GpuWeight:
@@ -162,8 +170,48 @@ class GpuExecutor:
             fams += ["lm_head"]
         return tuple((f, self.variants.get(f, "default")) for f in fams)
 
+    @property
+    def binding_limit(self) -> int:
+        """Bytes one storage binding may span: the device's limit, or the lower `max_binding`."""
+        limit = self.gpu.max_binding
+        return limit if self.max_binding is None else min(limit, int(self.max_binding))
+
     def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
-        return self.device.create_buffer(size=max(16, (4 * n_floats + 15) & ~15), usage=STORAGE, label=label)
+        size = max(16, (4 * n_floats + 15) & ~15)
+        max_size = int(self.gpu.limits.get("max-buffer-size", size))
+        if size > max_size:
+            raise PromptTooLongError(
+                f"{label}: needs a {_mib(size)} buffer, above this device's max-buffer-size of {_mib(max_size)}; "
+                "run a shorter prompt"
+            )
+        return self.device.create_buffer(size=size, usage=STORAGE, label=label)
+
+    def _check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
+        """PromptTooLongError when a kernel would bind `nbytes` whole, above the binding limit."""
+        limit = self.binding_limit
+        if nbytes <= limit:
+            return
+        stage = label.split(".", 2)[-1] if label.startswith("blk.") else label
+        hint = (
+            ' Use variants={"attn_ctx": "streaming"} (or lab.use("attn_ctx", "streaming")): fused attention'
+            " does not materialize the scores and probabilities."
+            if stage in ("attn_scores", "attn_probs")
+            else " Run a shorter prompt."
+        )
+        raise PromptTooLongError(
+            f"{label}: {what or 'its output'} takes {_mib(nbytes)} for {shape.T} tokens"
+            f"{f' after {shape.n_past} cached' if shape.n_past else ''}, above this device's "
+            f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
+        )
+
+    def _region(self, st: Stage, shape_: tuple[int, ...], pass_shape: PassShape, skipped: bool = False) -> Region:
+        """A fresh output region for a non-matmul stage: checked against the binding limit before it
+        is allocated. A skipped stage gets a placeholder (nothing reads or writes it)."""
+        n = int(np.prod(shape_))
+        if skipped:
+            return Region(self.buffer(4, st.name + ".skipped"), 0, shape_)
+        self._check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape_)}")
+        return Region(self.buffer(n, st.name), 0, shape_)
 
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim
@@ -199,9 +247,9 @@ class GpuExecutor:
                 plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
                 continue
             P = st.params
-            skipped = False
+            skipped = fused and st.op in ("attn_scores", "softmax")  # the fused kernel does without
             if st.op == "embed":
-                out = Region(self.buffer(T * cfg.d_model, st.name), 0, (T, cfg.d_model))
+                out = self._region(st, (T, cfg.d_model), shape)
                 dsp = [
                     self._simple(
                         "embed",
@@ -215,7 +263,7 @@ class GpuExecutor:
                 ]
             elif st.op == "rmsnorm":
                 x = regions[st.inputs[0]]
-                out = Region(self.buffer(x.size, st.name), 0, x.shape)
+                out = self._region(st, x.shape, shape)
                 n_groups = x.size // P["group"]
                 dsp = [
                     self._simple(
@@ -235,7 +283,7 @@ class GpuExecutor:
                 if st.kind == "k_rope":  # roped keys go straight into the cache
                     out = Region(cache.k[st.layer], n_past * cfg.kv_dim, x.shape)
                 else:
-                    out = Region(self.buffer(x.size, st.name), 0, x.shape)
+                    out = self._region(st, x.shape, shape)
                 vals = (
                     T,
                     P["n_heads"],
@@ -253,46 +301,52 @@ class GpuExecutor:
                 ]
             elif st.op == "attn_scores":
                 q = regions[st.inputs[0]]
-                out = Region(self.buffer(P["n_heads"] * T * n_keys, st.name), 0, (P["n_heads"], T, n_keys))
+                out = self._region(st, (P["n_heads"], T, n_keys), shape, skipped)
                 vals = (T, n_keys, n_past, P["n_heads"], P["n_kv_heads"], P["head_dim"], P["window"] or 0, P["scale"])
-                dsp = [
-                    self._simple(
-                        "attn_scores",
-                        shape,
-                        [q.buffer, cache.k[st.layer], out.buffer],
-                        "<IIIIIIIf",
-                        vals,
-                        grid(-(-out.size // 64)),
-                        st.name,
-                    )
-                ]
-                skipped = fused
+                dsp = (
+                    []
+                    if skipped
+                    else [
+                        self._simple(
+                            "attn_scores",
+                            shape,
+                            [q.buffer, cache.k[st.layer], out.buffer],
+                            "<IIIIIIIf",
+                            vals,
+                            grid(-(-out.size // 64)),
+                            st.name,
+                        )
+                    ]
+                )
             elif st.op == "softmax":
                 x = regions[st.inputs[0]]
-                out = Region(self.buffer(x.size, st.name), 0, x.shape)
+                out = self._region(st, x.shape, shape, skipped)
                 n = x.shape[-1]
-                dsp = [
-                    self._simple(
-                        "softmax",
-                        shape,
-                        [x.buffer, out.buffer],
-                        "<IIII",
-                        (x.size // n, n, 0, 0),
-                        grid(x.size // n),
-                        st.name,
-                    )
-                ]
-                skipped = fused
+                dsp = (
+                    []
+                    if skipped
+                    else [
+                        self._simple(
+                            "softmax",
+                            shape,
+                            [x.buffer, out.buffer],
+                            "<IIII",
+                            (x.size // n, n, 0, 0),
+                            grid(x.size // n),
+                            st.name,
+                        )
+                    ]
+                )
             elif st.op == "attn_ctx":
-                out = Region(self.buffer(T * cfg.q_dim, st.name), 0, (T, P["n_heads"] * P["head_dim"]))
+                out = self._region(st, (T, P["n_heads"] * P["head_dim"]), shape)
                 dsp = [self._plan_attn_ctx(st, regions, cache, out, shape, fused)]
             elif st.op == "add":
                 a, b = regions[st.inputs[0]], regions[st.inputs[1]]
-                out = Region(self.buffer(a.size, st.name), 0, a.shape)
+                out = self._region(st, a.shape, shape)
                 dsp = [self._add(a.buffer, b.buffer, out.buffer, a.size, b.size, st.name, shape)]
             elif st.op == "glu":
                 g, up = regions[st.inputs[0]], regions[st.inputs[1]]
-                out = Region(self.buffer(g.size, st.name), 0, g.shape)
+                out = self._region(st, g.shape, shape)
                 dsp = [
                     self._simple(
                         "glu",
@@ -320,12 +374,17 @@ class GpuExecutor:
         workgroups: tuple[int, int, int],
         label: str,
     ) -> Dispatch:
-        """One dispatch of a family's kernel: buffers bound in order, then a fresh uniform."""
+        """One dispatch of a family's kernel: buffers bound whole in order, then a fresh uniform.
+        A buffer above the binding limit is a PromptTooLongError naming the stage (`label`)."""
+        for b in buffers:
+            self._check_binding(label, b.size, shape, f"a {family} operand ({b.label or 'buffer'})")
         pipe = self.pipeline(family, shape)
         return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, uniform(self.gpu, fmt, *vals)]), workgroups, label)
 
-    def _add(self, a, b, out, n: int, period: int, label: str, shape: PassShape) -> Dispatch:
-        return self._simple("add", shape, [a, b, out], "<IIII", (n, period, 0, 0), grid(-(-n // 64)), label)
+    def _add(self, a, b, out, n: int, period: int, label: str, shape: PassShape, out_offset: int = 0) -> Dispatch:
+        """out[out_offset + i] = a[i] + b[i % period] for i < n (offsets in floats)."""
+        vals = (n, period, out_offset, 0)
+        return self._simple("add", shape, [a, b, out], "<IIII", vals, grid(-(-n // 64)), label)
 
     def _plan_attn_ctx(
         self, st: Stage, regions: dict[str, Region], cache: GpuKVCache, out: Region, shape: PassShape, fused: bool
@@ -374,6 +433,7 @@ class GpuExecutor:
             out = Region(self.buffer(rows_T * N, st.name), 0, (rows_T, N))
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
         src = self.variant(self.family(st)).source(PassShape(T, cache.n_past))
+        keep = self.variant("lm_head").window_filter if st.name == "logits" else None
         dsp = prepare_matmul(
             self.gpu,
             w,
@@ -385,17 +445,13 @@ class GpuExecutor:
             y_offset=target.offset,
             y_stride=N,
             source=src,
+            max_binding=self.binding_limit,
+            window_filter=keep,  # per weight window, whatever the token chunks
         )
-        if st.name == "logits":
-            keep = self.variant("lm_head").window_filter
-            if keep is not None:
-                dsp = [d for i, d in enumerate(dsp) if keep(i, len(dsp))]
-        if st.bias:
-            dsp.append(
-                self._add(
-                    target.buffer, self.vector(st.bias), out.buffer, rows_T * N, N, st.name, PassShape(T, cache.n_past)
-                )
-            )
+        if st.bias:  # the biased output may live inside the cache (v at n_past): pass its offset
+            shape = PassShape(T, cache.n_past)
+            bias = self.vector(st.bias)
+            dsp.append(self._add(target.buffer, bias, out.buffer, rows_T * N, N, st.name, shape, out.offset))
         return out, dsp
 
     # ----- running
@@ -427,9 +483,18 @@ class GpuExecutor:
         t0 = time.perf_counter()
         T = len(ids)
         patch = dict(patch or {})
-        unknown = [n for n in patch if n not in {s.name for s in self.graph}]
+        known = {s.name for s in self.graph}
+        unknown = [n for n in patch if n not in known]
         if unknown:
             raise UnknownStageError(f"cannot patch unknown stage(s): {', '.join(unknown)}")
+        if names is not None:
+            names = list(names)
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise UnknownStageError(
+                    f"names filter has unknown stage(s): {', '.join(unknown)}; stages are e.g. "
+                    f"{', '.join(s.name for s in self.graph[:6])}, ..."
+                )
         start, recomputed_from = 0, None
         if previous is not None and not debug and not patch:
             cache.n_past -= T  # the previous pass advanced it
@@ -442,11 +507,18 @@ class GpuExecutor:
             plans = self.plan(T, cache, self.embed_input(ids), last_logits_only)
         if start < len(plans):
             recomputed_from = plans[start].stage.name
+        not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
+        if not_run:
+            raise UnknownStageError(
+                f"cannot patch {', '.join(not_run)}: the selected attn_ctx variant "
+                f"{self.variants.get('attn_ctx', 'default')!r} does not compute it"
+            )
         want = {p.stage.name for p in plans} if names is None else set(names)
         captured = [p for p in plans if (p.stage.name in want or debug) and not p.skipped]
         if debug:
             for p in plans:
-                poison_region(self.device, p.out)
+                if not p.skipped:
+                    poison_region(self.device, p.out)
         t1 = time.perf_counter()
         todo = plans[start:]
         stage_ms: dict[str, float] = {}
@@ -495,6 +567,10 @@ class GpuExecutor:
         if new.shape != cur.shape:
             raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
         self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
 
 
 def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:

@@ -2,17 +2,20 @@
 
 A matmul module is composed from three kernel files (see the top of kernels/matmul.wgsl
 for the driver interface): common.wgsl + quant_<fmt>.wgsl + a driver. `prepare_matmul`
-returns one `Dispatch` per weight window; record them with `labkit.gpu.dispatch.encode`.
+returns one `Dispatch` per weight window (and per token chunk when X or Y is bigger than one
+storage binding); record them with `labkit.gpu.dispatch.encode`.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gguf import GGMLQuantizationType
 
-from labkit.errors import UnsupportedTensorTypeError
+from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
 from labkit.gpu.shader import compile_pipeline, compose
 from labkit.gpu.weights import GpuWeight
@@ -85,6 +88,74 @@ def _qk(source: str) -> int:
     return _const(source, "QK", 1)
 
 
+OFFSET_ALIGN = 256  # WebGPU's default min-storage-buffer-offset-alignment (lavapipe: 32)
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """Tokens [t0, t0 + n) of a matmul, with X and Y bound as (buffer, byte offset, byte size) or whole.
+
+    x_offset/y_offset are in floats, relative to the start of the binding."""
+
+    t0: int
+    n: int
+    x: Any
+    x_offset: int
+    y: Any
+    y_offset: int
+
+
+def _fit(limit: int, rem: int, stride: int, width: int, n_max: int) -> int:
+    """The most tokens t <= n_max whose span 4 * (rem + (t - 1) * stride + width) fits in limit bytes."""
+    room = limit // 4 - rem - width
+    if room < 0:
+        return 0
+    return n_max if stride <= 0 else min(n_max, room // stride + 1)
+
+
+def token_chunks(
+    T: int,
+    x: Any,
+    x_offset: int,
+    x_stride: int,
+    K: int,
+    y: Any,
+    y_offset: int,
+    y_stride: int,
+    N: int,
+    limit: int,
+    align: int = OFFSET_ALIGN,
+) -> list[TokenChunk]:
+    """Split T tokens so that every X and Y binding fits in `limit` bytes.
+
+    A buffer no larger than the limit is bound whole (one chunk when both are). Otherwise each
+    chunk binds the buffer from its first element's byte offset, aligned down to `align`,
+    to its last element, and the remainder becomes the chunk's x_offset/y_offset."""
+    if x.size <= limit and y.size <= limit:
+        return [TokenChunk(0, T, x, x_offset, y, y_offset)]
+    out, t0 = [], 0
+    while t0 < T:
+        n = T - t0
+        xo, yo = x_offset + t0 * x_stride, y_offset + t0 * y_stride
+        x_base = y_base = 0
+        if x.size > limit:
+            x_base = (4 * xo) // align * align
+            n = _fit(limit, xo - x_base // 4, x_stride, K, n)
+        if y.size > limit:
+            y_base = (4 * yo) // align * align
+            n = _fit(limit, yo - y_base // 4, y_stride, N, n)
+        if n < 1:
+            raise GpuLimitError(
+                f"one token's X row ({4 * K} bytes) or Y row ({4 * N} bytes) does not fit a "
+                f"{limit}-byte storage binding at a {align}-byte aligned offset"
+            )
+        xb = x if x.size <= limit else (x, x_base, 4 * (xo - x_base // 4 + (n - 1) * x_stride + K))
+        yb = y if y.size <= limit else (y, y_base, 4 * (yo - y_base // 4 + (n - 1) * y_stride + N))
+        out.append(TokenChunk(t0, n, xb, xo - x_base // 4, yb, yo - y_base // 4))
+        t0 += n
+    return out
+
+
 def prepare_matmul(
     gpu: Any,
     weight: GpuWeight,
@@ -96,8 +167,17 @@ def prepare_matmul(
     y_offset: int = 0,
     y_stride: int | None = None,
     source: str | None = None,
+    max_binding: int | None = None,
+    window_filter: Callable[[int, int], bool] | None = None,
 ) -> list[Dispatch]:
-    """One dispatch per window computing Y[y_offset + t*y_stride + n] for all rows n, t < T."""
+    """Dispatches computing Y[y_offset + t*y_stride + n] for all rows n, t < T: one per weight
+    window and token chunk.
+
+    X and Y are bound whole when they fit in max-storage-buffer-binding-size (`max_binding`, at
+    most the device's, lowers it: tests use it to force chunking). A bigger buffer (Gemma's logits
+    are [T, 262144]: 1 MiB per token) is bound per chunk of tokens, at offsets aligned to
+    max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
+    windows that get dispatched (the lm_head variants); all by default."""
     fmt = format_name(weight.ggml_type)
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
@@ -115,14 +195,26 @@ def prepare_matmul(
     qk = _qk(source)
     if qk > 4 and K % qk:
         raise UnsupportedTensorTypeError(f"{weight.name}: K={K} is not a multiple of {qk}")
+    limit = gpu.max_binding if max_binding is None else min(int(max_binding), gpu.max_binding)
+    limit -= limit % 4
+    align = max(OFFSET_ALIGN, int(gpu.limits.get("min-storage-buffer-offset-alignment", OFFSET_ALIGN)))
+    try:
+        chunks = token_chunks(T, x, x_offset, x_stride, K, y, y_offset, y_stride, N, limit, align)
+    except GpuLimitError as e:
+        raise GpuLimitError(f"{weight.name}: {e}") from None
     rows_per_wg, tokens_per_wg = driver_geometry(source)
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{fmt}")
-    tiles = -(-T // tokens_per_wg)
+    windows = weight.windows
+    if window_filter is not None:
+        windows = [w for i, w in enumerate(windows) if window_filter(i, len(windows))]
     out = []
-    for w in weight.windows:
-        params = uniform(gpu, PARAMS_FMT, K, w.n_rows, T, w.first_row, x_offset, x_stride, y_offset, y_stride)
-        bg = bind(gpu, pipeline, [w.buffer, x, y, params])
-        n_wg = -(-w.n_rows // rows_per_wg) * tiles
-        label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"
-        out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label))
+    for w in windows:
+        for c in chunks:
+            params = uniform(gpu, PARAMS_FMT, K, w.n_rows, c.n, w.first_row, c.x_offset, x_stride, c.y_offset, y_stride)
+            bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params])
+            n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
+            label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"
+            if len(chunks) > 1:
+                label += f" tokens[{c.t0}:{c.t0 + c.n}]"
+            out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label))
     return out

@@ -2,6 +2,9 @@
 
 Same plan and kernels as the batched pass, so `st[name]` equals the batched
 capture bit for bit (tests check this); useful to watch a pass unfold.
+Stages the plan skips (attention scores and probabilities under a fused attn_ctx
+variant such as "streaming") are never run nor read back: asking for one is an
+UnknownStageError, never an array of zeros the GPU did not compute.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from labkit.errors import UnknownStageError
 from labkit.gpu.executor import (
     GpuExecutor,
     GpuKVCache,
+    StagePlan,
     read_captures,
     record_captures,
     record_stage,
@@ -24,10 +28,18 @@ class Stepper:
         self.plans = executor.plan(len(ids), cache, executor.embed_input(ids))
         self.index = 0
         self.captures: dict[str, np.ndarray] = {}
+        self._current: str | None = None
+        self._skip()
 
     @property
     def stages(self) -> list[str]:
+        """Every stage of the graph, in order (skipped ones included; see `skipped`)."""
         return [p.stage.name for p in self.plans]
+
+    @property
+    def skipped(self) -> list[str]:
+        """Stages the selected variants do not compute (scores/probs under fused attention)."""
+        return [p.stage.name for p in self.plans if p.skipped]
 
     @property
     def done(self) -> bool:
@@ -36,14 +48,19 @@ class Stepper:
     @property
     def current(self) -> str | None:
         """The last stage executed (None before the first)."""
-        return self.plans[self.index - 1].stage.name if self.index else None
+        return self._current
 
     @property
     def next_stage(self) -> str | None:
         return None if self.done else self.plans[self.index].stage.name
 
+    def _skip(self) -> None:
+        """Move past stages the plan does not compute; the pass is complete after the last stage."""
+        while not self.done and self.plans[self.index].skipped:
+            self.index += 1
+
     def next(self) -> str:
-        """Run the next stage, read its output back; returns its name."""
+        """Run the next computed stage, read its output back; returns its name."""
         if self.done:
             raise StopIteration("all stages have run")
         p = self.plans[self.index]
@@ -54,14 +71,30 @@ class Stepper:
         dev.queue.submit([enc.finish()])
         self.captures.update(read_captures(staging, offsets, [p]))
         self.index += 1
+        self._current = p.stage.name
+        self._skip()
         if self.done:
             self.cache.n_past += len(self.ids)
         return p.stage.name
 
+    def _not_computed(self, p: StagePlan) -> UnknownStageError:
+        name = self.executor.variants.get("attn_ctx", "default")
+        return UnknownStageError(
+            f"stage {p.stage.name!r} is not computed: the selected attn_ctx variant {name!r} is fused and "
+            "does not materialize attention scores or probabilities"
+        )
+
+    def _plan(self, name: str) -> StagePlan:
+        for p in self.plans:
+            if p.stage.name == name:
+                if p.skipped:
+                    raise self._not_computed(p)
+                return p
+        raise UnknownStageError(f"unknown stage {name!r}")
+
     def run_to(self, name: str) -> np.ndarray:
         """Run stages up to and including `name`; returns its output."""
-        if name not in self.stages:
-            raise UnknownStageError(f"unknown stage {name!r}")
+        self._plan(name)
         while name not in self.captures:
             self.next()
         return self.captures[name]
@@ -73,6 +106,7 @@ class Stepper:
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.captures:
+            self._plan(name)
             raise UnknownStageError(f"stage {name!r} has not run yet (current: {self.current})")
         return self.captures[name]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.errors import UnknownStageError, UnsupportedArchitectureError
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
@@ -63,7 +64,7 @@ def rope(
         h[..., 0:rope_dim:2] = a * cos - b * sin
         h[..., 1:rope_dim:2] = a * sin + b * cos
     else:
-        raise ValueError(f"unknown rope style {style!r}")
+        raise UnsupportedArchitectureError(f"unknown rope style {style!r}")
     return h.reshape(T, n_heads * head_dim)
 
 
@@ -150,6 +151,9 @@ class ReferenceEngine:
         n_past = cache.n_past
         positions = n_past + np.arange(len(ids))
         want = None if capture is None else set(capture)
+        unknown = sorted(want - {st.name for st in self.graph}) if want is not None else []
+        if unknown:
+            raise UnknownStageError(f"names filter has unknown stage(s): {', '.join(unknown)}")
         vals: dict[str, np.ndarray] = {}
         for st in self.graph:
             vals[st.name] = self._run_stage(st, vals, ids, positions, cache, n_past)
@@ -196,7 +200,7 @@ class ReferenceEngine:
             return x[0] + x[1]
         if st.op == "glu":
             return ACTIVATIONS[P["act"]](x[0]) * x[1]
-        raise ValueError(f"reference has no op {st.op!r}")
+        raise UnknownStageError(f"reference has no op {st.op!r}")
 
 
 def _append(store: dict[int, np.ndarray], layer: int, new: np.ndarray) -> np.ndarray:
