@@ -277,7 +277,8 @@ for label, ev in (("faulty", bad), ("fixed", fixed)):
         code("""
 for label, ev in (("faulty", bad), ("fixed", fixed)):
     w, r = ev["tier_logits"]["tiled_streaming_count"], ev["tier_logits"]["tiled"]
-    print(label, "max |wrong count - right count|", float(np.max(np.abs(w - r))), "' blue' rank", int(np.sum(r > r[3730])))
+    diff = float(np.max(np.abs(w - r)))
+    print(label, "max |wrong count - right count|", diff, "' blue' rank", int(np.sum(r > r[3730])))
 """),
         *report_cells("sky-kaw"),
         tail,
@@ -586,6 +587,8 @@ def notebook_path(name: str) -> Path:
 def main() -> None:
     for name, build in BUILDERS.items():
         nb = new_notebook(cells=build())
+        for i, cell in enumerate(nb.cells):  # stable ids: a re-run changes only what changed
+            cell.id = f"{name}-{i:02d}"
         nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
         nb.metadata["language_info"] = {"name": "python"}
         path = notebook_path(name)

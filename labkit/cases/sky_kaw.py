@@ -232,7 +232,7 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
 
 
 def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    prompt, step = ev.runs["prompt"], ev.runs["sky_step"]
+    prompt = ev.runs["prompt"]
     n_layers = len(ev["lens"].stages)
     final = f"blk.{n_layers - 1}.resid_out"
     v = np.asarray(prompt[final][-1], dtype=np.float64)
