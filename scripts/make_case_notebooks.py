@@ -559,7 +559,17 @@ cmp = labkit.compare(bad, ref)
 figures.divergence(cmp)
 cmp.first_divergence
 """),
-        md("## 4. Fix and re-check"),
+        md(
+            "## 4. Prove it by patching\nStill under the fault, write the reference's roped q and k back on the GPU "
+            "after every rope stage (`lab.run(prompt, patch={stage: fn})`) and let the pass continue from them. "
+            "If rope is the only thing wrong, every other stage now matches the reference."
+        ),
+        code("""
+patch = {name: (lambda a, stage: ref[stage]) for name in lab.stages if name.endswith(("q_rope", "k_rope"))}
+patched = labkit.compare(lab.run(prompt, patch=patch), ref)
+print("patched run passes every stage:", patched.passed, "| first divergence:", patched.first_divergence)
+"""),
+        md("## 5. Fix and re-check"),
         code("""
 lab.use("rope", "default")
 good = lab.run(prompt)
