@@ -18,6 +18,7 @@ gemma3-270m:
 | " blue" rank         | 1889                   | 2 (as in the prompt pass) |
 | blk.0 attention beyond position 0 (max over heads) | 0 | 0.84 |
 | greedy continuation, 4 tokens | " a 20" (' ' then digits) | " a beautiful thing." (= reference) |
+| logit lens: best rank of " blue" over the 18 layers | 1889 (last layer) | 2 (rank 14 already at layer 12) |
 
 The post-mortem's misleading clues hold with and without the fault: a 5-value window of the
 final hidden state that is all positive while 54% of the 640 values are negative; a max 16x
@@ -138,6 +139,8 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     probs = step["blk.0.attn_probs"]  # [heads, 1, keys]
     beyond = float(np.max(np.sum(probs[:, 0, 1:], axis=-1)))
     same = ev["greedy"] == ref["greedy"]
+    lens_blue = ev["lens"].ranks(BLUE)
+    junk = garbage_winner(faulty, ref)[1]
     return [
         Check(
             "greedy continuation departs from the reference",
@@ -161,6 +164,14 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
             f"rank {blue}, logit {z[BLUE]:.2f}",
             blue > BLUE_LOST_RANK,
             blue,
+        ),
+        Check(
+            "the logit lens never finds ' blue'",
+            f"reading each layer of the sky step through the final norm and the unembedding, ' blue' ranks "
+            f"> {BLUE_LOST_RANK} at every layer (tracked with the garbage winner)",
+            f"best rank {min(lens_blue)} (layer {int(np.argmin(lens_blue))}); last layers {lens_blue[-3:]}",
+            min(lens_blue) > BLUE_LOST_RANK,
+            ev["lens"].table([BLUE] + ([junk] if junk is not None else [])),
         ),
         Check(
             "the decoded token attends to position 0 only",
