@@ -32,8 +32,9 @@ $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 	@bash scripts/ensure_oracle.sh $(BIN)/pip
 	@touch $@
 
+# LAB_ARGS: extra JupyterLab options, e.g. LAB_ARGS="--no-browser --port 8899"
 lab: setup
-	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) notebooks/01_walkthrough.ipynb
+	$(BIN)/labkit lab $(LAB_ARGS)
 
 # LABKIT_STRICT=1: a skipped test fails the run, so nothing is silently left out here.
 test: setup oracle chromium

@@ -220,10 +220,14 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
     root = Path(__file__).resolve().parents[1]
     nb = root / "notebooks" / "01_walkthrough.ipynb"
-    exe = shutil.which("jupyter")
+    beside = Path(sys.executable).with_name("jupyter")  # the venv's own, even when it is not on PATH
+    exe = str(beside) if beside.exists() else shutil.which("jupyter")
     if exe is None:
         raise ToolNotFoundError("`jupyter` is not on PATH: install JupyterLab (pip install jupyterlab)")
-    cmd = [exe, "lab", f"--ServerApp.root_dir={root}", str(nb.relative_to(root))] + args.extra
+    cmd = [exe, "lab", f"--ServerApp.root_dir={root}", str(nb.relative_to(root))]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # JupyterLab refuses to start as root otherwise (containers, CI)
+    cmd += args.extra
     try:
         os.execv(exe, cmd)
     except OSError as e:
@@ -292,15 +296,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 
-    s = sub.add_parser("lab", help="start JupyterLab on the walkthrough notebook")
-    s.add_argument("extra", nargs=argparse.REMAINDER)
-    s.set_defaults(fn=cmd_lab)
+    s = sub.add_parser("lab", help="start JupyterLab on the walkthrough notebook (other options go to JupyterLab)")
+    s.set_defaults(fn=cmd_lab, extra=[])
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if args.cmd == "lab":
+        args.extra = unknown  # JupyterLab's own options, passed through
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.fn(args)
     except LabkitError as e:

@@ -287,12 +287,40 @@ def test_internal_errors_are_one_line_with_exit_3(capsys, monkeypatch):
         cli.main(["models"])
 
 
-def test_lab_without_jupyter_is_one_line(tmp_path):
-    env = dict(os.environ, PATH=str(tmp_path))
-    p = subprocess.run(
-        [sys.executable, "-m", "labkit.cli", "lab"], capture_output=True, text=True, env=env, timeout=120
-    )
-    check_one_line(p.returncode, p.stderr, "`jupyter` is not on PATH")
+def test_lab_without_jupyter_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no jupyter beside it
+    monkeypatch.setenv("PATH", str(tmp_path))  # and none on PATH
+    code = cli.main(["lab"])
+    check_one_line(code, capsys.readouterr().err, "`jupyter` is not on PATH")
+
+
+def test_lab_serves_the_walkthrough(tmp_path):
+    """`labkit lab` (what `make lab` runs) starts JupyterLab, as root too, with the walkthrough open."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), BROWSER="true")
+    args = ["lab", "--no-browser", f"--port={port}", "--ServerApp.token=", "--ServerApp.ip=127.0.0.1"]
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", *args], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(240):
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/notebooks", timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()[-2000:]
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not answer")
+        names = [c["name"] for c in json.loads(body)["content"]]
+        assert "01_walkthrough.ipynb" in names
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_compare_against_llamacpp_honours_engine(capsys, monkeypatch, byte_model):
