@@ -40,6 +40,9 @@ class Stats:
             f"std={self.std:.4g} rms={self.rms:.4g} nan={self.nan} inf={self.inf} unwritten={self.unwritten}"
         )
 
+    def _repr_html_(self) -> str:  # Jupyter: a one-row table, NaN/inf/unwritten counts in red
+        return _stats_html(self)
+
 
 @dataclass(frozen=True)
 class TopToken:
@@ -140,3 +143,132 @@ class Run:
             f"Run(model={self.model!r}, engine={self.engine!r}, tokens={self.tokens}, "
             f"stages={len(self.stages)}, captured={len(self.captures)})"
         )
+
+    def _repr_html_(self) -> str:
+        """Jupyter: model, engine, the tokens as pieces, top-5 next tokens, stages with NaN/inf/unwritten."""
+        return _run_html(self)
+
+
+# ----- rich display in Jupyter (presentation only: nothing above depends on it)
+
+_CSS = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px;line-height:1.4"
+_TD = "padding:1px 8px;text-align:right"
+_BAD = "color:#c00;font-weight:bold"
+
+
+def _esc(text: object) -> str:
+    import html
+
+    return html.escape(str(text), quote=True)
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _token_chips(run: Run) -> str:
+    piece = run.piece or str
+    chips = []
+    for i, t in enumerate(run.tokens):
+        p = piece(int(t))
+        chips.append(
+            f"<span title='position {i + run.n_past} · id {t}' style='display:inline-block;white-space:pre;"
+            "margin:1px;padding:0 3px;border:1px solid #bbb;border-radius:3px;background:rgba(76,114,176,.12);"
+            f"font-family:var(--jp-code-font-family,monospace)'>{_esc(p)}</span>"
+        )
+    return "".join(chips)
+
+
+def _flagged_stages(run: Run) -> list[tuple[str, int, int, int]]:
+    """(stage, nan, inf, unwritten) of every captured stage with any of them. Masked attention
+    scores are -inf by design, so only +inf counts there."""
+    out = []
+    for name in run.stages:
+        if name not in run.captures:
+            continue
+        a = run.captures[name]
+        with np.errstate(invalid="ignore"):
+            nan = int(np.count_nonzero(np.isnan(a)))
+            inf = int(np.count_nonzero(np.isposinf(a) if name.endswith("attn_scores") else np.isinf(a)))
+        unwritten = int(run.unwritten.get(name, 0))
+        if nan or inf or unwritten:
+            out.append((name, nan, inf, unwritten))
+    return out
+
+
+def _top_html(run: Run, k: int = 5) -> str:
+    if "logits" not in run.captures:
+        return "<div style='color:#888'>no logits captured: no next-token ranking</div>"
+    rows = []
+    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it warns
+        top = run.top(k)
+    for t in top:
+        bar = max(1, round(t.prob * 120))
+        rows.append(
+            f"<tr><td style='{_TD};text-align:left;white-space:pre;font-family:var(--jp-code-font-family,monospace)'>"
+            f"{_esc(repr(t.piece))}</td><td style='{_TD}'>{t.id}</td><td style='{_TD}'>{t.logit:.3f}</td>"
+            f"<td style='{_TD}'>{t.prob:.3f}</td><td style='padding:1px 4px;text-align:left'>"
+            f"<div style='width:{bar}px;height:9px;background:#55a868'></div></td></tr>"
+        )
+    head = "".join(f"<th style='{_TD}'>{h}</th>" for h in ("piece", "id", "logit", "prob", ""))
+    return f"<table style='border-collapse:collapse'><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _flags_html(run: Run, limit: int = 8) -> str:
+    flagged = _flagged_stages(run)
+    if not flagged:
+        note = " (debug run: every element written)" if run.debug else ""
+        return f"<div style='color:#2a7'>✓ no NaN, inf or unwritten element in any stage{note}</div>"
+    rows = "".join(
+        f"<tr><td style='{_TD};text-align:left'><code>{_esc(s)}</code></td>"
+        + "".join(f"<td style='{_TD};{_BAD if v else ''}'>{v}</td>" for v in (nan, inf, unw))
+        + "</tr>"
+        for s, nan, inf, unw in flagged[:limit]
+    )
+    more = f"<div>… and {len(flagged) - limit} more stages</div>" if len(flagged) > limit else ""
+    head = "".join(f"<th style='{_TD}'>{h}</th>" for h in ("stage", "nan", "inf", "unwritten"))
+    return (
+        f"<div style='{_BAD}'>⚠ {len(flagged)} stage(s) with NaN, inf or unwritten elements; "
+        f"first: <code>{_esc(flagged[0][0])}</code></div>"
+        f"<table style='border-collapse:collapse'><tr>{head}</tr>{rows}</table>{more}"
+    )
+
+
+def _run_html(run: Run) -> str:
+    facts = [
+        f"<b>{_esc(run.model)}</b>",
+        f"engine <b>{_esc(run.engine)}</b>",
+        f"{len(run.tokens)} tokens" + (f" after {run.n_past} cached" if run.n_past else ""),
+        f"{len(run.captures)}/{len(run.stages)} stages captured",
+    ]
+    if "total_s" in run.timings:
+        facts.append(f"{run.timings['total_s']:.2f} s")
+    if run.timings.get("recomputed_from"):
+        facts.append(f"recomputed from <code>{_esc(run.timings['recomputed_from'])}</code>")
+    chosen = {f: n for f, n in run.variants.items() if n != "default"}
+    if chosen:
+        facts.append("variants " + ", ".join(f"<code>{_esc(f)}={_esc(n)}</code>" for f, n in chosen.items()))
+    if run.debug:
+        facts.append("debug (poisoned)")
+    return (
+        f"<div class='labkit-run' style='{_CSS}'>"
+        f"<div>Run · {' · '.join(facts)}</div>"
+        f"<div style='margin:4px 0'>{_token_chips(run)}</div>"
+        "<div style='display:flex;gap:24px;align-items:flex-start;flex-wrap:wrap'>"
+        f"<div><div style='color:#666'>next token (position {len(run.tokens) - 1 + run.n_past})</div>"
+        f"{_top_html(run)}</div><div>{_flags_html(run)}</div></div></div>"
+    )
+
+
+def _stats_html(s: Stats) -> str:
+    cells = [("shape", "×".join(map(str, s.shape)) or "()")]
+    cells += [(k, _num(getattr(s, k))) for k in ("min", "max", "mean", "std", "rms")]
+    cells += [(k, str(getattr(s, k))) for k in ("nan", "inf", "unwritten")]
+    head = "".join(f"<th style='{_TD}'>{k}</th>" for k, _ in cells)
+    body = "".join(
+        f"<td style='{_TD};{_BAD if k in ('nan', 'inf', 'unwritten') and v != '0' else ''}'>{v}</td>" for k, v in cells
+    )
+    return (
+        f"<div class='labkit-stats' style='{_CSS}'><code>{_esc(s.stage)}</code>"
+        f"<table style='border-collapse:collapse'><tr>{head}</tr><tr>{body}</tr></table></div>"
+    )

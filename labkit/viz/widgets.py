@@ -1,36 +1,488 @@
-"""ipywidgets explorers over a Run: pick a layer and a stage, see stats and a histogram."""
+"""ipywidgets explorers over Runs: stages, attention maps, kernel variants, the pass stage by stage.
+
+Presentation only: every number comes from a Run. A widget that needs a new Run (the variant
+switcher) calls back into the notebook (`rerun(selection) -> Run`), so nothing here imports the
+lab, the GPU or the model. Figures are drawn on matplotlib Figures outside pyplot and shown as PNG
+Image widgets (no Output-widget capture): the widgets behave the same with or without a kernel,
+and every explorer exposes its controls as attributes, so a notebook or a test can drive it.
+
+    stage_explorer(run, n_layers)                       layer × stage × position → stats, histogram
+    attention_explorer(run, n_layers, labels)           layer × head (× all heads) → attention map
+    variant_switcher(families, rerun, reference)        one dropdown per op family → re-run, compare
+    stage_stepper(run, reference=None)                  every captured stage in order, with its NMSE
+"""
 
 from __future__ import annotations
 
+import html
+import io
+from collections.abc import Callable, Iterable, Mapping
+
 import ipywidgets as W
-import matplotlib.pyplot as plt
-from IPython.display import display
+import numpy as np
+from matplotlib.figure import Figure
 
 from labkit.captures import Run
-from labkit.compare import stage_kind
+from labkit.compare import Comparison, compare, stage_kind
 from labkit.viz import figures
 
+Rerun = Callable[[dict[str, str]], Run]
+FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px"
 
-def stage_explorer(run: Run, n_layers: int) -> W.Widget:
-    """Layer slider × stage-kind dropdown × position slider → stats line and histogram."""
-    kinds = sorted({stage_kind(s) for s in run.stages if s.startswith("blk.0.") and s in run.captures})
-    layer = W.IntSlider(value=0, min=0, max=n_layers - 1, description="layer")
-    kind = W.Dropdown(options=kinds, value="resid_out" if "resid_out" in kinds else kinds[0], description="stage")
-    pos = W.IntSlider(value=len(run.tokens) - 1, min=0, max=len(run.tokens) - 1, description="position")
-    out = W.Output()
 
-    def redraw(*_):
-        name = f"blk.{layer.value}.{kind.value}"
-        with out:
-            out.clear_output(wait=True)
-            print(run.stats(name, pos=pos.value))
-            fig, ax = plt.subplots(figsize=(6, 2.6))
-            figures.histogram(run, name, pos=pos.value, ax=ax)
-            plt.show()
+def png(fig: Figure, dpi: int = 90) -> bytes:
+    """A Figure (not registered with pyplot, so nothing else displays it) as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
 
-    for w in (layer, kind, pos):
-        w.observe(redraw, names="value")
-    redraw()
-    box = W.VBox([W.HBox([layer, kind, pos]), out])
-    display(box)
-    return box
+
+def _axes(w: float, h: float):
+    fig = Figure(figsize=(w, h))
+    return fig, fig.add_subplot()
+
+
+def _labels(run: Run) -> list[str]:
+    piece = run.piece or str
+    return [piece(int(t)) for t in run.tokens]
+
+
+def _top(run: Run, k: int):
+    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it warns
+        return run.top(k)
+
+
+def _message(text: str, color: str = "#666") -> str:
+    return f"<div style='{FONT};color:{color}'>{text}</div>"
+
+
+# ----- stages
+
+
+class StageExplorer(W.VBox):
+    """Layer slider × stage dropdown × position slider → stats line, histogram at that position,
+    and the whole stage as a heat map (one row per position, see figures.array_summary)."""
+
+    def __init__(self, run: Run, n_layers: int):
+        self.run = run
+        kinds = sorted({stage_kind(s) for s in run.stages if s.startswith("blk.0.") and s in run.captures})
+        if not kinds:
+            raise ValueError("the run captured no stage of layer 0: nothing to explore")
+        T = len(run.tokens)
+        self.layer = W.IntSlider(value=0, min=0, max=n_layers - 1, description="layer")
+        self.kind = W.Dropdown(
+            options=kinds, value="resid_out" if "resid_out" in kinds else kinds[0], description="stage"
+        )
+        self.pos = W.IntSlider(value=T - 1, min=0, max=T - 1, description="position")
+        self.stats = W.HTML()
+        self.image = W.Image(format="png")
+        self.summary = W.HTML()
+        for w in (self.layer, self.kind, self.pos):
+            w.observe(self.refresh, names="value")
+        super().__init__([W.HBox([self.layer, self.kind, self.pos]), self.stats, self.image, self.summary])
+        self.add_class("labkit-stage-explorer")
+        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
+        self.refresh()
+
+    @property
+    def stage(self) -> str:
+        return f"blk.{self.layer.value}.{self.kind.value}"
+
+    def refresh(self, *_) -> None:
+        name, pos = self.stage, self.pos.value
+        if name not in self.run:
+            self.stats.value = _message(f"{name} was not captured in this run", "#c00")
+            self.image.value, self.summary.value = b"", ""
+            return
+        piece = _labels(self.run)[pos]
+        self.stats.value = (
+            _message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
+        )
+        fig, ax = _axes(6, 2.6)
+        figures.histogram(self.run, name, pos=pos, ax=ax)
+        self.image.value = png(fig)
+        self.summary.value = figures.array_summary(self.run, name).html
+
+
+def stage_explorer(run: Run, n_layers: int) -> StageExplorer:
+    """Layer slider × stage-kind dropdown × position slider → stats line and histogram.
+    Returns the widget (the last expression of a cell displays it)."""
+    return StageExplorer(run, n_layers)
+
+
+# ----- attention
+
+
+class AttentionExplorer(W.VBox):
+    """Layer and head sliders → one head's attention map (probabilities, or the masked scores), or
+    every head of the layer side by side; a query slider lists what that query attends to most."""
+
+    def __init__(self, run: Run, n_layers: int, labels: list[str] | None = None):
+        self.run = run
+        self.labels = labels if labels is not None else _labels(run)
+        maps = [s for s in run.stages if s.endswith("attn_probs") and s in run]
+        n_heads = run[maps[0]].shape[0] if maps else 1
+        T = len(run.tokens)
+        self.layer = W.IntSlider(value=0, min=0, max=n_layers - 1, description="layer")
+        self.head = W.IntSlider(value=0, min=0, max=max(n_heads - 1, 0), description="head")
+        self.values = W.ToggleButtons(options=["probs", "scores"], value="probs", description="show")
+        self.values.style.button_width = "70px"
+        self.all_heads = W.Checkbox(value=False, description="all heads", indent=False)
+        self.query = W.IntSlider(value=T - 1, min=0, max=T - 1, description="query")
+        self.image = W.Image(format="png")
+        self.attends = W.HTML()
+        for w in (self.layer, self.head, self.values, self.all_heads, self.query):
+            w.observe(self.refresh, names="value")
+        controls = W.VBox([W.HBox([self.layer, self.head, self.all_heads]), W.HBox([self.values, self.query])])
+        super().__init__([controls, self.image, self.attends])
+        self.add_class("labkit-attention-explorer")
+        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
+        self.refresh()
+
+    @property
+    def stage(self) -> str:
+        return f"blk.{self.layer.value}.attn_{self.values.value}"
+
+    def refresh(self, *_) -> None:
+        L, h, probs = self.layer.value, self.head.value, self.values.value == "probs"
+        name = self.stage
+        if name not in self.run:
+            self.image.value = b""
+            self.attends.value = _message(
+                f"{name} was not captured: a fused attention variant (streaming, tiled) never materializes "
+                "the attention map, or a names filter left it out",
+                "#c00",
+            )
+            return
+        self.head.disabled = self.all_heads.value
+        if self.all_heads.value:
+            fig = figures.attention_grid(self.run, L, probs=probs, labels=self.labels)
+        else:
+            size = min(3.0 + 0.25 * len(self.labels), 9.0)
+            fig, ax = _axes(size, size)
+            figures.attention_map(self.run, L, head=h, probs=probs, ax=ax, labels=self.labels)
+        self.image.value = png(fig)
+        self.attends.value = self._top_keys(L, h)
+
+    def _top_keys(self, layer: int, head: int, k: int = 4) -> str:
+        name = f"blk.{layer}.attn_probs"
+        if name not in self.run:
+            return ""
+        q = self.query.value
+        row = np.asarray(self.run[name][head, q], dtype=np.float64)
+        order = np.argsort(-np.nan_to_num(row, nan=-1.0))[:k]
+        labels = self.labels
+        offset = row.shape[0] - len(labels)  # keys before this pass (KV cache) have no label here
+        parts = [
+            f"{html.escape(repr(labels[j - offset]) if j >= offset else f'cached {j}')} {row[j]:.2f}" for j in order
+        ]
+        who = html.escape(repr(labels[q])) if q < len(labels) else str(q)
+        return _message(f"layer {layer} head {head}: query {q} {who} attends most to " + ", ".join(parts))
+
+
+def attention_explorer(run: Run, n_layers: int, labels: list[str] | None = None) -> AttentionExplorer:
+    """Layer and head sliders → attention map (probabilities; a toggle shows the masked scores).
+    `labels` name the positions (default: the run's token pieces)."""
+    return AttentionExplorer(run, n_layers, labels)
+
+
+# ----- kernel variants
+
+
+def _option_label(name: str, doc: str | None, faulty: bool, width: int = 64) -> str:
+    label = ("⚠ " if faulty else "") + name
+    if doc and name != "default":
+        text = f"{label}: {doc}"
+        label = text if len(text) <= width else text[: width - 1] + "…"
+    return label
+
+
+def _top_table(run: Run, k: int, other: set[int], title: str) -> str:
+    if "logits" not in run:
+        return _message(f"{title}: no logits captured")
+    rows = "".join(
+        f"<tr style='{'' if t.id in other else 'color:#c00'}'><td style='white-space:pre;padding:0 6px'>"
+        f"{html.escape(repr(t.piece))}</td><td style='text-align:right;padding:0 6px'>{t.prob:.3f}</td></tr>"
+        for t in _top(run, k)
+    )
+    return f"<div><b>{html.escape(title)}</b><table>{rows}</table></div>"
+
+
+class VariantSwitcher(W.VBox):
+    """One dropdown per op family with more than one variant → re-run through `rerun(selection)`
+    (the notebook wires the lab in) → top tokens against the reference's, the first divergence,
+    what the run recomputed and how long it took, and the per-stage NMSE figure.
+
+    `selection` is always complete ({family: variant} for every dropdown, "default" included), so
+    the callback can apply it as is. `select({...})` sets the dropdowns and runs, from code."""
+
+    def __init__(
+        self,
+        families: Mapping[str, Iterable[str]],
+        rerun: Rerun,
+        reference: Run,
+        docs: Mapping[str, Mapping[str, str]] | None = None,
+        faulty: Mapping[str, Iterable[str]] | None = None,
+        auto: bool = False,
+        k: int = 5,
+    ):
+        self.rerun, self.reference, self.k = rerun, reference, k
+        self.docs = {f: dict(d) for f, d in (docs or {}).items()}
+        self.faulty = {f: set(n) for f, n in (faulty or {}).items()}
+        self.last_run: Run | None = None
+        self.last_comparison: Comparison | None = None
+        self.history: list[dict] = []
+        self._quiet = False
+        self.dropdowns: dict[str, W.Dropdown] = {}
+        for fam, names in families.items():
+            names = list(names)
+            if len(names) < 2:
+                continue
+            names = ["default"] + [n for n in names if n != "default"]
+            options = [
+                (_option_label(n, self.docs.get(fam, {}).get(n), n in self.faulty.get(fam, ())), n) for n in names
+            ]
+            dd = W.Dropdown(
+                options=options,
+                value="default",
+                description=fam,
+                style={"description_width": "110px"},
+                layout=W.Layout(width="480px"),
+            )
+            dd.observe(self._changed, names="value")
+            self.dropdowns[fam] = dd
+        if not self.dropdowns:
+            raise ValueError("no op family has more than one variant: nothing to switch")
+        self.button = W.Button(description="re-run", icon="play", button_style="primary")
+        self.button.on_click(lambda _: self._run_safely())
+        self.reset = W.Button(description="all defaults", icon="undo")
+        self.reset.on_click(lambda _: self.select({}, run=self.auto.value))
+        self.auto = W.Checkbox(value=auto, description="re-run on change", indent=False)
+        self.status = W.HTML(_message("pick variants, then re-run"))
+        self.about = W.HTML()
+        self.result = W.HTML()
+        self.image = W.Image(format="png")
+        self.runs_log = W.HTML()
+        dds = list(self.dropdowns.values())
+        grid = W.GridBox(dds, layout=W.Layout(grid_template_columns="repeat(2, 490px)"))
+        super().__init__(
+            [
+                grid,
+                W.HBox([self.button, self.reset, self.auto]),
+                self.status,
+                self.about,
+                self.result,
+                self.image,
+                self.runs_log,
+            ]
+        )
+        self.add_class("labkit-variant-switcher")
+        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
+        self._describe()
+
+    @property
+    def selection(self) -> dict[str, str]:
+        """{family: variant} of every dropdown."""
+        return {fam: dd.value for fam, dd in self.dropdowns.items()}
+
+    def select(self, selection: Mapping[str, str], run: bool = True) -> Run | None:
+        """Set the dropdowns (families not named go back to "default") and, with run=True, re-run.
+        Errors from the callback propagate here (a click shows them in the widget instead)."""
+        unknown = [f for f in selection if f not in self.dropdowns]
+        if unknown:
+            raise KeyError(f"no dropdown for {unknown}; families: {', '.join(self.dropdowns)}")
+        self._quiet = True
+        try:
+            for fam, dd in self.dropdowns.items():
+                dd.value = selection.get(fam, "default")
+        finally:
+            self._quiet = False
+        self._describe()
+        return self.run() if run else None
+
+    def run(self) -> Run:
+        """Call `rerun(self.selection)`, compare its Run with the reference and show the result."""
+        sel = self.selection
+        self.button.disabled, self.button.description = True, "running…"
+        self.status.value = _message("running " + _fmt_selection(sel) + " …")
+        try:
+            run = self.rerun(dict(sel))
+        finally:
+            self.button.disabled, self.button.description = False, "re-run"
+        cmp = compare(run, self.reference)
+        self.last_run, self.last_comparison = run, cmp
+        self._show(sel, run, cmp)
+        return run
+
+    def _run_safely(self) -> None:
+        try:
+            self.run()
+        except Exception as e:  # a click has no cell to show a traceback in: show it here
+            self.status.value = _message(
+                f"re-run failed: {html.escape(type(e).__name__)}: {html.escape(str(e))}", "#c00"
+            )
+
+    def _changed(self, change) -> None:
+        if self._quiet:
+            return
+        self._describe()
+        if self.auto.value:
+            self._run_safely()
+
+    def _describe(self) -> None:
+        chosen = [(f, n) for f, n in self.selection.items() if n != "default"]
+        if not chosen:
+            self.about.value = _message("every family at its default (correct) variant")
+            return
+        items = "".join(
+            f"<li><code>{html.escape(f)}={html.escape(n)}</code>"
+            f"{' <b style=color:#c00>faulty</b>' if n in self.faulty.get(f, ()) else ''}: "
+            f"{html.escape(self.docs.get(f, {}).get(n, ''))}</li>"
+            for f, n in chosen
+        )
+        self.about.value = f"<ul style='{FONT};margin:2px 0'>{items}</ul>"
+
+    def _show(self, sel: dict[str, str], run: Run, cmp: Comparison) -> None:
+        t = run.timings
+        rec = t.get("recomputed_from")
+        total = t.get("total_s")
+        first = cmp.first_divergence
+        n_failed = sum(not r.passed for r in cmp.rows)
+        parts = [f"ran {html.escape(_fmt_selection(sel))}"]
+        if total is not None:
+            parts.append(f"{total:.2f} s")
+        if rec:
+            parts.append(f"recomputed from <code>{html.escape(rec)}</code>")
+        elif "recomputed_from" in t:
+            parts.append("nothing recomputed")
+        status = _message(" · ".join(parts))
+        if first is None:
+            verdict = f"<b style='color:#2a7'>✓ every stage within its threshold against {self.reference.engine}</b>"
+        else:
+            r = cmp.row(first)
+            why = r.reason if r.reason != "nmse" else f"nmse {r.nmse:.2e} > {r.threshold:.0e}"
+            verdict = (
+                f"<b style='color:#c00'>first divergence: <code>{html.escape(first)}</code></b> ({html.escape(why)}); "
+                f"{n_failed} of {len(cmp.rows)} stages fail"
+            )
+        missing = f" · {len(cmp.missing)} stages not compared (not captured)" if cmp.missing else ""
+        ref_ids = {x.id for x in _top(self.reference, self.k)} if "logits" in self.reference else set()
+        run_ids = {x.id for x in _top(run, self.k)} if "logits" in run else set()
+        tables = _top_table(run, self.k, ref_ids, "this run") + _top_table(
+            self.reference, self.k, run_ids, self.reference.engine
+        )
+        result = (
+            f"<div style='{FONT}'>{verdict}{missing}"
+            f"<div style='display:flex;gap:30px;margin-top:4px'>{tables}</div></div>"
+        )
+        fig, ax = _axes(9, 2.6)
+        figures.divergence(cmp, ax=ax)
+        if first is not None:
+            ax.axvline(next(i for i, r in enumerate(cmp.rows) if r.stage == first), color="#c44e52", lw=0.8, ls=":")
+        image = png(fig)
+        # everything is computed before any of it is shown: the figure never lags behind the text
+        self.image.value, self.result.value, self.status.value = image, result, status
+        top1 = _top(run, 1)[0].piece if "logits" in run else None
+        self.history.append(
+            {"selection": {f: n for f, n in sel.items() if n != "default"}, "first_divergence": first, "top1": top1}
+            | {"recomputed_from": rec, "total_s": total}
+        )
+        rows = "".join(_history_row(h) for h in self.history[-6:][::-1])
+        self.runs_log.value = (
+            f"<details style='{FONT}'><summary>runs so far ({len(self.history)})</summary><table>"
+            "<tr><th>variants</th><th>first divergence</th><th>top-1</th><th>recomputed from</th><th>time</th></tr>"
+            f"{rows}</table></details>"
+        )
+
+
+def _history_row(h: dict) -> str:
+    cells = [
+        html.escape(_fmt_selection(h["selection"])),
+        f"<code>{html.escape(str(h['first_divergence']))}</code>",
+        html.escape(repr(h["top1"])),
+        html.escape(str(h["recomputed_from"])),
+        "" if h["total_s"] is None else f"{h['total_s']:.2f} s",
+    ]
+    return "<tr>" + "".join(f"<td style='white-space:pre;padding:0 6px'>{c}</td>" for c in cells) + "</tr>"
+
+
+def _fmt_selection(sel: Mapping[str, str]) -> str:
+    chosen = [f"{f}={n}" for f, n in sel.items() if n != "default"]
+    return ", ".join(chosen) if chosen else "all defaults"
+
+
+def variant_switcher(
+    families: Mapping[str, Iterable[str]],
+    rerun: Rerun,
+    reference: Run,
+    docs: Mapping[str, Mapping[str, str]] | None = None,
+    faulty: Mapping[str, Iterable[str]] | None = None,
+    auto: bool = False,
+    k: int = 5,
+) -> VariantSwitcher:
+    """One dropdown per op family that has more than one variant; the re-run button (or, with
+    auto=True, any change) calls `rerun({family: variant, ...})` and shows the top-k tokens against
+    the reference's, the first divergence, the run's timings["recomputed_from"] and total_s, and
+    figures.divergence. `docs[family][name]` goes into the option labels, `faulty[family]` names
+    get a ⚠ mark."""
+    return VariantSwitcher(families, rerun, reference, docs=docs, faulty=faulty, auto=auto, k=k)
+
+
+# ----- the pass, stage by stage
+
+
+class StageStepper(W.VBox):
+    """Every captured stage in graph order behind a slider and ◀ ▶ buttons; each shows its
+    array summary (stats, histogram, heat map per position) and, given a reference, its NMSE."""
+
+    def __init__(self, run: Run, reference: Run | None = None):
+        self.run = run
+        self.names = [s for s in run.stages if s in run]
+        self.comparison = compare(run, reference) if reference is not None else None
+        self.index = W.IntSlider(value=0, min=0, max=len(self.names) - 1, description="stage", readout=False)
+        self.index.layout.width = "420px"
+        self.play = W.Play(min=0, max=len(self.names) - 1, interval=600)
+        W.jslink((self.play, "value"), (self.index, "value"))
+        self.prev = W.Button(description="◀", layout=W.Layout(width="40px"))
+        self.next = W.Button(description="▶", layout=W.Layout(width="40px"))
+        self.prev.on_click(lambda _: self.step(-1))
+        self.next.on_click(lambda _: self.step(+1))
+        self.title = W.HTML()
+        self.body = W.HTML()
+        self.index.observe(self.refresh, names="value")
+        super().__init__([W.HBox([self.play, self.prev, self.index, self.next, self.title]), self.body])
+        self.add_class("labkit-stage-stepper")
+        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
+        self.refresh()
+
+    def step(self, delta: int) -> None:
+        self.index.value = int(np.clip(self.index.value + delta, 0, len(self.names) - 1))
+
+    def go(self, name: str) -> None:
+        self.index.value = self.names.index(name)
+
+    @property
+    def stage(self) -> str:
+        return self.names[self.index.value]
+
+    def refresh(self, *_) -> None:
+        name = self.stage
+        verdict = ""
+        if self.comparison is not None:
+            try:
+                r = self.comparison.row(name)
+                color = "#2a7" if r.passed else "#c00"
+                mark = "ok" if r.passed else "FAIL " + r.reason
+                verdict = f" · <span style='color:{color}'>nmse {r.nmse:.2e} ({mark})</span>"
+            except StopIteration:
+                verdict = " · not in the reference"
+        self.title.value = _message(
+            f"{self.index.value + 1}/{len(self.names)} <code>{html.escape(name)}</code>{verdict}"
+        )
+        self.body.value = figures.array_summary(self.run, name).html
+
+
+def stage_stepper(run: Run, reference: Run | None = None) -> StageStepper:
+    """Step through every captured stage of a run (◀ ▶, a slider, or play), each shown as an
+    array summary; with a reference, each stage's NMSE and pass/fail."""
+    return StageStepper(run, reference)
