@@ -142,17 +142,24 @@ def run_case(
     xb, yb = storage(gpu, x), storage(gpu, y0)
     src = matmul_source(int(qtype), driver=driver)
     submit(gpu, prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
+    check_strided_output(
+        gpu, yb, y0, sentinel, x, raw, qtype, (n_rows, n_cols, T), (x_off, x_stride, y_off, y_stride), what
+    )
+
+
+def check_strided_output(gpu, yb, y0, sentinel, x, raw, qtype, dims, strides, what: str) -> None:
+    """Y's T strided rows equal X·Wᵀ for both dequantization oracles; nothing else in Y was written."""
+    n_rows, n_cols, T = dims
+    x_off, x_stride, y_off, y_stride = strides
     y = read_f32(gpu, yb)[: y0.size]
     xs = np.stack([x[x_off + t * x_stride : x_off + t * x_stride + n_cols] for t in range(T)])
     got = np.stack([y[y_off + t * y_stride : y_off + t * y_stride + n_rows] for t in range(T)])
-    # nothing outside the output rows was touched
     mask = np.ones(y0.size, bool)
     for t in range(T):
         mask[y_off + t * y_stride : y_off + t * y_stride + n_rows] = False
     assert np.all(y[mask] == sentinel), f"{what}: wrote outside its output"
     for name, w in oracles(raw, qtype, n_rows, n_cols):
-        want = xs.astype(np.float64) @ w.T
-        check_close(got, want, f"{what} vs {name}", 1e-9)
+        check_close(got, xs.astype(np.float64) @ w.T, f"{what} vs {name}", 1e-9)
 
 
 def shape_for(qtype: Q) -> tuple[int, int]:
@@ -431,15 +438,8 @@ def test_matmul_token_chunks_within_max_binding(gpu, monkeypatch, driver):
             else:
                 assert b.size <= limit, f"{what}: {b.size}-byte buffer bound whole"
         submit(gpu, ds)
-        y = read_f32(gpu, yb)[: y0.size]
-        xs = np.stack([x[x_off + t * x_stride : x_off + t * x_stride + n_cols] for t in range(T)])
-        got = np.stack([y[y_off + t * y_stride : y_off + t * y_stride + n_rows] for t in range(T)])
-        mask = np.ones(y0.size, bool)
-        for t in range(T):
-            mask[y_off + t * y_stride : y_off + t * y_stride + n_rows] = False
-        assert np.all(y[mask] == sentinel), f"{what}: wrote outside its output"
-        for name, w in oracles(raw, qtype, n_rows, n_cols):
-            check_close(got, xs.astype(np.float64) @ w.T, f"{what} vs {name}", 1e-9)
+        dims, strides = (n_rows, n_cols, T), (x_off, x_stride, y_off, y_stride)
+        check_strided_output(gpu, yb, y0, sentinel, x, raw, qtype, dims, strides, what)
     # no chunk at all: one row of Y plus the alignment slack must fit
     with pytest.raises(ValueError, match="does not fit"):
         prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=256)
