@@ -528,8 +528,11 @@ class GpuExecutor:
             qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
         for k, seg in enumerate(segments):
             enc = self.device.create_command_encoder()
-            for j, p in enumerate(seg):
-                record_stage(enc, p, qs, j)
+            if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
+                record_stages(enc, seg)
+            else:
+                for j, p in enumerate(seg):
+                    record_stage(enc, p, qs, j)
             last = k == len(segments) - 1
             staging = offsets = None
             ts_buf = None
@@ -584,6 +587,19 @@ def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list
     if cur or not segs:
         segs.append(cur)
     return segs
+
+
+def record_stages(enc, plans: list[StagePlan]) -> None:
+    """All dispatches of several stages in one compute pass. WebGPU makes each dispatch its own
+    usage scope, so a stage still sees everything the stages before it wrote; one pass instead of
+    one per stage saves lavapipe's per-pass cost (about 0.3 ms a stage, most of a decode step)."""
+    cp = enc.begin_compute_pass()
+    for plan in plans:
+        for d in plan.dispatches:
+            cp.set_pipeline(d.pipeline)
+            cp.set_bind_group(0, d.bind_group)
+            cp.dispatch_workgroups(*d.workgroups)
+    cp.end()
 
 
 def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
