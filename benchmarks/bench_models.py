@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-from labkit.bench import run_bench
+from labkit.bench import BenchResult, EngineFigures
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -24,8 +26,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=8)
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
-    for model in args.models:
-        res = run_bench(model, args.prompt, args.new_tokens)
+    for model in args.models:  # one process per model: peak RSS is per process
+        cmd = [sys.executable, "-m", "labkit.cli", "bench", model, "--prompt", args.prompt, "--json"]
+        out = subprocess.run(cmd + ["--new-tokens", str(args.new_tokens)], capture_output=True, text=True, check=True)
+        data = json.loads(out.stdout)
+        data.pop("ratios")
+        engines = {k: EngineFigures(**data[k]) for k in ("gpu", "reference")}
+        res = BenchResult(**{**data, **engines})
         print(res.table(), end="\n\n")
         (OUT / f"{model}.json").write_text(json.dumps(res.to_dict(), indent=1))
 
