@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from labkit.bench import BenchResult, EngineFigures
+from labkit.bench import BenchResult
 
 OUT = Path(__file__).resolve().parent / "results"
 
@@ -29,10 +29,7 @@ def main() -> None:
     for model in args.models:  # one process per model: peak RSS is per process
         cmd = [sys.executable, "-m", "labkit.cli", "bench", model, "--prompt", args.prompt, "--json"]
         out = subprocess.run(cmd + ["--new-tokens", str(args.new_tokens)], capture_output=True, text=True, check=True)
-        data = json.loads(out.stdout)
-        data.pop("ratios")
-        engines = {k: EngineFigures(**data[k]) for k in ("gpu", "reference")}
-        res = BenchResult(**{**data, **engines})
+        res = BenchResult.from_dict(json.loads(out.stdout))
         print(res.table(), end="\n\n")
         (OUT / f"{model}.json").write_text(json.dumps(res.to_dict(), indent=1))
 

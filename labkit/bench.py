@@ -63,6 +63,12 @@ class BenchResult:
     def to_dict(self) -> dict:
         return dict(asdict(self), ratios=self.ratios())
 
+    @classmethod
+    def from_dict(cls, data: dict) -> BenchResult:
+        """The inverse of to_dict (`labkit bench --json` output); the ratios are derived again."""
+        fields = {k: v for k, v in data.items() if k != "ratios"}
+        return cls(**{**fields, "gpu": EngineFigures(**data["gpu"]), "reference": EngineFigures(**data["reference"])})
+
     def table(self) -> str:
         rows = [f"{self.model} on {self.adapter}: {self.n_prompt_tokens}-token prefill, {self.n_decode_tokens} decoded"]
         rows.append(f"{'engine':10} {'load s':>8} {'prefill s':>10} {'decode tok/s':>13} {'peak RSS MB':>12}")

@@ -165,14 +165,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
+    a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
     if args.against == "llamacpp":
-        a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
-        b = lab.oracle(args.prompt)
-        cmp = labkit.compare(a, b, thresholds=lab.oracle_thresholds())
+        cmp = labkit.compare(a, lab.oracle(args.prompt), thresholds=lab.oracle_thresholds())
     else:
-        a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
-        b = lab.reference(args.prompt)
-        cmp = labkit.compare(a, b)
+        cmp = labkit.compare(a, lab.reference(args.prompt))
     _emit(args, cmp.to_dict(), lambda: cmp.table(only_failed=args.failed))
     return 0 if cmp.passed else 1
 

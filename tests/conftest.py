@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,13 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.longrepr = f"skipped under LABKIT_STRICT=1: {reason}"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a JupyterLab server under test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def golden(model: str) -> dict:

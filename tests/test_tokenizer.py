@@ -17,6 +17,8 @@ import pytest
 from labkit.errors import UnsupportedArchitectureError
 from labkit.model.tokenizer import GgufTokenizer, build_tokenizer
 
+from conftest import golden
+
 ROOT = Path(__file__).resolve().parents[1]
 CASES: dict[str, Any] = json.loads((ROOT / "data" / "tokenizer_cases.json").read_text())
 MODELS = ("gemma3-270m", "smollm2-135m")
@@ -315,7 +317,6 @@ def test_gpt2_vocab_without_byte_tokens_refuses_text():
 @pytest.mark.parametrize("model", MODELS)
 def test_every_golden_prompt_tokenizes_as_llama_cpp(toks, model):
     """The golden files' prompts (code, digits, punctuation) as llama.cpp tokenized them."""
-    golden = json.loads((ROOT / "data" / "golden" / f"{model}.json").read_text())
-    for entry in golden["prompts"]:
+    for entry in golden(model)["prompts"]:
         assert toks[model].encode(entry["text"]) == entry["tokens"], entry["text"]
         assert toks[model].decode(entry["tokens"]).endswith(entry["text"]), entry["text"]

@@ -211,17 +211,22 @@ def test_eps_outside_the_sqrt_matters_only_near_zero(tiny_model):
     assert cmp.row("blk.0.attn_norm").nmse > 1e-3, cmp.row("blk.0.attn_norm")
 
 
+def _run_with(lab, family: str, name: str, prompt: str):
+    """One run with `family` switched to `name` on the live lab, switched back afterwards."""
+    try:
+        lab.use(family, name)
+        return lab.run(prompt)
+    finally:
+        lab.use(family, "default")
+
+
 @pytest.mark.slow
 def test_live_switch_on_gemma_recomputes_only_from_the_affected_stage(gemma, record_property):
-    """On the real model: after a switch, stages upstream of the first affected one are reused
-    bit for bit, and everything from it on equals a fresh run with that variant."""
+    """On the real model: after a switch, stages upstream of the first affected one are reused bit
+    for bit, the affected stage changes, and switching back restores the first run's logits."""
     prompt = "The color of the sky is"
     full = gemma.run(prompt)
-    try:
-        gemma.use("lm_head", "skip_last_window")
-        rerun = gemma.run(prompt)
-    finally:
-        gemma.use("lm_head", "default")
+    rerun = _run_with(gemma, "lm_head", "skip_last_window", prompt)
     assert rerun.timings["recomputed_from"] == "logits"
     for name in gemma.stages[:-1]:
         assert rerun[name].tobytes() == full[name].tobytes(), name
@@ -229,11 +234,7 @@ def test_live_switch_on_gemma_recomputes_only_from_the_affected_stage(gemma, rec
     assert np.all(rerun["logits"][:, -n_last:] == 0) and not np.array_equal(rerun["logits"], full["logits"])
     back = gemma.run(prompt)
     assert back.timings["recomputed_from"] == "logits" and back["logits"].tobytes() == full["logits"].tobytes()
-    try:
-        gemma.use("rope", "normal_pairs")
-        roped = gemma.run(prompt)
-    finally:
-        gemma.use("rope", "default")
+    roped = _run_with(gemma, "rope", "normal_pairs", prompt)
     assert roped.timings["recomputed_from"] == "blk.0.q_rope"
     assert roped["blk.0.q"].tobytes() == full["blk.0.q"].tobytes()
     assert roped["blk.0.q_rope"].tobytes() != full["blk.0.q_rope"].tobytes()

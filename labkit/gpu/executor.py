@@ -204,12 +204,10 @@ class GpuExecutor:
             f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
         )
 
-    def _region(self, st: Stage, shape_: tuple[int, ...], pass_shape: PassShape, skipped: bool = False) -> Region:
+    def _region(self, st: Stage, shape_: tuple[int, ...], pass_shape: PassShape) -> Region:
         """A fresh output region for a non-matmul stage: checked against the binding limit before it
-        is allocated. A skipped stage gets a placeholder (nothing reads or writes it)."""
+        is allocated."""
         n = int(np.prod(shape_))
-        if skipped:
-            return Region(self.buffer(4, st.name + ".skipped"), 0, shape_)
         self._check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape_)}")
         return Region(self.buffer(n, st.name), 0, shape_)
 
@@ -247,7 +245,11 @@ class GpuExecutor:
                 plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
                 continue
             P = st.params
-            skipped = fused and st.op in ("attn_scores", "softmax")  # the fused kernel does without
+            if fused and st.op in ("attn_scores", "softmax"):  # the fused kernel does without them
+                shape_ = (P["n_heads"], T, n_keys) if st.op == "attn_scores" else regions[st.inputs[0]].shape
+                regions[st.name] = Region(self.buffer(4, st.name + ".skipped"), 0, shape_)  # a placeholder
+                plans.append(StagePlan(st, regions[st.name], [], self.signature(st), skipped=True))
+                continue
             if st.op == "embed":
                 out = self._region(st, (T, cfg.d_model), shape)
                 dsp = [
@@ -301,42 +303,34 @@ class GpuExecutor:
                 ]
             elif st.op == "attn_scores":
                 q = regions[st.inputs[0]]
-                out = self._region(st, (P["n_heads"], T, n_keys), shape, skipped)
+                out = self._region(st, (P["n_heads"], T, n_keys), shape)
                 vals = (T, n_keys, n_past, P["n_heads"], P["n_kv_heads"], P["head_dim"], P["window"] or 0, P["scale"])
-                dsp = (
-                    []
-                    if skipped
-                    else [
-                        self._simple(
-                            "attn_scores",
-                            shape,
-                            [q.buffer, cache.k[st.layer], out.buffer],
-                            "<IIIIIIIf",
-                            vals,
-                            grid(-(-out.size // 64)),
-                            st.name,
-                        )
-                    ]
-                )
+                dsp = [
+                    self._simple(
+                        "attn_scores",
+                        shape,
+                        [q.buffer, cache.k[st.layer], out.buffer],
+                        "<IIIIIIIf",
+                        vals,
+                        grid(-(-out.size // 64)),
+                        st.name,
+                    )
+                ]
             elif st.op == "softmax":
                 x = regions[st.inputs[0]]
-                out = self._region(st, x.shape, shape, skipped)
+                out = self._region(st, x.shape, shape)
                 n = x.shape[-1]
-                dsp = (
-                    []
-                    if skipped
-                    else [
-                        self._simple(
-                            "softmax",
-                            shape,
-                            [x.buffer, out.buffer],
-                            "<IIII",
-                            (x.size // n, n, 0, 0),
-                            grid(x.size // n),
-                            st.name,
-                        )
-                    ]
-                )
+                dsp = [
+                    self._simple(
+                        "softmax",
+                        shape,
+                        [x.buffer, out.buffer],
+                        "<IIII",
+                        (x.size // n, n, 0, 0),
+                        grid(x.size // n),
+                        st.name,
+                    )
+                ]
             elif st.op == "attn_ctx":
                 out = self._region(st, (T, P["n_heads"] * P["head_dim"]), shape)
                 dsp = [self._plan_attn_ctx(st, regions, cache, out, shape, fused)]
@@ -361,7 +355,7 @@ class GpuExecutor:
             else:
                 raise UnknownStageError(f"GPU executor has no op {st.op!r}")
             regions[st.name] = out
-            plans.append(StagePlan(st, out, [] if skipped else dsp, self.signature(st), skipped))
+            plans.append(StagePlan(st, out, dsp, self.signature(st)))
         return plans
 
     def _simple(
@@ -376,8 +370,9 @@ class GpuExecutor:
     ) -> Dispatch:
         """One dispatch of a family's kernel: buffers bound whole in order, then a fresh uniform.
         A buffer above the binding limit is a PromptTooLongError naming the stage (`label`)."""
-        for b in buffers:
-            self._check_binding(label, b.size, shape, f"a {family} operand ({b.label or 'buffer'})")
+        for b in buffers:  # outputs were checked in _region; this catches the inputs and the KV cache
+            if b.size > self.binding_limit:
+                self._check_binding(label, b.size, shape, f"a {family} operand ({b.label or 'buffer'})")
         pipe = self.pipeline(family, shape)
         return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, uniform(self.gpu, fmt, *vals)]), workgroups, label)
 
@@ -403,8 +398,7 @@ class GpuExecutor:
                 self.cfg.attn_scale,
             )
             bufs = [q.buffer, cache.k[st.layer], cache.v[st.layer], out.buffer]
-            count = self.variant("attn_ctx").workgroups
-            n_wg = count(T, P["n_heads"], out.size) if count else -(-out.size // 64)
+            n_wg = self.variant("attn_ctx").workgroup_count(T, P["n_heads"], out.size)
             return self._simple("attn_ctx", shape, bufs, "<IIIIIIIf", vals, grid(n_wg), st.name)
         a = regions[st.inputs[0]]
         vals = (T, n_keys, P["n_heads"], P["n_kv_heads"], P["head_dim"], 0, 0, 0)

@@ -74,18 +74,19 @@ def matmul_source(ggml_type: int, driver: str = "default", quant_variant: str = 
     return compose("common", quant, drv)
 
 
-def _const(source: str, name: str, default: int) -> int:
+def wgsl_const(source: str, name: str, default: int) -> int:
+    """The value of `const NAME: u32 = N;` in a WGSL source (how kernels declare their geometry)."""
     m = re.search(rf"\bconst\s+{name}\s*(?::\s*u32\s*)?=\s*(\d+)u?\s*;", source)
     return int(m.group(1)) if m else default
 
 
 def driver_geometry(source: str) -> tuple[int, int]:
     """(ROWS_PER_WG, TOKENS_PER_WG) declared by a driver source (default 64, 8)."""
-    return _const(source, "ROWS_PER_WG", 64), _const(source, "TOKENS_PER_WG", 8)
+    return wgsl_const(source, "ROWS_PER_WG", 64), wgsl_const(source, "TOKENS_PER_WG", 8)
 
 
 def _qk(source: str) -> int:
-    return _const(source, "QK", 1)
+    return wgsl_const(source, "QK", 1)
 
 
 OFFSET_ALIGN = 256  # WebGPU's default min-storage-buffer-offset-alignment (lavapipe: 32)

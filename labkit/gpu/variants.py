@@ -20,24 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 
-from gguf import GGMLQuantizationType
-
-from labkit.errors import UnknownVariantError, UnsupportedTensorTypeError
-
-MATMUL_FORMATS = {
-    GGMLQuantizationType.F32: "f32",
-    GGMLQuantizationType.F16: "f16",
-    GGMLQuantizationType.Q8_0: "q8_0",
-    GGMLQuantizationType.Q4_0: "q4_0",
-    GGMLQuantizationType.Q4_1: "q4_1",
-    GGMLQuantizationType.Q5_0: "q5_0",
-    GGMLQuantizationType.Q4_K: "q4_k",
-    GGMLQuantizationType.Q5_K: "q5_k",
-    GGMLQuantizationType.Q6_K: "q6_k",
-}
-
-
-ATTN_TILE = 8  # queries per workgroup in attn_tiled.wgsl (its TILE)
+from labkit.errors import UnknownVariantError
+from labkit.gpu.matmul import FORMATS as MATMUL_FORMATS
+from labkit.gpu.matmul import format_name, wgsl_const
 
 
 def kernel_file(name: str) -> str:
@@ -75,6 +60,11 @@ class Variant:
 
     def source(self, shape: PassShape | None = None) -> str:
         return self.source_for(shape or PassShape(T=2, n_past=0))
+
+    def workgroup_count(self, T: int, n_heads: int, size: int) -> int:
+        """Workgroups for a fused attn_ctx dispatch: the variant's own count, else one thread per
+        output element (64 a workgroup)."""
+        return self.workgroups(T, n_heads, size) if self.workgroups else -(-size // 64)
 
 
 _REGISTRY: dict[str, dict[str, Variant]] = {}
@@ -125,14 +115,15 @@ def _register_builtins() -> None:
             fused=True,
         )
     )
+    tile = wgsl_const(kernel_file("attn_tiled"), "TILE", 8)  # queries per workgroup, read from the kernel
     _add(
         Variant(
             "attn_ctx",
             "tiled",
-            f"fused attention, one workgroup per {ATTN_TILE} queries of a head, keys in chunks of 64",
+            f"fused attention, one workgroup per {tile} queries of a head, keys in chunks of 64",
             _file("attn_tiled"),
             fused=True,
-            workgroups=lambda T, n_heads, size: -(-T // ATTN_TILE) * n_heads,
+            workgroups=lambda T, n_heads, size: -(-T // tile) * n_heads,
         )
     )
     for fmt in MATMUL_FORMATS.values():
@@ -386,14 +377,5 @@ def register_host_variant(variant: Variant) -> Variant:
 
 
 def matmul_family(ggml_type: int) -> str:
-    try:
-        return "matmul_" + MATMUL_FORMATS[GGMLQuantizationType(ggml_type)]
-    except (KeyError, ValueError):
-        try:
-            type_name = GGMLQuantizationType(ggml_type).name
-        except ValueError:
-            type_name = "unknown"
-        supported = ", ".join(t.name for t in MATMUL_FORMATS)
-        raise UnsupportedTensorTypeError(
-            f"no GPU matmul for ggml type {ggml_type} ({type_name}); supported: {supported}"
-        ) from None
+    """`matmul_<fmt>` for a weight type; UnsupportedTensorTypeError (naming the type) otherwise."""
+    return "matmul_" + format_name(ggml_type)
