@@ -18,6 +18,40 @@ from labkit.errors import UnknownStageError
 # not in the GPU package, because data flows file → model → gpu → captures.
 POISON_BITS = 0x7FBADBAD
 
+# Attention maps are [heads, q_pos, k_pos]; every other capture is [positions, ...].
+ATTENTION_MAPS = ("attn_scores", "attn_probs")
+
+
+def stage_kind(name: str) -> str:
+    """`blk.3.ffn_down` → `ffn_down`; `logits` → `logits`."""
+    return name.split(".", 2)[2] if name.startswith("blk.") else name
+
+
+def is_attention_map(name: str) -> bool:
+    """`blk.3.attn_probs` → True: a capture indexed [heads, q_pos, k_pos], not [positions, ...]."""
+    return stage_kind(name) in ATTENTION_MAPS
+
+
+def as_f64(a: np.ndarray) -> np.ndarray:
+    """`a` as float64. A debug run's poison is a signalling NaN: casting it raises the invalid flag
+    (a RuntimeWarning), so the cast ignores it; the result holds quiet NaNs."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(a, dtype=np.float64)
+
+
+def poison_count(a: np.ndarray) -> int:
+    """Elements of a float32 array still holding POISON_BITS: never written by a debug pass."""
+    a = np.asarray(a)
+    if a.dtype != np.float32:
+        return 0
+    return int(np.count_nonzero(np.ascontiguousarray(a).view(np.uint32) == POISON_BITS))
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = np.where(np.isfinite(z), z, -np.inf)
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
 
 @dataclass(frozen=True)
 class Stats:
@@ -31,13 +65,15 @@ class Stats:
     std: float
     rms: float
     nan: int
-    inf: int
+    inf: int  # every ±inf, the masked ones included
     unwritten: int
+    masked: int = 0  # -inf attention scores: the causal/sliding mask, not a fault (counted in `inf` too)
 
     def __str__(self) -> str:
+        masked = f" masked={self.masked}" if self.masked else ""
         return (
             f"{self.stage} {self.shape}: min={self.min:.4g} max={self.max:.4g} mean={self.mean:.4g} "
-            f"std={self.std:.4g} rms={self.rms:.4g} nan={self.nan} inf={self.inf} unwritten={self.unwritten}"
+            f"std={self.std:.4g} rms={self.rms:.4g} nan={self.nan} inf={self.inf}{masked} unwritten={self.unwritten}"
         )
 
     def _repr_html_(self) -> str:  # Jupyter: a one-row table, NaN/inf/unwritten counts in red
@@ -90,21 +126,24 @@ class Run:
 
     def unwritten_count(self, a: np.ndarray) -> int:
         """Elements of `a` (part of a capture of this run) still holding the poison pattern."""
-        a = np.asarray(a)
-        if not self.debug or a.dtype != np.float32:
-            return 0
-        return int(np.count_nonzero(np.ascontiguousarray(a).view(np.uint32) == POISON_BITS))
+        return poison_count(a) if self.debug else 0
+
+    def at(self, name: str, pos: int | None) -> np.ndarray:
+        """One position of a capture (the query row of an attention map: [heads, k_pos]), or all of
+        it for pos=None."""
+        a = self[name]
+        if pos is None:
+            return a
+        return a[:, pos] if a.ndim == 3 and is_attention_map(name) else a[pos]
 
     def stats(self, name: str, pos: int | None = None) -> Stats:
         """min/max/mean/std/rms and NaN/inf/unwritten counts, over all values or one position.
 
         Unwritten elements are counted on debug runs only (a poison pattern needs poisoning first);
-        the poison is a NaN payload, so they are in `nan` too."""
-        a = self[name]
-        if pos is not None:
-            a = a[:, pos] if a.ndim == 3 and name.endswith(("attn_scores", "attn_probs")) else a[pos]
-        with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: casting it raises the flag
-            a64 = np.asarray(a, dtype=np.float64)
+        the poison is a NaN payload, so they are in `nan` too. The -inf of masked attention scores
+        are in `inf` and, separately, in `masked`."""
+        a = self.at(name, pos)
+        a64 = as_f64(a)
         finite = a64[np.isfinite(a64)]
         if finite.size == 0:
             finite = np.zeros(1)
@@ -119,22 +158,27 @@ class Run:
             nan=int(np.isnan(a64).sum()),
             inf=int(np.isinf(a64).sum()),
             unwritten=int(self.unwritten[name]) if pos is None and name in self.unwritten else self.unwritten_count(a),
+            masked=int(np.count_nonzero(np.isneginf(a64))) if stage_kind(name) == "attn_scores" else 0,
         )
 
     def logits(self, pos: int = -1) -> np.ndarray:
-        return np.asarray(self["logits"][pos], dtype=np.float64)
+        return as_f64(self["logits"][pos])
 
     def probs(self, pos: int = -1) -> np.ndarray:
-        z = self.logits(pos)
-        z = np.where(np.isfinite(z), z, -np.inf)
-        e = np.exp(z - z.max())
-        return e / e.sum()
+        return _softmax(self.logits(pos))
 
     def top(self, k: int = 5, pos: int = -1) -> list[TopToken]:
-        """The k highest logits at `pos`: (piece, id, logit, prob), prob from a full-vocab softmax."""
+        """The k highest logits at `pos`: (piece, id, logit, prob), prob from a full-vocab softmax.
+        Ties go to the lower id."""
         z = self.logits(pos)
-        p = self.probs(pos)
-        ids = np.argsort(-np.nan_to_num(z, nan=-np.inf), kind="stable")[:k]
+        k = min(k, z.size)
+        if k <= 0:
+            return []
+        p = _softmax(z)
+        key = np.nan_to_num(z, nan=-np.inf)
+        kth = key[np.argpartition(key, z.size - k)[z.size - k]]  # the k-th largest, found in O(vocab)
+        ids = np.flatnonzero(key >= kth)  # the top k and any tie at the k-th value, in id order
+        ids = ids[np.argsort(-key[ids], kind="stable")][:k]
         piece = self.piece or str
         return [TopToken(piece(int(i)), int(i), float(z[i]), float(p[i])) for i in ids]
 
@@ -181,18 +225,14 @@ def _token_chips(run: Run) -> str:
 
 def _flagged_stages(run: Run) -> list[tuple[str, int, int, int]]:
     """(stage, nan, inf, unwritten) of every captured stage with any of them. Masked attention
-    scores are -inf by design, so only +inf counts there."""
+    scores are -inf by design: they are not counted as inf."""
     out = []
     for name in run.stages:
         if name not in run.captures:
             continue
-        a = run.captures[name]
-        with np.errstate(invalid="ignore"):
-            nan = int(np.count_nonzero(np.isnan(a)))
-            inf = int(np.count_nonzero(np.isposinf(a) if name.endswith("attn_scores") else np.isinf(a)))
-        unwritten = int(run.unwritten.get(name, 0))
-        if nan or inf or unwritten:
-            out.append((name, nan, inf, unwritten))
+        s = run.stats(name)
+        if s.nan or s.inf - s.masked or s.unwritten:
+            out.append((name, s.nan, s.inf - s.masked, s.unwritten))
     return out
 
 
@@ -200,9 +240,7 @@ def _top_html(run: Run, k: int = 5) -> str:
     if "logits" not in run.captures:
         return "<div style='color:#888'>no logits captured: no next-token ranking</div>"
     rows = []
-    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it warns
-        top = run.top(k)
-    for t in top:
+    for t in run.top(k):
         bar = max(1, round(t.prob * 120))
         rows.append(
             f"<tr><td style='{_TD};text-align:left;white-space:pre;font-family:var(--jp-code-font-family,monospace)'>"

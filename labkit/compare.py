@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.captures import Run
+from labkit.captures import Run, as_f64, is_attention_map, stage_kind  # stage_kind re-exported
 
 # Stage kind → max NMSE against the float64 reference for an f32 GPU pass.
 # Elementwise ops are tight; matmuls carry f32 accumulation over K and the
@@ -43,11 +43,6 @@ REFERENCE_THRESHOLDS: dict[str, float] = {
     "logits": 5e-4,
 }
 DEFAULT_THRESHOLD = 1e-6
-
-
-def stage_kind(name: str) -> str:
-    """`blk.3.ffn_down` → `ffn_down`; `logits` → `logits`."""
-    return name.split(".", 2)[2] if name.startswith("blk.") else name
 
 
 @dataclass(frozen=True)
@@ -122,9 +117,7 @@ class Comparison:
 
 
 def compare_arrays(stage: str, a: np.ndarray, b: np.ndarray, threshold: float, unwritten: int = 0) -> StageComparison:
-    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it sets the flag
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
+    a, b = as_f64(a), as_f64(b)  # a debug run's poison is a signalling NaN: as_f64 casts it quietly
     if a.shape != b.shape:
         return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
     fa, fb = np.isfinite(a), np.isfinite(b)
@@ -163,4 +156,4 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
 
 
 def _positions(name: str, x: np.ndarray, sel: slice) -> np.ndarray:
-    return x[:, sel] if stage_kind(name) in ("attn_scores", "attn_probs") else x[sel]
+    return x[:, sel] if is_attention_map(name) else x[sel]

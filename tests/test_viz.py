@@ -80,6 +80,7 @@ def test_run_repr_html_flags_nan_inf_and_unwritten_stages():
     h = r._repr_html_()
     assert "3 stage(s) with NaN, inf or unwritten" in h and "first: <code>blk.0.attn_out</code>" in h
     assert "blk.1.resid_out" in h and "debug" in h and str(4 * T) in h
+    assert f">{4 * T}</td>" in h  # the logits row's unwritten cell, not some bar width
 
 
 def test_run_repr_html_without_logits():
@@ -96,6 +97,23 @@ def test_stats_repr_html_marks_bad_counts():
     assert "color:#c00" not in r.stats("embed", pos=0)._repr_html_()
 
 
+def test_run_at_stats_masked_and_top():
+    r = make_run()
+    scores = r["blk.0.attn_scores"]
+    assert np.array_equal(r.at("blk.0.attn_scores", 1), scores[:, 1]) and r.at("embed", 2).shape == (D,)
+    assert r.at("embed", None) is r["embed"]
+    masked = HEADS * T * (T - 1) // 2
+    s = r.stats("blk.0.attn_scores")
+    assert s.masked == masked and s.inf == masked and f"masked={masked}" in str(s)
+    assert r.stats("blk.0.attn_scores", pos=0).masked == HEADS * (T - 1)
+    assert r.stats("blk.0.attn_probs").masked == 0 and r.stats("embed").masked == 0
+    z = r.logits()
+    assert [t.id for t in r.top(3)] == list(np.argsort(-z, kind="stable")[:3])
+    assert [t.id for t in r.top(VOCAB + 5)] == list(np.argsort(-z, kind="stable"))  # k above the vocab
+    r.captures["logits"][-1] = 1.0  # all tied: the lower ids first, as a stable sort gives them
+    assert [t.id for t in r.top(4)] == [0, 1, 2, 3] and abs(r.top(1)[0].prob - 1 / VOCAB) < 1e-12
+
+
 def test_array_summary_of_hidden_states_attention_and_one_position():
     r = make_run()
     r.captures["blk.0.resid_out"][3, 5] = np.nan
@@ -106,8 +124,16 @@ def test_array_summary_of_hidden_states_attention_and_one_position():
     assert "float32[5, 8]" in h and "nan=1" in h and "<svg" in h and "data:image/png;base64," in h
     scores = array_summary(r, "blk.1.attn_scores")
     assert scores.masked == HEADS * T * (T - 1) // 2 and "inf=0" in scores.html and scores.row_bad == [0] * T
+    assert scores.kind == "attn_scores" and f"masked (-inf)={scores.masked}" in scores.html
     probs = array_summary(r, "blk.1.attn_probs", pos=-1)  # one query row: [heads, k]
     assert probs.rows == [f"head {h}" for h in range(HEADS)] and probs.stats.shape == (HEADS, T)
+    assert "colors: 0..1" in probs.html and "colors: 0..1" not in h
+    r.captures["blk.0.resid_out"][1, 2] = np.inf
+    r.captures["blk.0.resid_out"][1, 3] = -np.inf
+    s = array_summary(r, "blk.0.resid_out")
+    assert s.row_bad == [0, 2, 0, 1, 0] and s.stats.inf == 2 and "inf=2" in s.html
+    row = r["blk.0.resid_out"][0].astype(np.float64)
+    assert np.isclose(s.row_rms[0], np.sqrt(np.mean(row**2)))
 
 
 def test_array_summary_pools_wide_rows_without_losing_a_nan():
@@ -122,7 +148,7 @@ def test_array_summary_pools_wide_rows_without_losing_a_nan():
     from PIL import Image
 
     img = np.asarray(Image.open(io.BytesIO(s.image)))
-    assert img.shape[1] <= figures.MAX_COLS
+    assert img.shape[1] <= figures.MAX_COLS and img.shape[1] == s.width
     assert (img[2] == figures.NAN_RGB).all(axis=-1).any() and not (img[1] == figures.NAN_RGB).all(axis=-1).any()
 
 
@@ -144,6 +170,18 @@ def test_stage_explorer_redraws_on_every_control():
     assert "labkit-stage-explorer" in w._dom_classes
 
 
+def test_stage_explorer_builds_a_stage_summary_once(monkeypatch):
+    built = []
+    summary = figures.array_summary
+    monkeypatch.setattr(figures, "array_summary", lambda run, name: built.append(name) or summary(run, name))
+    w = widgets.stage_explorer(make_run(), N_LAYERS)
+    for p in (0, 1, 2):
+        w.pos.value = p
+    w.layer.value = 1
+    w.layer.value = 0
+    assert built == ["blk.0.resid_out", "blk.1.resid_out"], "not again per position, nor on coming back"
+
+
 def test_attention_explorer_layer_head_scores_and_all_heads():
     r = make_run()
     w = widgets.attention_explorer(r, N_LAYERS, labels=[piece(t) for t in r.tokens])
@@ -162,6 +200,17 @@ def test_attention_explorer_layer_head_scores_and_all_heads():
     assert len(seen) == 5, "every change redraws something different"
     w.query.value = 0
     assert "query 0 &#x27;&lt;bos&gt;&#x27; attends most to &#x27;&lt;bos&gt;&#x27; 1.00" in w.attends.value
+
+
+def test_attention_explorer_query_only_updates_what_it_attends_to(monkeypatch):
+    w = widgets.attention_explorer(make_run(), N_LAYERS)
+    drawn = []
+    monkeypatch.setattr(widgets, "png", lambda fig: drawn.append(fig) or b"")
+    before = w.attends.value
+    w.query.value = 1
+    assert drawn == [] and "query 1" in w.attends.value and w.attends.value != before
+    w.head.value = 1
+    assert len(drawn) == 1 and "head 1: query 1" in w.attends.value
 
 
 def test_attention_explorer_without_attention_maps_says_why():
@@ -206,7 +255,8 @@ def test_variant_switcher_calls_back_with_the_full_selection_and_shows_the_diver
     run = w.select({})  # back to defaults, from code
     assert calls[-1] == {"rope": "default", "softmax": "default"} and w.dropdowns["rope"].value == "default"
     assert isinstance(run, Run) and "every stage within its threshold" in w.result.value
-    assert "runs so far (2)" in w.runs_log.value
+    assert "runs so far (2)" in w.runs_log.value and w.history[-1]["top1"] == " blue"
+    assert widgets.variant_switcher is widgets.VariantSwitcher and "labkit-variant-switcher" in w._dom_classes
     with pytest.raises(KeyError):
         w.select({"no_such_family": "x"})
 
@@ -237,6 +287,17 @@ def test_stage_stepper_steps_and_reports_nmse():
     assert "FAIL" in w.title.value and "blk.1.attn_norm" in w.body.value
     w.step(-100)
     assert w.stage == "embed"
+    assert "labkit-stage-stepper" in w._dom_classes
+
+
+def test_stage_stepper_names_stages_the_reference_lacks():
+    ref = make_run(engine="reference")
+    del ref.captures["blk.0.attn_norm"]
+    w = widgets.stage_stepper(make_run(), ref)
+    w.go("blk.0.attn_norm")
+    assert "not in the reference" in w.title.value and "blk.0.attn_norm" in w.body.value
+    w.step(+1)
+    assert "(ok)" in w.title.value
 
 
 def test_variant_switcher_on_a_tiny_model_moves_the_first_divergence_to_rope(tiny_model):
@@ -274,7 +335,8 @@ def test_debug_run_repr_names_the_unwritten_logits(tiny_model):
     n = run.unwritten["logits"]
     assert n > 0 and sum(v for s, v in run.unwritten.items() if s != "logits") == 0
     h = run._repr_html_()
-    assert "first: <code>logits</code>" in h and str(n) in h
+    assert "first: <code>logits</code>" in h and str(n) in h and f">{n}</td>" in h
+    assert run.unwritten_count(run["logits"]) == n  # the poison scan agrees with the pass's own count
     s = array_summary(run, "logits")
     assert s.stats.unwritten == n and "unwritten=" + str(n) in s.html
 

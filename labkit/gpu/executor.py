@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from labkit.captures import POISON_BITS  # defined with the captures that report it; re-exported here
+from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
 from labkit.errors import PromptTooLongError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
@@ -552,7 +552,7 @@ class GpuExecutor:
         cache.n_past += T
         unwritten = {}
         if debug:
-            unwritten = {n: int(np.sum(a.view(np.uint32) == POISON_BITS)) for n, a in caps.items()}
+            unwritten = {n: poison_count(a) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from)

@@ -7,17 +7,15 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 
-from labkit.captures import Run, Stats
-from labkit.compare import Comparison
+from labkit.captures import Run, Stats, as_f64, is_attention_map
+from labkit.compare import Comparison, stage_kind
 
 
 def histogram(run: Run, stage: str, pos: int | None = -1, bins: int = 80, ax=None, sample: int | None = None):
     """Histogram of one stage's values (at one position). `sample` marks the first n values read
     on their own, the way post-mortem 000's "all positive" 5-value readout was taken."""
     ax = ax or plt.subplots(figsize=(6, 3))[1]
-    a = at_position(run, stage, pos)
-    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN
-        v = np.asarray(a, dtype=np.float64).ravel()
+    v = as_f64(run.at(stage, pos)).ravel()
     v = v[np.isfinite(v)]
     ax.hist(v, bins=bins, color="#4c72b0")
     if sample:
@@ -88,28 +86,13 @@ def divergence(cmp: Comparison, ax=None):
     return ax
 
 
-def is_attention(stage: str) -> bool:
-    """Attention maps are [heads, q_pos, k_pos]; every other capture is [positions, ...]."""
-    return stage.endswith(("attn_scores", "attn_probs"))
-
-
-def at_position(run: Run, stage: str, pos: int | None) -> np.ndarray:
-    """One position of a capture (the query row of an attention map), or all of it for pos=None."""
-    a = run[stage]
-    if pos is None:
-        return a
-    return a[:, pos] if a.ndim == 3 and is_attention(stage) else a[pos]
-
-
-def attention_grid(
-    run: Run, layer: int, probs: bool = True, labels: list[str] | None = None, fig=None, heads: list[int] | None = None
-):
+def attention_grid(run: Run, layer: int, probs: bool = True, labels: list[str] | None = None, fig=None):
     """Every head's [q_pos, k_pos] map of one layer side by side, on a shared color scale."""
     from matplotlib.figure import Figure
 
     name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
     a = run[name]
-    heads = list(range(a.shape[0])) if heads is None else heads
+    heads = list(range(a.shape[0]))
     cols = min(len(heads), 6)
     rows = -(-len(heads) // cols)
     fig = fig or Figure(figsize=(2.3 * cols + 0.8, 2.3 * rows + 0.4))
@@ -148,9 +131,11 @@ class ArraySummary:
     debug poison included), ±inf black, masked attention scores (-inf) light gray."""
 
     stage: str
+    kind: str  # the stage kind (compare.stage_kind): `attn_probs` are drawn on 0..1
     stats: Stats
     dtype: str
     image: bytes
+    width: int  # of the image, in pixels
     vmax: float
     hist: np.ndarray
     edges: np.ndarray
@@ -158,15 +143,17 @@ class ArraySummary:
     row_rms: list[float]
     row_bad: list[int]
     pooled: int
-    masked: int = 0  # -inf elements of attention scores: the causal/sliding mask, not a fault
     outside: tuple[int, int] = (0, 0)  # finite values left and right of the histogram's range
+
+    @property
+    def masked(self) -> int:
+        """-inf elements of attention scores: the causal/sliding mask, not a fault."""
+        return self.stats.masked
 
     def _repr_html_(self) -> str:
         return _summary_html(self)
 
-    @property
-    def html(self) -> str:
-        return _summary_html(self)
+    html = property(_repr_html_)  # the same HTML as an attribute (widgets put it in an HTML widget)
 
     def __repr__(self) -> str:
         return f"ArraySummary({self.stats})"
@@ -217,49 +204,50 @@ def _png(rgb: np.ndarray) -> bytes:
 def array_summary(run: Run, stage: str, pos: int | None = None, bins: int = 40) -> ArraySummary:
     """Shape, dtype, min/max/mean/std/rms, NaN/inf/unwritten counts, a histogram sparkline and a
     heat map with one row per position (see ArraySummary), for one capture or one position of it."""
-    a = at_position(run, stage, pos)
+    a = run.at(stage, pos)
     st = run.stats(stage, pos=pos)
-    with np.errstate(invalid="ignore"):  # the debug poison is a signalling NaN
-        x = np.asarray(a, dtype=np.float64)
-    attn = is_attention(stage)
-    probs = stage.endswith("attn_probs")
+    kind = stage_kind(stage)
+    attn, probs = is_attention_map(stage), kind == "attn_probs"
     piece = run.piece or str
     labels = [repr(piece(int(t))) for t in run.tokens]
     first = run.n_past
-    if x.ndim == 0:
-        x = x.reshape(1, 1)
-    if attn and x.ndim == 3:  # [heads, q, k]: rows = query positions, one block per head
-        blocks = list(x)
-        row_values = [x[:, i] for i in range(x.shape[1])]
-        rows = [f"q {first + i} {labels[i]}" if i < len(labels) else f"q {i}" for i in range(x.shape[1])]
-    elif attn and x.ndim == 2:  # one query row: [heads, k]
-        blocks, row_values = [x], list(x)
-        rows = [f"head {i}" for i in range(x.shape[0])]
-    elif pos is None and x.ndim >= 2:
-        blocks = [x.reshape(x.shape[0], -1)]
-        row_values = list(blocks[0])
-        rows = [f"{first + i} {labels[i]}" if i < len(labels) else str(i) for i in range(x.shape[0])]
-    else:
-        blocks = [x.reshape(1, -1)]
-        row_values = list(blocks[0])
-        rows = [f"pos {pos}"] if pos is not None else [stage]
-    finite = x[np.isfinite(x)]
-    vmax = 1.0 if probs else (float(np.percentile(np.abs(finite), 99)) if finite.size else 1.0) or 1.0
-    parts, k = [], 1
-    for i, b in enumerate(blocks):
-        pooled, k = _pool(b, max(8, MAX_COLS // len(blocks)))
-        if i:
-            parts.append(np.full((b.shape[0], 1, 3), 255, np.uint8))  # a white gap between heads
-        parts.append(_rgba(pooled, vmax, probs, masked_neg_inf=attn))
-    rgb = np.concatenate(parts, axis=1)
-    row_rms = [_rms(r) for r in row_values]
-    row_bad = [int(np.count_nonzero(np.isnan(r) | np.isposinf(r) | (np.isneginf(r) & (not attn)))) for r in row_values]
-    hist, edges, outside = _histogram(x[np.isfinite(x)], bins)
+    # The heat map is pooled in float32 (no copy of a GPU capture) and only the pooled pixels go to
+    # float64; the numbers (rows, histogram) come from the capture as it is. The debug poison is a
+    # signalling NaN: any comparison or arithmetic on it raises the invalid flag.
+    with np.errstate(invalid="ignore", over="ignore"):
+        a = np.asarray(a).reshape(1, 1) if np.ndim(a) == 0 else np.asarray(a)
+        x = a.astype(np.float32, copy=False)
+        if attn and a.ndim == 3:  # [heads, q, k]: rows = query positions, one block per head
+            blocks = list(x)
+            by_row = a.transpose(1, 0, 2).reshape(a.shape[1], -1)
+            rows = [f"q {first + i} {labels[i]}" if i < len(labels) else f"q {i}" for i in range(a.shape[1])]
+        elif attn and a.ndim == 2:  # one query row: [heads, k]
+            blocks, by_row = [x], a
+            rows = [f"head {i}" for i in range(a.shape[0])]
+        elif pos is None and a.ndim >= 2:
+            blocks, by_row = [x.reshape(a.shape[0], -1)], a.reshape(a.shape[0], -1)
+            rows = [f"{first + i} {labels[i]}" if i < len(labels) else str(i) for i in range(a.shape[0])]
+        else:
+            blocks, by_row = [x.reshape(1, -1)], a.reshape(1, -1)
+            rows = [f"pos {pos}"] if pos is not None else [stage]
+        finite = as_f64(by_row[np.isfinite(by_row)])
+        vmax = 1.0 if probs else (float(np.percentile(np.abs(finite), 99)) if finite.size else 1.0) or 1.0
+        parts, k = [], 1
+        for i, b in enumerate(blocks):
+            pooled, k = _pool(b, max(8, MAX_COLS // len(blocks)))
+            if i:
+                parts.append(np.full((b.shape[0], 1, 3), 255, np.uint8))  # a white gap between heads
+            parts.append(_rgba(as_f64(pooled), vmax, probs, masked_neg_inf=attn))
+        rgb = np.concatenate(parts, axis=1)
+        row_rms, row_bad = _row_stats(by_row, masked_neg_inf=attn)
+    hist, edges, outside = _histogram(finite, bins)
     return ArraySummary(
         stage=st.stage,
+        kind=kind,
         stats=st,
         dtype=str(a.dtype),
         image=_png(rgb),
+        width=rgb.shape[1],
         vmax=vmax,
         hist=hist,
         edges=edges,
@@ -267,9 +255,22 @@ def array_summary(run: Run, stage: str, pos: int | None = None, bins: int = 40) 
         row_rms=row_rms,
         row_bad=row_bad,
         pooled=k,
-        masked=int(np.count_nonzero(np.isneginf(x))) if stage.endswith("attn_scores") else 0,
         outside=outside,
     )
+
+
+def _row_stats(x: np.ndarray, masked_neg_inf: bool) -> tuple[list[float], list[int]]:
+    """Per row of [rows, n]: the rms of the finite values (NaN for none), and the NaN and inf count
+    (-inf not counted where it is the attention mask)."""
+    fin = np.isfinite(x)
+    n = np.count_nonzero(fin, axis=-1)
+    ss = np.sum(np.square(np.where(fin, x, 0), dtype=np.float64), axis=-1)
+    rms = np.sqrt(ss / np.maximum(n, 1))
+    rms[n == 0] = np.nan
+    bad = np.isnan(x) | np.isposinf(x)
+    if not masked_neg_inf:
+        bad |= np.isneginf(x)
+    return [float(r) for r in rms], [int(c) for c in np.count_nonzero(bad, axis=-1)]
 
 
 def _histogram(v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
@@ -283,11 +284,6 @@ def _histogram(v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, tuple[
         lo, hi = p_lo, p_hi
     hist, edges = np.histogram(v, bins=bins, range=(lo, hi) if hi > lo else None)
     return hist, edges, (int(np.count_nonzero(v < edges[0])), int(np.count_nonzero(v > edges[-1])))
-
-
-def _rms(r: np.ndarray) -> float:
-    f = r[np.isfinite(r)]
-    return float(np.sqrt(np.mean(f**2))) if f.size else float("nan")
 
 
 def _sparkline(s: ArraySummary, w: int = 200, h: int = 40) -> str:
@@ -321,7 +317,7 @@ def _summary_html(s: ArraySummary) -> str:
 
     n_rows = len(s.rows)
     row_h = max(3, min(14, 220 // max(n_rows, 1)))
-    img_w = min(MAX_COLS, max(160, _png_width(s.image)))
+    img_w = min(MAX_COLS, max(160, s.width))
     font = f"font-size:{min(11, row_h)}px;line-height:{row_h}px;height:{row_h}px;white-space:pre;overflow:hidden"
     show_labels = row_h >= 7
     left = "".join(f"<div style='{font}'>{html.escape(r)}</div>" for r in s.rows) if show_labels else ""
@@ -339,12 +335,12 @@ def _summary_html(s: ArraySummary) -> str:
     bad = "color:#c00;font-weight:bold"
     counts = " ".join(
         f"<span style='{bad if v else ''}'>{k}={v}</span>"
-        for k, v in (("nan", st.nan), ("inf", st.inf - s.masked), ("unwritten", st.unwritten))
+        for k, v in (("nan", st.nan), ("inf", st.inf - st.masked), ("unwritten", st.unwritten))
     )
-    if s.masked:
-        counts += f" <span style='color:#666'>masked (-inf)={s.masked}</span>"
+    if st.masked:
+        counts += f" <span style='color:#666'>masked (-inf)={st.masked}</span>"
     pooled = f", max-|x| pooled ×{s.pooled}" if s.pooled > 1 else ""
-    scale = "0..1" if s.stage.split("[")[0].endswith("attn_probs") else f"±{s.vmax:.3g} (99th pct |x|)"
+    scale = "0..1" if s.kind == "attn_probs" else f"±{s.vmax:.3g} (99th pct |x|)"
     return (
         "<div class='labkit-array' style='font-family:var(--jp-ui-font-family,sans-serif);font-size:12px'>"
         f"<div><code><b>{html.escape(s.stage)}</b></code> {s.dtype}[{', '.join(map(str, st.shape))}] · "
@@ -359,10 +355,6 @@ def _summary_html(s: ArraySummary) -> str:
         f"<div style='color:#666'>colors: {scale}{pooled}; magenta NaN/unwritten, black inf, gray masked</div>"
         "</div>"
     )
-
-
-def _png_width(png: bytes) -> int:
-    return int.from_bytes(png[16:20], "big")
 
 
 def show(run: Run, stage: str, pos: int | None = None) -> None:

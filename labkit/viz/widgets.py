@@ -22,7 +22,7 @@ import ipywidgets as W
 import numpy as np
 from matplotlib.figure import Figure
 
-from labkit.captures import Run
+from labkit.captures import Run, TopToken
 from labkit.compare import Comparison, compare, stage_kind
 from labkit.viz import figures
 
@@ -47,24 +47,53 @@ def _labels(run: Run) -> list[str]:
     return [piece(int(t)) for t in run.tokens]
 
 
-def _top(run: Run, k: int):
-    with np.errstate(invalid="ignore"):  # a debug run's poison is a signalling NaN: casting it warns
-        return run.top(k)
-
-
 def _message(text: str, color: str = "#666") -> str:
     return f"<div style='{FONT};color:{color}'>{text}</div>"
+
+
+class _Panel(W.VBox):
+    """An explorer: its children in a column (figures at their own size, not stretched), marked with
+    `css_class`, and drawn once on creation by `refresh()`."""
+
+    css_class = ""
+
+    def __init__(self, children: list[W.Widget]):
+        super().__init__(children)
+        self.add_class(self.css_class)
+        self.layout.align_items = "flex-start"
+        self.refresh()
+
+    def refresh(self, *_) -> None:
+        raise NotImplementedError
+
+
+class _Summaries:
+    """figures.array_summary HTML of each stage of one run, built on first view: it does not depend
+    on the position a widget shows, so moving a slider does not rebuild it."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        self._html: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        if name not in self._html:
+            self._html[name] = figures.array_summary(self.run, name)._repr_html_()
+        return self._html[name]
 
 
 # ----- stages
 
 
-class StageExplorer(W.VBox):
+class StageExplorer(_Panel):
     """Layer slider × stage dropdown × position slider → stats line, histogram at that position,
     and the whole stage as a heat map (one row per position, see figures.array_summary)."""
 
+    css_class = "labkit-stage-explorer"
+
     def __init__(self, run: Run, n_layers: int):
         self.run = run
+        self.labels = _labels(run)
+        self.summaries = _Summaries(run)
         kinds = sorted({stage_kind(s) for s in run.stages if s.startswith("blk.0.") and s in run.captures})
         if not kinds:
             raise ValueError("the run captured no stage of layer 0: nothing to explore")
@@ -80,9 +109,6 @@ class StageExplorer(W.VBox):
         for w in (self.layer, self.kind, self.pos):
             w.observe(self.refresh, names="value")
         super().__init__([W.HBox([self.layer, self.kind, self.pos]), self.stats, self.image, self.summary])
-        self.add_class("labkit-stage-explorer")
-        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
-        self.refresh()
 
     @property
     def stage(self) -> str:
@@ -94,14 +120,14 @@ class StageExplorer(W.VBox):
             self.stats.value = _message(f"{name} was not captured in this run", "#c00")
             self.image.value, self.summary.value = b"", ""
             return
-        piece = _labels(self.run)[pos]
+        piece = self.labels[pos]
         self.stats.value = (
             _message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
         )
         fig, ax = _axes(6, 2.6)
         figures.histogram(self.run, name, pos=pos, ax=ax)
         self.image.value = png(fig)
-        self.summary.value = figures.array_summary(self.run, name).html
+        self.summary.value = self.summaries(name)  # the whole stage: the same at every position
 
 
 def stage_explorer(run: Run, n_layers: int) -> StageExplorer:
@@ -113,9 +139,11 @@ def stage_explorer(run: Run, n_layers: int) -> StageExplorer:
 # ----- attention
 
 
-class AttentionExplorer(W.VBox):
+class AttentionExplorer(_Panel):
     """Layer and head sliders → one head's attention map (probabilities, or the masked scores), or
     every head of the layer side by side; a query slider lists what that query attends to most."""
+
+    css_class = "labkit-attention-explorer"
 
     def __init__(self, run: Run, n_layers: int, labels: list[str] | None = None):
         self.run = run
@@ -131,13 +159,11 @@ class AttentionExplorer(W.VBox):
         self.query = W.IntSlider(value=T - 1, min=0, max=T - 1, description="query")
         self.image = W.Image(format="png")
         self.attends = W.HTML()
-        for w in (self.layer, self.head, self.values, self.all_heads, self.query):
+        for w in (self.layer, self.head, self.values, self.all_heads):
             w.observe(self.refresh, names="value")
+        self.query.observe(self._show_attends, names="value")  # the map does not depend on the query
         controls = W.VBox([W.HBox([self.layer, self.head, self.all_heads]), W.HBox([self.values, self.query])])
         super().__init__([controls, self.image, self.attends])
-        self.add_class("labkit-attention-explorer")
-        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
-        self.refresh()
 
     @property
     def stage(self) -> str:
@@ -162,7 +188,11 @@ class AttentionExplorer(W.VBox):
             fig, ax = _axes(size, size)
             figures.attention_map(self.run, L, head=h, probs=probs, ax=ax, labels=self.labels)
         self.image.value = png(fig)
-        self.attends.value = self._top_keys(L, h)
+        self._show_attends()
+
+    def _show_attends(self, *_) -> None:
+        if self.stage in self.run:  # otherwise `attends` says why there is no map
+            self.attends.value = self._top_keys(self.layer.value, self.head.value)
 
     def _top_keys(self, layer: int, head: int, k: int = 4) -> str:
         name = f"blk.{layer}.attn_probs"
@@ -197,24 +227,35 @@ def _option_label(name: str, doc: str | None, faulty: bool, width: int = 64) -> 
     return label
 
 
-def _top_table(run: Run, k: int, other: set[int], title: str) -> str:
-    if "logits" not in run:
+def _top_k(run: Run, k: int) -> list[TopToken] | None:
+    """run.top(k), or None when the run captured no logits."""
+    return run.top(k) if "logits" in run else None
+
+
+def _top_table(top: list[TopToken] | None, other: list[TopToken] | None, title: str) -> str:
+    """The top tokens, those not among `other`'s in red."""
+    if top is None:
         return _message(f"{title}: no logits captured")
+    other_ids = {t.id for t in other or ()}
     rows = "".join(
-        f"<tr style='{'' if t.id in other else 'color:#c00'}'><td style='white-space:pre;padding:0 6px'>"
+        f"<tr style='{'' if t.id in other_ids else 'color:#c00'}'><td style='white-space:pre;padding:0 6px'>"
         f"{html.escape(repr(t.piece))}</td><td style='text-align:right;padding:0 6px'>{t.prob:.3f}</td></tr>"
-        for t in _top(run, k)
+        for t in top
     )
     return f"<div><b>{html.escape(title)}</b><table>{rows}</table></div>"
 
 
-class VariantSwitcher(W.VBox):
-    """One dropdown per op family with more than one variant → re-run through `rerun(selection)`
-    (the notebook wires the lab in) → top tokens against the reference's, the first divergence,
-    what the run recomputed and how long it took, and the per-stage NMSE figure.
+class VariantSwitcher(_Panel):
+    """One dropdown per op family that has more than one variant; the re-run button (or, with
+    auto=True, any change) calls `rerun({family: variant, ...})` (the notebook wires the lab in) and
+    shows the top-k tokens against the reference's, the first divergence, the run's
+    timings["recomputed_from"] and total_s, and figures.divergence. `docs[family][name]` goes into
+    the option labels, `faulty[family]` names get a ⚠ mark.
 
     `selection` is always complete ({family: variant} for every dropdown, "default" included), so
     the callback can apply it as is. `select({...})` sets the dropdowns and runs, from code."""
+
+    css_class = "labkit-variant-switcher"
 
     def __init__(
         self,
@@ -227,6 +268,7 @@ class VariantSwitcher(W.VBox):
         k: int = 5,
     ):
         self.rerun, self.reference, self.k = rerun, reference, k
+        self.reference_top = _top_k(reference, k)
         self.docs = {f: dict(d) for f, d in (docs or {}).items()}
         self.faulty = {f: set(n) for f, n in (faulty or {}).items()}
         self.last_run: Run | None = None
@@ -276,9 +318,6 @@ class VariantSwitcher(W.VBox):
                 self.runs_log,
             ]
         )
-        self.add_class("labkit-variant-switcher")
-        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
-        self._describe()
 
     @property
     def selection(self) -> dict[str, str]:
@@ -297,7 +336,7 @@ class VariantSwitcher(W.VBox):
                 dd.value = selection.get(fam, "default")
         finally:
             self._quiet = False
-        self._describe()
+        self.refresh()
         return self.run() if run else None
 
     def run(self) -> Run:
@@ -325,11 +364,12 @@ class VariantSwitcher(W.VBox):
     def _changed(self, change) -> None:
         if self._quiet:
             return
-        self._describe()
+        self.refresh()
         if self.auto.value:
             self._run_safely()
 
-    def _describe(self) -> None:
+    def refresh(self, *_) -> None:
+        """Describe the variants the dropdowns select (re-running is `run()`)."""
         chosen = [(f, n) for f, n in self.selection.items() if n != "default"]
         if not chosen:
             self.about.value = _message("every family at its default (correct) variant")
@@ -366,10 +406,9 @@ class VariantSwitcher(W.VBox):
                 f"{n_failed} of {len(cmp.rows)} stages fail"
             )
         missing = f" · {len(cmp.missing)} stages not compared (not captured)" if cmp.missing else ""
-        ref_ids = {x.id for x in _top(self.reference, self.k)} if "logits" in self.reference else set()
-        run_ids = {x.id for x in _top(run, self.k)} if "logits" in run else set()
-        tables = _top_table(run, self.k, ref_ids, "this run") + _top_table(
-            self.reference, self.k, run_ids, self.reference.engine
+        run_top = _top_k(run, self.k)
+        tables = _top_table(run_top, self.reference_top, "this run") + _top_table(
+            self.reference_top, run_top, self.reference.engine
         )
         result = (
             f"<div style='{FONT}'>{verdict}{missing}"
@@ -382,7 +421,7 @@ class VariantSwitcher(W.VBox):
         image = png(fig)
         # everything is computed before any of it is shown: the figure never lags behind the text
         self.image.value, self.result.value, self.status.value = image, result, status
-        top1 = _top(run, 1)[0].piece if "logits" in run else None
+        top1 = run_top[0].piece if run_top else None
         self.history.append(
             {"selection": {f: n for f, n in sel.items() if n != "default"}, "first_divergence": first, "top1": top1}
             | {"recomputed_from": rec, "total_s": total}
@@ -411,32 +450,21 @@ def _fmt_selection(sel: Mapping[str, str]) -> str:
     return ", ".join(chosen) if chosen else "all defaults"
 
 
-def variant_switcher(
-    families: Mapping[str, Iterable[str]],
-    rerun: Rerun,
-    reference: Run,
-    docs: Mapping[str, Mapping[str, str]] | None = None,
-    faulty: Mapping[str, Iterable[str]] | None = None,
-    auto: bool = False,
-    k: int = 5,
-) -> VariantSwitcher:
-    """One dropdown per op family that has more than one variant; the re-run button (or, with
-    auto=True, any change) calls `rerun({family: variant, ...})` and shows the top-k tokens against
-    the reference's, the first divergence, the run's timings["recomputed_from"] and total_s, and
-    figures.divergence. `docs[family][name]` goes into the option labels, `faulty[family]` names
-    get a ⚠ mark."""
-    return VariantSwitcher(families, rerun, reference, docs=docs, faulty=faulty, auto=auto, k=k)
+variant_switcher = VariantSwitcher
 
 
 # ----- the pass, stage by stage
 
 
-class StageStepper(W.VBox):
+class StageStepper(_Panel):
     """Every captured stage in graph order behind a slider and ◀ ▶ buttons; each shows its
     array summary (stats, histogram, heat map per position) and, given a reference, its NMSE."""
 
+    css_class = "labkit-stage-stepper"
+
     def __init__(self, run: Run, reference: Run | None = None):
         self.run = run
+        self.summaries = _Summaries(run)
         self.names = [s for s in run.stages if s in run]
         self.comparison = compare(run, reference) if reference is not None else None
         self.index = W.IntSlider(value=0, min=0, max=len(self.names) - 1, description="stage", readout=False)
@@ -451,9 +479,6 @@ class StageStepper(W.VBox):
         self.body = W.HTML()
         self.index.observe(self.refresh, names="value")
         super().__init__([W.HBox([self.play, self.prev, self.index, self.next, self.title]), self.body])
-        self.add_class("labkit-stage-stepper")
-        self.layout.align_items = "flex-start"  # figures at their own size, not stretched
-        self.refresh()
 
     def step(self, delta: int) -> None:
         self.index.value = int(np.clip(self.index.value + delta, 0, len(self.names) - 1))
@@ -468,18 +493,17 @@ class StageStepper(W.VBox):
     def refresh(self, *_) -> None:
         name = self.stage
         verdict = ""
-        if self.comparison is not None:
-            try:
-                r = self.comparison.row(name)
-                color = "#2a7" if r.passed else "#c00"
-                mark = "ok" if r.passed else "FAIL " + r.reason
-                verdict = f" · <span style='color:{color}'>nmse {r.nmse:.2e} ({mark})</span>"
-            except StopIteration:
-                verdict = " · not in the reference"
+        if self.comparison is not None and name in self.comparison.missing:
+            verdict = " · not in the reference"
+        elif self.comparison is not None:
+            r = self.comparison.row(name)
+            color = "#2a7" if r.passed else "#c00"
+            mark = "ok" if r.passed else "FAIL " + r.reason
+            verdict = f" · <span style='color:{color}'>nmse {r.nmse:.2e} ({mark})</span>"
         self.title.value = _message(
             f"{self.index.value + 1}/{len(self.names)} <code>{html.escape(name)}</code>{verdict}"
         )
-        self.body.value = figures.array_summary(self.run, name).html
+        self.body.value = self.summaries(name)
 
 
 def stage_stepper(run: Run, reference: Run | None = None) -> StageStepper:
