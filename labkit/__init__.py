@@ -1,13 +1,20 @@
 """labkit: a Jupyter-first lab for LLM inference on WebGPU, one named stage at a time."""
 
-from labkit import cases
+from labkit import cases as _cases_package  # the package stays importable as `labkit.cases` (sys.modules)
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
 from labkit.errors import LabkitError
-from labkit.gpu.variants import kernel_source, register_variant
 from labkit.lab import Generation, Lab, open
 from labkit.model.registry import MODELS
+from labkit.ops.registry import kernel_source, register_variant
 from labkit.sampling import Sampler
+
+
+def cases() -> list:
+    """The post-mortem cases (labkit.cases.Case), in post-mortem order. The package of the same name
+    is imported above, so this attribute is set after it and no later import replaces it."""
+    return _cases_package.cases()
+
 
 __all__ = [
     "MODELS",

@@ -196,9 +196,9 @@ def cmd_case(args: argparse.Namespace) -> int:
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
-    from labkit.gpu.variants import get_variant, variants
+    from labkit.ops.registry import describe, variants
 
-    data = {fam: {name: get_variant(fam, name).doc for name in names} for fam, names in variants().items()}
+    data = {fam: {name: describe(fam, name) for name in names} for fam, names in variants().items()}
     _emit(
         args,
         data,

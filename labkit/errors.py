@@ -73,3 +73,11 @@ class ToolNotFoundError(LabkitError):
 
 class InputFileError(LabkitError):
     """A file given to labkit other than the model (e.g. a `--wgsl` source) is missing or unreadable."""
+
+
+class KernelInterfaceError(VariantInterfaceError):
+    """A kernel's `struct Params` differs from the uniform fields its op declares."""
+
+
+class InvalidArgumentError(LabkitError, ValueError):
+    """An argument outside what the call accepts (e.g. a negative max_new_tokens)."""

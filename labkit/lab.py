@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from labkit.captures import Run
-from labkit.errors import PromptTooLongError
+from labkit.errors import InvalidArgumentError, PromptTooLongError
 from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.gguf_file import GgufFile, open_gguf
 from labkit.model.graph import Stage, build_graph
@@ -52,9 +52,9 @@ class Lab:
         self.gguf: GgufFile = open_gguf(path)
         self.config: ModelConfig = config_from_metadata(self.gguf.metadata, set(self.gguf.tensors))
         self.graph: list[Stage] = build_graph(self.config)
-        from labkit.gpu.variants import check_selection
+        from labkit.ops.registry import check_selection
 
-        # {op family: variant}, aliases resolved; shared with the executor
+        # {family or blk.L.family: variant}, aliases resolved; shared with the executor
         self.selected: dict[str, str] = check_selection(dict(variants or {}))
         self._last_pass = None
         self.debug = debug
@@ -129,19 +129,28 @@ class Lab:
 
     def generate_reference(self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode in the float64 reference (slow; for checking the GPU path)."""
-        sampler = sampler or GREEDY
+        cache, engine = KVCache(), self.reference_engine
+
+        def step(ids: list[int]) -> np.ndarray:
+            return engine.forward(ids, cache, capture=["logits"])["logits"][-1]
+
+        return self._decode(prompt, max_new_tokens, sampler or GREEDY, step)
+
+    def _decode(self, prompt: Prompt, max_new_tokens: int, pick, step) -> Generation:
+        """The one decode loop: `step(ids)` runs a pass and returns the last position's logits,
+        `pick(logits)` chooses the next token; stops at EOS or after max_new_tokens."""
+        if max_new_tokens < 0:
+            raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         ids = self.prompt_ids(prompt, extra=max_new_tokens)
-        cache = KVCache()
         t0 = time.perf_counter()
-        caps = self.reference_engine.forward(ids, cache, capture=["logits"])
+        logits = step(ids)
         t1 = time.perf_counter()
         out: list[int] = []
-        for _ in range(max_new_tokens):
-            nxt = sampler(caps["logits"][-1])
-            out.append(nxt)
-            if nxt == self.config.eos_id or len(out) == max_new_tokens:
+        while len(out) < max_new_tokens:
+            out.append(pick(logits))
+            if out[-1] == self.config.eos_id or len(out) == max_new_tokens:
                 break
-            caps = self.reference_engine.forward([nxt], cache, capture=["logits"])
+            logits = step([out[-1]])
         t2 = time.perf_counter()
         n_dec = max(len(out) - 1, 1)
         return Generation(
@@ -177,23 +186,52 @@ class Lab:
         return ex
 
     def variants(self) -> dict[str, list[str]]:
-        """{op family: [variant names]}; "default" is the correct one of each."""
-        from labkit.gpu.variants import variants
+        """{family: [variant names]}: kernels, dispatch policies and samplers; "default" is the correct one."""
+        from labkit.ops.registry import variants
 
         return variants()
 
     def use(self, family: str, name: str = "default") -> Lab:
-        """Switch one op family's variant on this live lab. The next run of the same prompt
-        recomputes only from the first stage the switch affects."""
-        from labkit.gpu.variants import get_variant, resolve_family
+        """Switch a family's variant on this live lab, for every layer (`"rope"`) or one (`"blk.5.rope"`).
+        The next run of the same prompt recomputes only from the first stage the switch affects."""
+        from labkit.ops.registry import check_key
 
-        family = resolve_family(family, name)
-        get_variant(family, name)
+        key = check_key(family, name)
         if name == "default":
-            self.selected.pop(family, None)
+            self.selected.pop(key, None)
         else:
-            self.selected[family] = name
+            self.selected[key] = name
         return self
+
+    def kernels(self) -> dict[str, dict[str, str]]:
+        """For each stage kind: which kernel runs it and why (selected, or the default for this adapter).
+        A kind whose layers differ (a per-layer variant) is listed per stage."""
+        ex = self.executor
+        out: dict[str, dict[str, str]] = {}
+        for st in self.graph:
+            c = ex.choice(st)
+            row = {"family": c.family, "kernel": c.kernel.name, "why": c.why}
+            key = st.kind if out.get(st.kind, row) == row else st.name
+            out.setdefault(key, row)
+        return out
+
+    def explain(self, stage: str):
+        """What a stage computes: the op, its formula, its inputs and output with this model's shapes."""
+        from labkit.errors import UnknownStageError
+        from labkit.ops import OPS
+        from labkit.ops.base import Explanation
+
+        st = next((s for s in self.graph if s.name == stage), None)
+        if st is None:
+            raise UnknownStageError(f"unknown stage {stage!r}; stages are e.g. {', '.join(self.stages[:6])}, ...")
+        op = OPS[st.op]
+        shapes, out = op.shapes(st)
+        names = list(st.inputs) + [n for n in (st.weight, st.bias) if n]
+        inputs = tuple(zip(names, shapes, strict=False)) if st.inputs else tuple((s, "") for s in shapes)
+        kv = {"k": "writes K at n_past", "v": "writes V at n_past"}.get(st.kv_write or "", "")
+        if st.kv_read:
+            kv = (kv + "; " if kv else "") + "reads " + " and ".join(k.upper() for k in st.kv_read) + " of every position"
+        return Explanation(st.name, op.name, op.what, op.formula, inputs, out, kv)
 
     def run(
         self,
@@ -237,29 +275,13 @@ class Lab:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
         from labkit.gpu.sampling import GpuSampler
 
-        sampler = sampler or GREEDY
-        ids = self.prompt_ids(prompt, extra=max_new_tokens)
         ex = self.executor
-        cache = ex.new_cache(len(ids) + max_new_tokens)
-        pick = GpuSampler(ex, sampler)
-        t0 = time.perf_counter()
-        res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True)
-        t1 = time.perf_counter()
-        out: list[int] = []
-        for _ in range(max_new_tokens):
-            nxt = pick(res.captures["logits"][-1])
-            out.append(nxt)
-            if nxt == self.config.eos_id or len(out) == max_new_tokens:
-                break
-            res = ex.run_pass([nxt], cache, names=["logits"], last_logits_only=True)
-        t2 = time.perf_counter()
-        n_dec = max(len(out) - 1, 1)
-        return Generation(
-            ids,
-            out,
-            self.detokenize(out),
-            {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tok_s": n_dec / max(t2 - t1, 1e-9)},
-        )
+        cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
+
+        def step(ids: list[int]) -> np.ndarray:
+            return ex.run_pass(ids, cache, names=["logits"], last_logits_only=True).captures["logits"][-1]
+
+        return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
 
     def __repr__(self) -> str:
         c = self.config

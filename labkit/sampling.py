@@ -1,7 +1,9 @@
 """Token sampling: greedy, or temperature → top-k → softmax → top-p → draw (llama.cpp's order).
 
 Post-mortem 004 is about getting this wrong. The correct order is `default`; the faulty
-orders are registered as `sampling` variants next to the kernel variants.
+orders are the other entries of `SAMPLERS`, the sampler registry (selected as the
+`sampling` family, like a kernel variant). `truncate` is the one top-k/top-p: the reference
+order, the faulty ones and the GPU sampler (labkit.gpu.sampling) all end in it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from labkit.gpu.variants import Variant, get_variant, register_host_variant
+from labkit.errors import UnknownVariantError
 
 Distribution = tuple[np.ndarray, np.ndarray]  # (candidate ids, probabilities)
 
@@ -36,10 +38,18 @@ def _top_p(ids: np.ndarray, p: np.ndarray, top_p: float) -> Distribution:
     return ids[:keep], p[:keep] / p[:keep].sum()
 
 
+def truncate(ids: np.ndarray, p: np.ndarray, top_k: int, top_p: float) -> Distribution:
+    """Candidates sorted by falling probability, and their probabilities (any scale): keep the top k,
+    renormalize, keep the smallest prefix whose mass reaches top_p, renormalize."""
+    if top_k > 0:
+        ids, p = ids[:top_k], p[:top_k]
+    return _top_p(ids, p / p.sum(), top_p)
+
+
 def correct_order(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
     """temperature → top-k on logits → softmax → top-p on probabilities (llama.cpp)."""
     ids, z = _temperature_top_k(logits, temperature, top_k)
-    return _top_p(ids, _softmax(z), top_p)
+    return truncate(ids, _softmax(z), 0, top_p)
 
 
 def top_p_before_softmax(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
@@ -62,21 +72,18 @@ def normalized_over_top_1000(logits: np.ndarray, temperature: float, top_k: int,
 
 
 SamplerFn = Callable[[np.ndarray, float, int, float], Distribution]
-for _name, _fn, _faulty in (
-    ("default", correct_order, False),
-    ("top_p_before_softmax", top_p_before_softmax, True),
-    ("norm_top1000", normalized_over_top_1000, True),
-):
-    register_host_variant(
-        Variant(
-            "sampling",
-            _name,
-            (_fn.__doc__ or "").split("\n")[0],
-            lambda shape, f=_fn: f,
-            kind="sampler",
-            faulty=_faulty,
-        )
-    )
+SAMPLERS: dict[str, SamplerFn] = {
+    "default": correct_order,
+    "top_p_before_softmax": top_p_before_softmax,
+    "norm_top1000": normalized_over_top_1000,
+}
+FAULTY_SAMPLERS = ("top_p_before_softmax", "norm_top1000")
+
+
+def sampler_order(name: str) -> SamplerFn:
+    if name not in SAMPLERS:
+        raise UnknownVariantError(f"unknown variant {name!r} of sampling; known: {', '.join(SAMPLERS)}")
+    return SAMPLERS[name]
 
 
 @dataclass
@@ -92,7 +99,7 @@ class Sampler:
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)
-        get_variant("sampling", self.variant)
+        sampler_order(self.variant)
 
     @property
     def greedy(self) -> bool:
@@ -100,7 +107,7 @@ class Sampler:
 
     @property
     def order(self) -> SamplerFn:
-        return get_variant("sampling", self.variant).source_for(None)
+        return sampler_order(self.variant)
 
     def distribution(self, logits: np.ndarray) -> Distribution:
         """(candidate ids, their probabilities) as this sampler's order computes them."""

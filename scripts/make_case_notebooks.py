@@ -276,7 +276,7 @@ for label, ev in (("faulty", bad), ("fixed", fixed)):
         ),
         code("""
 for label, ev in (("faulty", bad), ("fixed", fixed)):
-    w, r = ev["tier_logits"]["tiled_streaming_count"], ev["tier_logits"]["tiled"]
+    w, r = ev["tier_logits"]["streaming_count"], ev["tier_logits"]["default"]
     diff = float(np.max(np.abs(w - r)))
     print(label, "max |wrong count - right count|", diff, "' blue' rank", int(np.sum(r > r[3730])))
 """),

@@ -12,8 +12,6 @@ Lab's variant selection is put back as it was afterwards.
 
 from __future__ import annotations
 
-import sys
-
 from labkit.cases.base import Case, CaseLabError, CaseReport, Check, Evidence, UnknownCaseError
 from labkit.cases.base import Timer as _Timer
 
@@ -99,14 +97,3 @@ def run_case(name: str, lab=None) -> CaseReport:
     report.timings = dict(timer.timings)
     report.timings["total"] = sum(timer.timings.values())
     return report
-
-
-class _CasesModule(sys.modules[__name__].__class__):
-    """`labkit.cases()` lists the cases (DESIGN.md's public API) while `labkit.cases` stays the
-    package: a plain function of that name would be replaced by the module on first import."""
-
-    def __call__(self) -> list[Case]:
-        return cases()
-
-
-sys.modules[__name__].__class__ = _CasesModule

@@ -66,10 +66,10 @@ LOGIT_MEAN_MAX, LOGIT_STD_RANGE = 5.0, (1.0, 100.0)  # post-mortem O(-5..5) / O(
 def register_clamp_variant() -> None:
     """Hypothesis B as a matmul variant: Q4_1 block scales through a clamp with swapped bounds."""
     from labkit.errors import UnknownVariantError
-    from labkit.gpu.variants import get_variant, kernel_source
+    from labkit.ops.registry import get_kernel, kernel_source
 
     try:
-        get_variant("matmul_q4_1", CLAMP_VARIANT)
+        get_kernel("matmul_q4_1", CLAMP_VARIANT)
         return
     except UnknownVariantError:
         pass

@@ -84,16 +84,18 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence
         out.append(int(np.argmax(res.captures["logits"][-1])))
     # the post-mortem's phase 2: the tiled attention tier dispatched with the streaming workgroup
     # count (T x heads instead of ceil(T/8) x heads), then "fixed"; the prompt pass under both
-    before = lab.selected.get("attn_ctx", "default")
+    before = {f: lab.selected.get(f, "default") for f in ("attn_ctx", "attn_workgroups")}
     tiers = {}
     try:
-        for name in ("tiled_streaming_count", "tiled"):
-            lab.use("attn_ctx", name)
+        lab.use("attn_ctx", "tiled")
+        for name in ("streaming_count", "default"):  # the wrong workgroup count, then the fixed one
+            lab.use("attn_workgroups", name)
             tcache = ex.new_cache(len(ids))
             res = ex.run_pass(ids, tcache, names=["logits"], last_logits_only=True)
             tiers[name] = np.asarray(res.captures["logits"][-1], dtype=np.float64)
     finally:
-        lab.use("attn_ctx", before)
+        for family, name in before.items():
+            lab.use(family, name)
     return Evidence(
         side,
         variants,
@@ -259,7 +261,7 @@ def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     }
     mixed_everywhere = all(lo < 0 < hi for pts in traj.values() for lo, hi in pts)
     tiers = ev["tier_logits"]
-    wrong, right = tiers["tiled_streaming_count"], tiers["tiled"]
+    wrong, right = tiers["streaming_count"], tiers["default"]
     tier_nmse = _nmse(wrong, right)
     tier_vs_unfused = _nmse(right, prompt.logits())
     return [
@@ -289,7 +291,8 @@ def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         ),
         Check(
             "the dispatch-tier 'fix' changes nothing",
-            "prompt pass with attn_ctx=tiled_streaming_count (T x heads workgroups) and with the fixed count "
+            "prompt pass with attn_ctx=tiled under attn_workgroups=streaming_count (T x heads workgroups) and "
+            "with the fixed count "
             f"(ceil(T/8) x heads): logits bit-identical, and within NMSE {TIER_NMSE:g} of the unfused stages",
             f"NMSE wrong vs fixed count {fmt(tier_nmse)}; tiled vs unfused {fmt(tier_vs_unfused)}; ' blue' rank "
             f"{_rank(wrong, BLUE)} vs {_rank(right, BLUE)}",

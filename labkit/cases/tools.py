@@ -87,9 +87,7 @@ def gpu_weight_columns(lab, tensor: str, cols: int = 256) -> np.ndarray:
     (token t = unit vector e_t), so output t is column t of W: a round trip through the
     real kernel, not a separate dequantizer."""
     from labkit.gpu.dispatch import run as run_dispatches
-    from labkit.gpu.executor import STORAGE
-    from labkit.gpu.matmul import prepare_matmul
-    from labkit.gpu.variants import PassShape
+    from labkit.gpu.executor import STORAGE, Region
 
     ex = lab.executor
     w = ex.weight(tensor)
@@ -99,9 +97,8 @@ def gpu_weight_columns(lab, tensor: str, cols: int = 256) -> np.ndarray:
     x[np.arange(cols), np.arange(cols)] = 1.0
     xb = ex.device.create_buffer_with_data(data=x.tobytes(), usage=STORAGE)
     yb = ex.buffer(cols * N, "roundtrip.y")
-    fam = ex.family(next(s for s in lab.graph if s.op == "matmul" and s.weight == tensor))
-    src = ex.variant(fam).source(PassShape(cols, 0))
-    run_dispatches(ex.gpu, prepare_matmul(ex.gpu, w, xb, yb, cols, source=src), "roundtrip")
+    stage = next(s for s in lab.graph if s.op == "matmul" and s.weight == tensor and not s.weight_rows)
+    run_dispatches(ex.gpu, ex.stage_matmul(stage, Region(xb, 0, (cols, K)), Region(yb, 0, (cols, N))), "roundtrip")
     y = np.frombuffer(ex.device.queue.read_buffer(yb, 0, 4 * cols * N), dtype=np.float32)
     return y.reshape(cols, N).T.copy()
 

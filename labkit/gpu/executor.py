@@ -1,20 +1,21 @@
 """The GPU executor: runs a model's stage graph on WebGPU, batched or one stage at a time.
 
-Every stage writes its own output region (k_rope and v write straight into the KV
-cache), so nothing is overwritten within a pass: captures are plain copies
-recorded at the end of the same command encoder, and a batched run reads back
-exactly what a stepped run reads. In debug mode every output region is filled
-with a poison bit pattern before the pass; poison left afterwards is "unwritten".
-Stages a fused attention variant does without (scores, probs) are `skipped`: they get
-a placeholder buffer, no dispatch, and are never captured.
+Planning is one loop over the graph: each stage's op module (labkit.ops) says what to
+dispatch through a `StageContext`, and the executor turns that into pipelines, uniform
+buffers and bind groups. Every stage writes its own output region (a stage with
+`kv_write` writes straight into its layer's KV cache), so nothing is overwritten within a
+pass: captures are plain copies recorded at the end of the same command encoder, and a
+batched run reads back exactly what a stepped run reads. In debug mode every output
+region is filled with a poison bit pattern before the pass; poison left afterwards is
+"unwritten". Stages nothing reads under the selected kernels (scores and probabilities
+under a fused attention tier) are `skipped`: no dispatch, never captured.
 
 Matmuls bind X and Y per chunk of tokens when a buffer is bigger than one storage
 binding (Gemma's [T, 262144] logits); every other kernel binds its buffers whole, so a
-region above the limit (attn_scores [H, T, T] at thousands of tokens) is a
-PromptTooLongError at plan time, not a GPU validation error.
+region above the limit is a PromptTooLongError at plan time, not a GPU validation error.
 
-Because regions outlive the pass, a re-run of the same tokens after a variant
-switch re-records only the stages from the first one the switch affects.
+Because regions outlive the pass, a re-run of the same tokens after a variant switch
+re-records only the stages from the first one whose kernel, policy or skip changed.
 """
 
 from __future__ import annotations
@@ -29,19 +30,21 @@ import wgpu
 from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
 from labkit.errors import PromptTooLongError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
-from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
+from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.variants import PassShape, Variant, check_selection, get_variant, matmul_family
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
+from labkit.ops import OPS
+from labkit.ops.base import Kernel, PassShape, Policy
+from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, selected
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-ACT_CODES = {"gelu_tanh": 0, "silu": 1}
 Patch = Callable[[np.ndarray, str], np.ndarray]
+__all__ = ["POISON_BITS", "GpuExecutor", "Region", "StagePlan", "poison_count"]
 
 
 @dataclass
@@ -62,8 +65,8 @@ class StagePlan:
     stage: Stage
     out: Region
     dispatches: list[Dispatch]
-    signature: tuple = ()  # the variants that produced it; a re-run starts where this changes
-    skipped: bool = False  # not computed in this pass (scores/probs under fused attention)
+    signature: tuple = ()  # kernel, policy and skip that produced it; a re-run starts where this changes
+    skipped: bool = False  # nothing reads it under the selected kernels: not computed in this pass
 
 
 @dataclass
@@ -86,6 +89,57 @@ class PassResult:
     recomputed_from: str | None = None
 
 
+@dataclass(frozen=True)
+class KernelChoice:
+    """Which kernel runs a stage, and why (`lab.kernels()` lists these)."""
+
+    family: str
+    kernel: Kernel
+    why: str
+
+
+class StageContext:
+    """What one stage's op `plan` sees (labkit.ops.base.GpuStage); collects its dispatches."""
+
+    def __init__(self, ex: GpuExecutor, st: Stage, kernel: Kernel, regions: dict, cache: GpuKVCache, ids, last_only):
+        self.ex, self.stage, self.kernel, self.regions, self.kv = ex, st, kernel, regions, cache
+        self.ids, self.last_only = ids, last_only
+        self.T, self.n_past = len(ids), cache.n_past
+        self.shape = PassShape(self.T, self.n_past)
+        self.dispatches: list[Dispatch] = []
+
+    def input(self, i: int) -> Region:
+        return self.regions[self.stage.inputs[i]]
+
+    def output(self, shape: tuple[int, ...]) -> Region:
+        st = self.stage
+        if st.kv_write:  # this layer's cache, from position n_past on
+            return Region(self.cache(st.kv_write), self.n_past * self.ex.cfg.kv_dim, shape)
+        return self.ex.region(st, shape, self.shape)
+
+    def cache(self, kind: str) -> wgpu.GPUBuffer:
+        return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
+
+    def vector(self, name: str) -> wgpu.GPUBuffer:
+        return self.ex.vector(name)
+
+    def token_rows(self, name: str) -> Region:
+        rows = self.ex.embed_input(self.ids, name)
+        return Region(rows, 0, (self.T, rows.size // (4 * self.T)))
+
+    def policy(self, family: str) -> Policy:
+        return self.ex.policy(self.stage, family)
+
+    def dispatch(self, buffers: list, values: dict, workgroups: int, kernel: Kernel | None = None) -> None:
+        op = OPS[self.stage.op] if kernel is None else OPS["add"]
+        self.dispatches.append(
+            self.ex.dispatch(self.stage, op, kernel or self.kernel, self.shape, buffers, values, workgroups)
+        )
+
+    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
+        self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter)
+
+
 class GpuExecutor:
     """Owns the weights on the GPU and turns (ids, cache) into recorded dispatches."""
 
@@ -102,27 +156,36 @@ class GpuExecutor:
         self.device = self.gpu.device
         self.variants: dict[str, str] = variants if variants is not None else {}  # shared with the Lab
         check_selection(self.variants)
-        self._weights: dict[str, GpuWeight] = {}
+        self._weights: dict[tuple, GpuWeight] = {}
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
+        self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
         self.upload_seconds = 0.0
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
         self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
+        self.adapter_type: str = self.gpu.adapter_type  # tests force "DiscreteGPU" to take the real-GPU defaults
 
     # ----- weights
-    def weight(self, name: str) -> GpuWeight:
-        """A matmul weight: GGUF bytes uploaded unchanged (row windows above the binding limit)."""
-        if name not in self._weights:
+    def weight(self, name: str, rows: tuple[int, int] | None = None) -> GpuWeight:
+        """A matmul weight (or a row range of one): GGUF bytes uploaded unchanged, in row windows
+        above the binding limit."""
+        key = (name, rows)
+        if key not in self._weights:
             t0 = time.perf_counter()
             t = self.gguf.tensors[name]
-            self._weights[name] = upload_weight(
-                self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols, max_window_bytes=self.window_bytes
+            raw, n_rows = self.gguf.raw(name), t.n_rows
+            if rows is not None:  # rows are contiguous in every format: a byte range
+                per_row = raw.nbytes // t.n_rows
+                raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
+            label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
+            self._weights[key] = upload_weight(
+                self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, max_window_bytes=self.window_bytes
             )
             # write_buffer stages a host copy until the queue flushes: flush per tensor so staging
             # never piles up, then drop the mapped pages (lavapipe keeps the buffer in host memory).
             self.device.queue.submit([])
             self.gguf.release(name)
             self.upload_seconds += time.perf_counter() - t0
-        return self._weights[name]
+        return self._weights[key]
 
     def vector(self, name: str) -> wgpu.GPUBuffer:
         """A 1-D tensor (norm weight, bias) as f32: tiny, so decoded on the host."""
@@ -136,7 +199,7 @@ class GpuExecutor:
         """Put every weight on the GPU now (otherwise it happens on first use)."""
         for st in self.graph:
             if st.op == "matmul":
-                self.weight(st.weight)
+                self.weight(st.weight, st.weight_rows)
             elif st.weight and st.op != "embed":
                 self.vector(st.weight)
             if st.bias:
@@ -147,29 +210,62 @@ class GpuExecutor:
         windows = sum(win.buffer.size for w in self._weights.values() for win in w.windows)
         return windows + sum(b.size for b in self._vectors.values())
 
-    # ----- variants and kernels
+    def embed_input(self, ids: list[int], name: str = "token_embd.weight") -> wgpu.GPUBuffer:
+        """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
+        t = self.gguf.tensors[name]
+        rows = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64))
+        return self.device.create_buffer_with_data(data=rows.astype(np.float32).tobytes(), usage=STORAGE)
+
+    # ----- kernels, policies, what a switch invalidates
+    @property
+    def adapter(self) -> str:
+        return adapter_kind(self.adapter_type)
+
     def family(self, st: Stage) -> str:
-        """The op family whose variant runs this stage."""
-        if st.op == "matmul":
-            return matmul_family(self.gguf.tensors[st.weight].ggml_type)
-        return st.op
+        """The kernel family that runs a stage (per weight format for matmuls)."""
+        return OPS[st.op].family_of(st, lambda name: self.gguf.tensors[name].ggml_type)
 
-    def variant(self, family: str) -> Variant:
-        return get_variant(family, self.variants.get(family, "default"))
+    def choice(self, st: Stage) -> KernelChoice:
+        family = self.family(st)
+        name = selected(self.variants, family, st.layer)
+        kernel = get_kernel(family, name, self.adapter)
+        if name != "default":
+            why = f"selected ({'blk.%d.' % st.layer if f'blk.{st.layer}.{family}' in self.variants else ''}{family})"
+        elif kernel.prefer:
+            why = f"default on a {self.adapter_type} adapter ({self.adapter})"
+        else:
+            why = "default"
+        return KernelChoice(family, kernel, why)
 
-    def pipeline(self, family: str, shape: PassShape):
-        v = self.variant(family)
-        return compile_pipeline(self.gpu, v.source(shape), label=f"{family}/{v.name}")
+    def kernel(self, st: Stage) -> Kernel:
+        return self.choice(st).kernel
 
-    def signature(self, st: Stage) -> tuple:
-        """The variant choices a stage's output depends on directly."""
-        fams = [self.family(st)]
-        if st.op in ("attn_scores", "softmax", "attn_ctx"):
-            fams += ["attn_ctx"]
-        if st.name == "logits":
-            fams += ["lm_head"]
-        return tuple((f, self.variants.get(f, "default")) for f in fams)
+    def policy(self, st: Stage, family: str) -> Policy:
+        return get_policy(family, selected(self.variants, family, st.layer))
 
+    def skipped(self, kernels: dict[str, Kernel]) -> set[str]:
+        """Stages no later stage reads under these kernels (a fused tier reads q, not the probabilities).
+        Derived from the graph backwards; cache writers and the last stage are always needed."""
+        needed = {self.graph[-1].name}
+        for st in reversed(self.graph):
+            if st.name in needed or st.kv_write:
+                needed.add(st.name)
+                reads = kernels[st.name].reads
+                needed.update(st.inputs if reads is None else (st.inputs[i] for i in reads))
+        return {st.name for st in self.graph} - needed
+
+    def signatures(self) -> list[tuple]:
+        """Per stage: what its output depends on besides the data (kernel, policies, skipped)."""
+        kernels = {st.name: self.kernel(st) for st in self.graph}
+        skipped = self.skipped(kernels)
+        pol = {"attn_ctx": ("attn_workgroups",), "matmul": ("lm_head",)}
+        return [
+            (kernels[st.name].family, kernels[st.name].name, st.name in skipped)
+            + tuple(self.policy(st, f).name for f in pol.get(st.op, ()) if f != "lm_head" or st.policy)
+            for st in self.graph
+        ]
+
+    # ----- buffers and limits
     @property
     def binding_limit(self) -> int:
         """Bytes one storage binding may span: the device's limit, or the lower `max_binding`."""
@@ -186,16 +282,16 @@ class GpuExecutor:
             )
         return self.device.create_buffer(size=size, usage=STORAGE, label=label)
 
-    def _check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
+    def check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
         """PromptTooLongError when a kernel would bind `nbytes` whole, above the binding limit."""
         limit = self.binding_limit
         if nbytes <= limit:
             return
-        stage = label.split(".", 2)[-1] if label.startswith("blk.") else label
+        attention_map = label.split(".")[-1] in ("attn_scores", "attn_probs")
         hint = (
             ' Use variants={"attn_ctx": "streaming"} (or lab.use("attn_ctx", "streaming")): fused attention'
             " does not materialize the scores and probabilities."
-            if stage in ("attn_scores", "attn_probs")
+            if attention_map
             else " Run a shorter prompt."
         )
         raise PromptTooLongError(
@@ -204,12 +300,13 @@ class GpuExecutor:
             f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
         )
 
-    def _region(self, st: Stage, shape_: tuple[int, ...], pass_shape: PassShape) -> Region:
-        """A fresh output region for a non-matmul stage: checked against the binding limit before it
-        is allocated."""
-        n = int(np.prod(shape_))
-        self._check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape_)}")
-        return Region(self.buffer(n, st.name), 0, shape_)
+    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape) -> Region:
+        """A fresh output region: a matmul's may exceed one binding (bound per token chunk), any
+        other's is checked against the binding limit before it is allocated."""
+        n = int(np.prod(shape))
+        if st.op != "matmul":
+            self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
+        return Region(self.buffer(n, st.name), 0, shape)
 
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim
@@ -219,243 +316,129 @@ class GpuExecutor:
             [self.buffer(capacity * kv, f"cache.v.{L}") for L in range(self.cfg.n_layers)],
         )
 
-    # ----- planning one pass
-    def plan(
-        self,
-        T: int,
-        cache: GpuKVCache,
-        embed_in: wgpu.GPUBuffer,
-        last_logits_only: bool = False,
-        reuse: list[StagePlan] | None = None,
-        start: int = 0,
-    ) -> list[StagePlan]:
-        """Regions and dispatches for T new tokens after cache.n_past cached ones.
+    # ----- dispatches
+    def pipeline(self, op_name: str, source: str, label: str):
+        """The compiled pipeline of a kernel source, its struct Params checked against the op's once."""
+        if (op_name, source) not in self._checked:
+            OPS[op_name].params.check(source, label)
+            self._checked.add((op_name, source))
+        return compile_pipeline(self.gpu, source, label=label)
 
-        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches."""
-        cfg, n_past = self.cfg, cache.n_past
-        n_keys = n_past + T
-        shape = PassShape(T, n_past)
-        fused = self.variant("attn_ctx").fused
-        regions: dict[str, Region] = {}
-        plans: list[StagePlan] = []
-        for i, st in enumerate(self.graph):
-            if reuse is not None and i < start:
-                old = reuse[i]
-                regions[st.name] = old.out
-                plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
-                continue
-            P = st.params
-            if fused and st.op in ("attn_scores", "softmax"):  # the fused kernel does without them
-                shape_ = (P["n_heads"], T, n_keys) if st.op == "attn_scores" else regions[st.inputs[0]].shape
-                regions[st.name] = Region(self.buffer(4, st.name + ".skipped"), 0, shape_)  # a placeholder
-                plans.append(StagePlan(st, regions[st.name], [], self.signature(st), skipped=True))
-                continue
-            if st.op == "embed":
-                out = self._region(st, (T, cfg.d_model), shape)
-                dsp = [
-                    self._simple(
-                        "embed",
-                        shape,
-                        [embed_in, out.buffer],
-                        "<IfII",
-                        (out.size, P["scale"], 0, 0),
-                        grid(-(-out.size // 64)),
-                        st.name,
-                    )
-                ]
-            elif st.op == "rmsnorm":
-                x = regions[st.inputs[0]]
-                out = self._region(st, x.shape, shape)
-                n_groups = x.size // P["group"]
-                dsp = [
-                    self._simple(
-                        "rmsnorm",
-                        shape,
-                        [x.buffer, self.vector(st.weight), out.buffer],
-                        "<IIfI",
-                        (n_groups, P["group"], P["eps"], 0),
-                        grid(n_groups),
-                        st.name,
-                    )
-                ]
-            elif st.op == "matmul":
-                out, dsp = self._plan_matmul(st, regions, cache, T, last_logits_only)
-            elif st.op == "rope":
-                x = regions[st.inputs[0]]
-                if st.kind == "k_rope":  # roped keys go straight into the cache
-                    out = Region(cache.k[st.layer], n_past * cfg.kv_dim, x.shape)
-                else:
-                    out = self._region(st, x.shape, shape)
-                vals = (
-                    T,
-                    P["n_heads"],
-                    P["head_dim"],
-                    P["rope_dim"],
-                    n_past,
-                    int(P["style"] == "neox"),
-                    P["base"],
-                    out.offset,
-                )
-                dsp = [
-                    self._simple(
-                        "rope", shape, [x.buffer, out.buffer], "<IIIIIIfI", vals, grid(-(-x.size // 64)), st.name
-                    )
-                ]
-            elif st.op == "attn_scores":
-                q = regions[st.inputs[0]]
-                out = self._region(st, (P["n_heads"], T, n_keys), shape)
-                vals = (T, n_keys, n_past, P["n_heads"], P["n_kv_heads"], P["head_dim"], P["window"] or 0, P["scale"])
-                dsp = [
-                    self._simple(
-                        "attn_scores",
-                        shape,
-                        [q.buffer, cache.k[st.layer], out.buffer],
-                        "<IIIIIIIf",
-                        vals,
-                        grid(-(-out.size // 64)),
-                        st.name,
-                    )
-                ]
-            elif st.op == "softmax":
-                x = regions[st.inputs[0]]
-                out = self._region(st, x.shape, shape)
-                n = x.shape[-1]
-                dsp = [
-                    self._simple(
-                        "softmax",
-                        shape,
-                        [x.buffer, out.buffer],
-                        "<IIII",
-                        (x.size // n, n, 0, 0),
-                        grid(x.size // n),
-                        st.name,
-                    )
-                ]
-            elif st.op == "attn_ctx":
-                out = self._region(st, (T, P["n_heads"] * P["head_dim"]), shape)
-                dsp = [self._plan_attn_ctx(st, regions, cache, out, shape, fused)]
-            elif st.op == "add":
-                a, b = regions[st.inputs[0]], regions[st.inputs[1]]
-                out = self._region(st, a.shape, shape)
-                dsp = [self._add(a.buffer, b.buffer, out.buffer, a.size, b.size, st.name, shape)]
-            elif st.op == "glu":
-                g, up = regions[st.inputs[0]], regions[st.inputs[1]]
-                out = self._region(st, g.shape, shape)
-                dsp = [
-                    self._simple(
-                        "glu",
-                        shape,
-                        [g.buffer, up.buffer, out.buffer],
-                        "<IIII",
-                        (g.size, ACT_CODES[P["act"]], 0, 0),
-                        grid(-(-g.size // 64)),
-                        st.name,
-                    )
-                ]
-            else:
-                raise UnknownStageError(f"GPU executor has no op {st.op!r}")
-            regions[st.name] = out
-            plans.append(StagePlan(st, out, dsp, self.signature(st)))
-        return plans
-
-    def _simple(
-        self,
-        family: str,
-        shape: PassShape,
-        buffers: list,
-        fmt: str,
-        vals: tuple,
-        workgroups: tuple[int, int, int],
-        label: str,
-    ) -> Dispatch:
-        """One dispatch of a family's kernel: buffers bound whole in order, then a fresh uniform.
-        A buffer above the binding limit is a PromptTooLongError naming the stage (`label`)."""
-        for b in buffers:  # outputs were checked in _region; this catches the inputs and the KV cache
+    def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups) -> Dispatch:
+        """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
+        the binding limit is a PromptTooLongError naming the stage."""
+        for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
             if b.size > self.binding_limit:
-                self._check_binding(label, b.size, shape, f"a {family} operand ({b.label or 'buffer'})")
-        pipe = self.pipeline(family, shape)
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, uniform(self.gpu, fmt, *vals)]), workgroups, label)
+                self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
+        source = kernel.source(shape)
+        pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
+        u = uniform_bytes(self.gpu, op.params.pack(source, values))
+        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name)
 
-    def _add(self, a, b, out, n: int, period: int, label: str, shape: PassShape, out_offset: int = 0) -> Dispatch:
-        """out[out_offset + i] = a[i] + b[i % period] for i < n (offsets in floats)."""
-        vals = (n, period, out_offset, 0)
-        return self._simple("add", shape, [a, b, out], "<IIII", vals, grid(-(-n // 64)), label)
-
-    def _plan_attn_ctx(
-        self, st: Stage, regions: dict[str, Region], cache: GpuKVCache, out: Region, shape: PassShape, fused: bool
-    ) -> Dispatch:
-        P, T, n_keys = st.params, shape.T, shape.n_past + shape.T
-        if fused:
-            q = regions[f"blk.{st.layer}.q_rope"]
-            vals = (
-                T,
-                n_keys,
-                shape.n_past,
-                P["n_heads"],
-                P["n_kv_heads"],
-                P["head_dim"],
-                self.cfg.layer_window(st.layer) or 0,
-                self.cfg.attn_scale,
-            )
-            bufs = [q.buffer, cache.k[st.layer], cache.v[st.layer], out.buffer]
-            n_wg = self.variant("attn_ctx").workgroup_count(T, P["n_heads"], out.size)
-            return self._simple("attn_ctx", shape, bufs, "<IIIIIIIf", vals, grid(n_wg), st.name)
-        a = regions[st.inputs[0]]
-        vals = (T, n_keys, P["n_heads"], P["n_kv_heads"], P["head_dim"], 0, 0, 0)
-        return self._simple(
-            "attn_ctx",
-            shape,
-            [a.buffer, cache.v[st.layer], out.buffer],
-            "<IIIIIIII",
-            vals,
-            grid(-(-out.size // 64)),
-            st.name,
-        )
-
-    def _plan_matmul(
-        self, st: Stage, regions: dict[str, Region], cache: GpuKVCache, T: int, last_only: bool
-    ) -> tuple[Region, list[Dispatch]]:
-        x = regions[st.inputs[0]]
-        w = self.weight(st.weight)
+    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep) -> list[Dispatch]:
+        """The one way to build a matmul's dispatches (weight windows x token chunks), and its bias."""
+        st = ctx.stage
+        w = self.weight(st.weight, st.weight_rows)
         K, N = w.n_cols, w.n_rows
-        rows_T, x_off = T, 0
-        if st.name == "logits" and last_only:
-            rows_T, x_off = 1, (T - 1) * K
-        if st.kind == "v" and st.layer is not None:  # values go straight into the cache
-            out = Region(cache.v[st.layer], cache.n_past * N, (T, N))
-        else:
-            out = Region(self.buffer(rows_T * N, st.name), 0, (rows_T, N))
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
-        src = self.variant(self.family(st)).source(PassShape(T, cache.n_past))
-        keep = self.variant("lm_head").window_filter if st.name == "logits" else None
+        source = ctx.kernel.source(ctx.shape)
+        OPS["matmul"].params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
         dsp = prepare_matmul(
             self.gpu,
             w,
             x.buffer,
             target.buffer,
             rows_T,
-            x_offset=x.offset + x_off,
+            x_offset=x.offset + x_skip * K,
             x_stride=K,
             y_offset=target.offset,
             y_stride=N,
-            source=src,
+            source=source,
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
         )
         if st.bias:  # the biased output may live inside the cache (v at n_past): pass its offset
-            shape = PassShape(T, cache.n_past)
-            bias = self.vector(st.bias)
-            dsp.append(self._add(target.buffer, bias, out.buffer, rows_T * N, N, st.name, shape, out.offset))
-        return out, dsp
+            add = self.kernel_for_op("add", st.layer)
+            values = {"n": rows_T * N, "period": N, "y_offset": out.offset}
+            n_wg = -(-rows_T * N // 64)
+            dsp.append(self.dispatch(st, OPS["add"], add, ctx.shape, [target.buffer, self.vector(st.bias), out.buffer],
+                                     values, n_wg))  # fmt: skip
+        return dsp
+
+    def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
+        """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's
+        selected kernel: how a case runs one weight through the real kernel."""
+        ctx = StageContext(self, st, self.kernel(st), {}, GpuKVCache(0, [], []), range(x.shape[0]), False)
+        return self.matmul(ctx, x, out, x.shape[0], 0, None)
+
+    def kernel_for_op(self, op: str, layer: int | None) -> Kernel:
+        return get_kernel(op, selected(self.variants, op, layer), self.adapter)
+
+    def default_dispatch(self, op: str, buffers: list, values: dict, workgroups: int, label: str) -> Dispatch:
+        """A dispatch of an op's correct kernel, whatever is selected (the GPU sampler's softmax)."""
+        kernel = get_kernel(op, "default", self.adapter)
+        source = kernel.source()
+        pipe = self.pipeline(op, source, f"{op}/default")
+        u = uniform_bytes(self.gpu, OPS[op].params.pack(source, values))
+        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), label)
+
+    # ----- planning one pass
+    def plan(
+        self,
+        ids: list[int],
+        cache: GpuKVCache,
+        last_logits_only: bool = False,
+        reuse: list[StagePlan] | None = None,
+        start: int = 0,
+    ) -> list[StagePlan]:
+        """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
+
+        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches."""
+        kernels = {st.name: self.kernel(st) for st in self.graph}
+        skipped = self.skipped(kernels)
+        sigs = self.signatures()
+        regions: dict[str, Region] = {}
+        plans: list[StagePlan] = []
+        for i, st in enumerate(self.graph):
+            if reuse is not None and i < start:
+                old = reuse[i]
+                plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
+            elif st.name in skipped:  # a placeholder buffer: never dispatched, never captured
+                plans.append(StagePlan(st, Region(self.buffer(4, st.name + ".skipped"), 0, (0,)), [], sigs[i], True))
+            else:
+                ctx = StageContext(self, st, kernels[st.name], regions, cache, ids, last_logits_only)
+                out = OPS[st.op].plan(st, ctx)
+                plans.append(StagePlan(st, out, ctx.dispatches, sigs[i]))
+            regions[st.name] = plans[-1].out
+        return plans
 
     # ----- running
-    def embed_input(self, ids: list[int]) -> wgpu.GPUBuffer:
-        """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
-        t = self.gguf.tensors["token_embd.weight"]
-        rows = dequantize_rows(
-            self.gguf.raw("token_embd.weight"), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64)
-        ).astype(np.float32)
-        return self.device.create_buffer_with_data(data=rows.tobytes(), usage=STORAGE)
+    def check_names(self, names: Iterable[str] | None, patch: dict) -> list[str] | None:
+        """UnknownStageError for a names filter or a patch naming stages the graph lacks."""
+        known = {s.name for s in self.graph}
+        unknown = [n for n in patch if n not in known]
+        if unknown:
+            raise UnknownStageError(f"cannot patch unknown stage(s): {', '.join(unknown)}")
+        if names is None:
+            return None
+        names = list(names)
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            raise UnknownStageError(
+                f"names filter has unknown stage(s): {', '.join(unknown)}; stages are e.g. "
+                f"{', '.join(s.name for s in self.graph[:6])}, ..."
+            )
+        return names
+
+    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None) -> tuple[list[StagePlan], int]:
+        """Plans of a pass, reusing a previous pass of the same ids from the first changed signature."""
+        if previous is None:
+            return self.plan(ids, cache, last_only), 0
+        cache.n_past -= len(ids)  # the previous pass advanced it
+        new_sigs = self.signatures()
+        # no switch since the last pass: recompute it all (same regions), don't replay old data
+        start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
+        return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
 
     def run_pass(
         self,
@@ -473,40 +456,15 @@ class GpuExecutor:
         after each patched stage so the patch can be applied on the host and written back.
 
         With `previous` (a result for the same ids on the same cache), only the stages from the
-        first one whose variants changed are recomputed; earlier regions still hold their data."""
+        first one whose kernel, policy or skip changed are recomputed; earlier regions keep their data."""
         t0 = time.perf_counter()
-        T = len(ids)
         patch = dict(patch or {})
-        known = {s.name for s in self.graph}
-        unknown = [n for n in patch if n not in known]
-        if unknown:
-            raise UnknownStageError(f"cannot patch unknown stage(s): {', '.join(unknown)}")
-        if names is not None:
-            names = list(names)
-            unknown = [n for n in names if n not in known]
-            if unknown:
-                raise UnknownStageError(
-                    f"names filter has unknown stage(s): {', '.join(unknown)}; stages are e.g. "
-                    f"{', '.join(s.name for s in self.graph[:6])}, ..."
-                )
-        start, recomputed_from = 0, None
-        if previous is not None and not debug and not patch:
-            cache.n_past -= T  # the previous pass advanced it
-            new_sigs = [self.signature(st) for st in self.graph]
-            # no switch since the last pass: recompute it all (same regions), don't replay old data
-            start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
-            embed_in = self.embed_input(ids) if start == 0 else None
-            plans = self.plan(T, cache, embed_in, last_logits_only, reuse=previous.plans, start=start)
-        else:
-            plans = self.plan(T, cache, self.embed_input(ids), last_logits_only)
-        if start < len(plans):
-            recomputed_from = plans[start].stage.name
+        names = self.check_names(names, patch)
+        reuse = previous if previous is not None and not debug and not patch else None
+        plans, start = self._plans_for(ids, cache, last_logits_only, reuse)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
-            raise UnknownStageError(
-                f"cannot patch {', '.join(not_run)}: the selected attn_ctx variant "
-                f"{self.variants.get('attn_ctx', 'default')!r} does not compute it"
-            )
+            raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
         want = {p.stage.name for p in plans} if names is None else set(names)
         captured = [p for p in plans if (p.stage.name in want or debug) and not p.skipped]
         if debug:
@@ -514,22 +472,33 @@ class GpuExecutor:
                 if not p.skipped:
                     poison_region(self.device, p.out)
         t1 = time.perf_counter()
-        todo = plans[start:]
-        stage_ms: dict[str, float] = {}
+        caps, stage_ms = self._submit(plans[start:], captured, patch, stepped, timestamps)
+        t2 = time.perf_counter()
+        cache.n_past += len(ids)
+        unwritten = {}
+        if debug:
+            unwritten = {n: poison_count(a) for n, a in caps.items()}
+            caps = {n: a for n, a in caps.items() if n in want}
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
+        recomputed_from = plans[start].stage.name if start < len(plans) else None
+        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from)
+
+    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool):
+        """Record and submit the stages (one encoder, or cut at patches and steps); read the captures."""
         segments = _segments(todo, set(patch), stepped)
         qs = None
         if timestamps and self.gpu.has_timestamps and len(segments) == 1 and todo:
             qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
+        caps, stage_ms = {}, {}
         for k, seg in enumerate(segments):
             enc = self.device.create_command_encoder()
             if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
-                record_stages(enc, seg)
+                encode(enc, [d for p in seg for d in p.dispatches])
             else:
                 for j, p in enumerate(seg):
                     record_stage(enc, p, qs, j)
             last = k == len(segments) - 1
-            staging = offsets = None
-            ts_buf = None
+            staging = offsets = ts_buf = None
             if last:
                 staging, offsets = record_captures(self.device, enc, captured)
                 if qs is not None:
@@ -538,24 +507,14 @@ class GpuExecutor:
                     )
                     enc.resolve_query_set(qs, 0, 2 * len(todo), ts_buf, 0)
             self.device.queue.submit([enc.finish()])
-            tail = seg[-1] if seg else None
-            if tail is not None and tail.stage.name in patch:
-                self._apply_patch(tail, patch[tail.stage.name])
+            if seg and seg[-1].stage.name in patch:
+                self._apply_patch(seg[-1], patch[seg[-1].stage.name])
             if last:
                 caps = read_captures(staging, offsets, captured)
                 if ts_buf is not None:
                     ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
                     stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(todo, ticks)}
-        if not segments:
-            caps = _read_now(self.device, captured)
-        t2 = time.perf_counter()
-        cache.n_past += T
-        unwritten = {}
-        if debug:
-            unwritten = {n: poison_count(a) for n, a in caps.items()}
-            caps = {n: a for n, a in caps.items() if n in want}
-        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
-        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from)
+        return caps, stage_ms
 
     def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
         """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
@@ -583,33 +542,16 @@ def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list
     return segs
 
 
-def record_stages(enc, plans: list[StagePlan]) -> None:
-    """All dispatches of several stages in one compute pass. WebGPU makes each dispatch its own
-    usage scope, so a stage still sees everything the stages before it wrote; one pass instead of
-    one per stage saves lavapipe's per-pass cost (about 0.3 ms a stage, most of a decode step)."""
-    cp = enc.begin_compute_pass()
-    for plan in plans:
-        for d in plan.dispatches:
-            cp.set_pipeline(d.pipeline)
-            cp.set_bind_group(0, d.bind_group)
-            cp.dispatch_workgroups(*d.workgroups)
-    cp.end()
-
-
 def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
-    kw = {}
+    """One stage's dispatches in a compute pass of their own (timed when a query set is given)."""
+    ts = None
     if query_set is not None:
-        kw["timestamp_writes"] = {
+        ts = {
             "query_set": query_set,
             "beginning_of_pass_write_index": 2 * index,
             "end_of_pass_write_index": 2 * index + 1,
         }
-    cp = enc.begin_compute_pass(**kw)
-    for d in plan.dispatches:
-        cp.set_pipeline(d.pipeline)
-        cp.set_bind_group(0, d.bind_group)
-        cp.dispatch_workgroups(*d.workgroups)
-    cp.end()
+    encode(enc, plan.dispatches, timestamp_writes=ts)
 
 
 def poison_region(device, r: Region) -> None:

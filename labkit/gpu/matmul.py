@@ -1,55 +1,25 @@
 """Quantized matmul on the GPU: Y[t, n] = sum_k W[n, k] * X[t, k], W in its GGUF format.
 
-A matmul module is composed from three kernel files (see the top of kernels/matmul.wgsl
-for the driver interface): common.wgsl + quant_<fmt>.wgsl + a driver. `prepare_matmul`
+A matmul kernel is composed from three kernel files beside labkit/ops/matmul.py (see the top
+of labkit/ops/matmul.wgsl for the driver interface): common.wgsl + quant_<fmt>.wgsl + a driver. `prepare_matmul`
 returns one `Dispatch` per weight window (and per token chunk when X or Y is bigger than one
 storage binding); record them with `labkit.gpu.dispatch.encode`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gguf import GGMLQuantizationType
-
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
-from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
-from labkit.gpu.shader import compile_pipeline, compose
+from labkit.gpu.dispatch import Dispatch, bind, grid, uniform_bytes
+from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import GpuWeight
+from labkit.ops.base import wgsl_const
+from labkit.ops.matmul import DRIVERS, FORMATS, PARAMS, format_name, source
 
-FORMATS = {
-    GGMLQuantizationType.F32: "f32",
-    GGMLQuantizationType.F16: "f16",
-    GGMLQuantizationType.Q8_0: "q8_0",
-    GGMLQuantizationType.Q4_0: "q4_0",
-    GGMLQuantizationType.Q4_1: "q4_1",
-    GGMLQuantizationType.Q5_0: "q5_0",
-    GGMLQuantizationType.Q4_K: "q4_k",
-    GGMLQuantizationType.Q5_K: "q5_k",
-    GGMLQuantizationType.Q6_K: "q6_k",
-}
-
-# driver name -> kernel file
-DRIVERS = {"row": "matmul", "matmul": "matmul", "wg_reduce": "matmul_wg_reduce"}
-
-PARAMS_FMT = "<8I"  # K, rows, T, row0, x_offset, x_stride, y_offset, y_stride
-
-
-def format_name(ggml_type: int) -> str:
-    """'q8_0', 'q4_k', ... for a supported ggml type; UnsupportedTensorTypeError otherwise."""
-    try:
-        return FORMATS[GGMLQuantizationType(ggml_type)]
-    except (KeyError, ValueError):
-        try:
-            name = GGMLQuantizationType(ggml_type).name
-        except ValueError:
-            name = "unknown"
-        raise UnsupportedTensorTypeError(
-            f"no GPU matmul for ggml type {ggml_type} ({name}); supported: " + ", ".join(t.name for t in FORMATS)
-        ) from None
+__all__ = ["FORMATS", "format_name", "matmul_source", "prepare_matmul", "token_chunks", "wgsl_const"]
 
 
 def default_driver(gpu: Any | None = None) -> str:
@@ -66,18 +36,10 @@ def matmul_source(ggml_type: int, driver: str = "default", quant_variant: str = 
 
     driver: "default" (by adapter type), "row", "wg_reduce", or NAME for matmul_NAME.wgsl.
     """
-    fmt = format_name(ggml_type)
     if driver == "default":
         driver = default_driver()
-    drv = DRIVERS.get(driver, f"matmul_{driver}")
-    quant = f"quant_{fmt}" if quant_variant == "default" else f"quant_{fmt}_{quant_variant}"
-    return compose("common", quant, drv)
-
-
-def wgsl_const(source: str, name: str, default: int) -> int:
-    """The value of `const NAME: u32 = N;` in a WGSL source (how kernels declare their geometry)."""
-    m = re.search(rf"\bconst\s+{name}\s*(?::\s*u32\s*)?=\s*(\d+)u?\s*;", source)
-    return int(m.group(1)) if m else default
+    drv = driver if driver in DRIVERS else f"matmul_{driver}"
+    return source(format_name(ggml_type), drv, "" if quant_variant == "default" else quant_variant)
 
 
 def driver_geometry(source: str) -> tuple[int, int]:
@@ -211,7 +173,9 @@ def prepare_matmul(
     out = []
     for w in windows:
         for c in chunks:
-            params = uniform(gpu, PARAMS_FMT, K, w.n_rows, c.n, w.first_row, c.x_offset, x_stride, c.y_offset, y_stride)
+            values = dict(K=K, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset, x_stride=x_stride,
+                          y_offset=c.y_offset, y_stride=y_stride)  # fmt: skip
+            params = uniform_bytes(gpu, PARAMS.pack(source, values))
             bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params])
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
             label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"

@@ -2,17 +2,18 @@
 
 softmax(z/T) restricted to the top-k and renormalized equals softmax over the
 top-k logits, so temperature → top-k → softmax → top-p (llama.cpp's order) can
-take the expensive full-vocabulary softmax from the GPU and finish on the host.
+take the expensive full-vocabulary softmax from the GPU and finish on the host with
+labkit.sampling.truncate. The scale and softmax kernels are always the correct ones:
+a softmax variant selected for attention does not reach the sampler.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from labkit.gpu.dispatch import Dispatch, bind, grid, uniform
+from labkit.gpu.dispatch import encode
 from labkit.gpu.executor import STORAGE, GpuExecutor
-from labkit.gpu.variants import PassShape
-from labkit.sampling import Sampler
+from labkit.sampling import Sampler, truncate
 
 
 class GpuSampler:
@@ -26,28 +27,15 @@ class GpuSampler:
         n = z.size
         src = dev.create_buffer_with_data(data=z.tobytes(), usage=STORAGE)
         scaled, out = ex.buffer(n, "sample.scaled"), ex.buffer(n, "sample.probs")
-        shape = PassShape(1, 0)
-        pipe_s, pipe_m = ex.pipeline("embed", shape), ex.pipeline("softmax", shape)
         inv_t = 1.0 / max(self.sampler.temperature, 1e-8)
-        ds = Dispatch(
-            pipe_s,
-            bind(ex.gpu, pipe_s, [src, scaled, uniform(ex.gpu, "<IfII", n, inv_t, 0, 0)]),
-            grid(-(-n // 64)),
-            "sample.scale",
-        )
-        dm = Dispatch(
-            pipe_m,
-            bind(ex.gpu, pipe_m, [scaled, out, uniform(ex.gpu, "<IIII", 1, n, 0, 0)]),
-            grid(1),
-            "sample.softmax",
-        )
         enc = dev.create_command_encoder()
-        cp = enc.begin_compute_pass()
-        for d in (ds, dm):
-            cp.set_pipeline(d.pipeline)
-            cp.set_bind_group(0, d.bind_group)
-            cp.dispatch_workgroups(*d.workgroups)
-        cp.end()
+        encode(
+            enc,
+            [
+                ex.default_dispatch("embed", [src, scaled], {"n": n, "scale": inv_t}, -(-n // 64), "sample.scale"),
+                ex.default_dispatch("softmax", [scaled, out], {"n_rows": 1, "n": n}, 1, "sample.softmax"),
+            ],
+        )
         dev.queue.submit([enc.finish()])
         return np.frombuffer(dev.queue.read_buffer(out, 0, 4 * n), dtype=np.float32).astype(np.float64)
 
@@ -59,13 +47,7 @@ class GpuSampler:
             return s.distribution(logits)
         p = self.probs(logits)
         ids = np.argsort(-p, kind="stable")
-        if s.top_k > 0:
-            ids = ids[: s.top_k]
-        q = p[ids] / p[ids].sum()
-        if s.top_p < 1.0:
-            keep = int(np.searchsorted(np.cumsum(q), s.top_p) + 1)
-            ids, q = ids[:keep], q[:keep] / q[:keep].sum()
-        return ids, q
+        return truncate(ids, p[ids], s.top_k, s.top_p)
 
     def __call__(self, logits: np.ndarray) -> int:
         if self.sampler.greedy:

@@ -18,29 +18,13 @@ its own line), the offending WGSL line and naga's message.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Any
 
-from labkit.errors import ShaderCompileError, UnknownVariantError
+from labkit.errors import ShaderCompileError
 
-# Composed sources mark where each kernel file starts with this comment (see `compose`).
-FILE_MARK = "// ==== file: "
+from labkit.ops.base import FILE_MARK, compose, wgsl_file  # noqa: F401  (the kernels live beside their ops)
 
-_LOC = re.compile(r"┌─\s*[^\s:]*:(\d+):(\d+)")
-_HEAD = re.compile(r"^(Shader .*?error.*)$", re.MULTILINE)
-
-
-def load_kernel(name: str) -> str:
-    """Text of the packaged kernel file labkit/gpu/kernels/<name>.wgsl."""
-    try:
-        return resources.files("labkit.gpu").joinpath("kernels", f"{name}.wgsl").read_text()
-    except FileNotFoundError:
-        raise UnknownVariantError(f"no kernel file {name}.wgsl") from None
-
-
-def compose(*names: str) -> str:
-    """Kernel files concatenated in order, each preceded by a FILE_MARK line."""
-    return "\n".join(f"{FILE_MARK}{n}.wgsl\n{load_kernel(n)}" for n in names)
+load_kernel = wgsl_file
 
 
 def _file_line(lines: list[str], line: int) -> str:

@@ -25,7 +25,7 @@ from labkit.gpu.executor import (
 class Stepper:
     def __init__(self, executor: GpuExecutor, ids: list[int], cache: GpuKVCache):
         self.executor, self.ids, self.cache = executor, list(ids), cache
-        self.plans = executor.plan(len(ids), cache, executor.embed_input(ids))
+        self.plans = executor.plan(ids, cache)
         self.index = 0
         self.captures: dict[str, np.ndarray] = {}
         self._current: str | None = None
@@ -78,11 +78,10 @@ class Stepper:
         return p.stage.name
 
     def _not_computed(self, p: StagePlan) -> UnknownStageError:
-        name = self.executor.variants.get("attn_ctx", "default")
-        return UnknownStageError(
-            f"stage {p.stage.name!r} is not computed: the selected attn_ctx variant {name!r} is fused and "
-            "does not materialize attention scores or probabilities"
-        )
+        readers = [s for s in self.plans if p.stage.name in s.stage.inputs]
+        kernel = self.executor.kernel(readers[0].stage) if readers else None
+        by = f" ({readers[0].stage.name} runs {kernel.family}/{kernel.name}, which does not read it)" if kernel else ""
+        return UnknownStageError(f"stage {p.stage.name!r} is not computed: no later stage reads it{by}")
 
     def _plan(self, name: str) -> StagePlan:
         for p in self.plans:

@@ -8,7 +8,34 @@ from typing import Any
 
 from labkit.errors import ModelFileError, UnsupportedArchitectureError
 
-SUPPORTED_ARCHITECTURES = ("gemma3", "llama", "qwen2")
+
+
+@dataclass(frozen=True)
+class ArchTraits:
+    """What sets an architecture apart, as llama.cpp's llm_build_* for it does."""
+
+    rope_style: str  # "neox" (pairs i, i+d/2) or "normal" (pairs 2i, 2i+1)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (gemma3, qwen3)
+    sandwich_norms: bool = False  # post-attention and post-FFN norms (gemma2, gemma3)
+    ffn_act: str = "silu"
+    embed_scale: bool = False  # the embedding times sqrt(d_model) (the gemmas)
+    swa_pattern: int = 0  # layers with layer % n < n - 1 use the sliding window (0: none)
+    softcaps: bool = False  # attention and final logit soft-capping (gemma2)
+    fused_qkv: bool = False  # one attn_qkv weight, rows q;k;v (phi3)
+    fused_gate_up: bool = False  # one ffn_up weight, gate rows then up rows (phi3)
+
+
+ARCHITECTURES: dict[str, ArchTraits] = {
+    "llama": ArchTraits("normal"),
+    "qwen2": ArchTraits("neox"),
+    "qwen3": ArchTraits("neox", qk_norm=True),
+    "gemma2": ArchTraits("neox", sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=2,
+                         softcaps=True),  # fmt: skip
+    "gemma3": ArchTraits("neox", qk_norm=True, sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True,
+                         swa_pattern=6),  # fmt: skip
+    "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
+}
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
 
 @dataclass(frozen=True)
@@ -35,10 +62,14 @@ class ModelConfig:
     tied_embeddings: bool
     embed_scale: float  # gemma multiplies the embedding by sqrt(d_model)
     attn_scale: float
-    qk_norm: bool  # gemma3's per-head RMSNorm on q and k
-    sandwich_norms: bool  # gemma3's post-attention and post-FFN norms
+    qk_norm: bool  # per-head RMSNorm on q and k (gemma3, qwen3)
+    sandwich_norms: bool  # post-attention and post-FFN norms (gemma2, gemma3)
     ffn_act: str  # "gelu_tanh" or "silu"
     qkv_bias: bool
+    attn_softcap: float  # gemma2: scores → cap·tanh(scores/cap) before the mask; 0 = off
+    final_softcap: float  # gemma2: logits → cap·tanh(logits/cap); 0 = off
+    fused_qkv: bool  # phi3
+    fused_gate_up: bool  # phi3
     bos_id: int | None
     eos_id: int | None
     add_bos: bool
@@ -73,57 +104,55 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         raise UnsupportedArchitectureError(
             f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
         )
+    traits = ARCHITECTURES[arch]
     p = arch + "."
     n_layers = int(_get(meta, p + "block_count"))
     d_model = int(_get(meta, p + "embedding_length"))
     n_heads = int(_get(meta, p + "attention.head_count"))
-    n_kv_heads = int(_get(meta, p + "attention.head_count_kv", n_heads))
     head_dim = int(_get(meta, p + "attention.key_length", d_model // n_heads))
     tokens = meta.get("tokenizer.ggml.tokens")
-    vocab_size = int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0))
     rope_base = float(_get(meta, p + "rope.freq_base", 10000.0))
-    is_gemma = arch == "gemma3"
-
-    sliding_window = meta.get(p + "attention.sliding_window")
-    if is_gemma:
-        # llama.cpp: gemma3 uses a sliding window on 5 of every 6 layers, local rope base 10 000.
-        pattern = int(meta.get(p + "attention.sliding_window_pattern", 6))
-        swa = tuple(layer % pattern < pattern - 1 for layer in range(n_layers))
-        rope_base_local = 10000.0
+    n = traits.swa_pattern
+    if n:  # llama.cpp's set_swa_pattern(n): layer il is local when il % n < n - 1
+        n = int(meta.get(p + "attention.sliding_window_pattern", n))
+        swa = tuple(layer % n < n - 1 for layer in range(n_layers))
+        window = meta.get(p + "attention.sliding_window", 4096 if arch == "gemma2" else None)
     else:
-        sliding_window = None
-        swa = (False,) * n_layers
-        rope_base_local = rope_base
-
-    add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama"))
+        swa, window = (False,) * n_layers, None
+    local_base = 10000.0 if arch == "gemma3" else float(meta.get(p + "rope.freq_base_swa", rope_base))
+    softcap = traits.softcaps
     return ModelConfig(
         arch=arch,
         name=str(meta.get("general.name", arch)),
         n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
+        n_kv_heads=int(_get(meta, p + "attention.head_count_kv", n_heads)),
         head_dim=head_dim,
         d_ff=int(_get(meta, p + "feed_forward_length")),
-        vocab_size=vocab_size,
+        vocab_size=int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0)),
         context_length=int(_get(meta, p + "context_length", 2048)),
         rms_eps=float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-6)),
         rope_base=rope_base,
-        rope_base_local=rope_base_local,
-        rope_style="normal" if arch == "llama" else "neox",
+        rope_base_local=local_base,
+        rope_style=traits.rope_style,
         rope_dim=int(meta.get(p + "rope.dimension_count", head_dim)),
-        sliding_window=int(sliding_window) if sliding_window else None,
+        sliding_window=int(window) if window else None,
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names,
-        embed_scale=math.sqrt(d_model) if is_gemma else 1.0,
+        embed_scale=math.sqrt(d_model) if traits.embed_scale else 1.0,
         attn_scale=1.0 / math.sqrt(head_dim),
-        qk_norm=is_gemma,
-        sandwich_norms=is_gemma,
-        ffn_act="gelu_tanh" if is_gemma else "silu",
+        qk_norm=traits.qk_norm,
+        sandwich_norms=traits.sandwich_norms,
+        ffn_act=traits.ffn_act,
         qkv_bias="blk.0.attn_q.bias" in tensor_names,
+        attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
+        final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
+        fused_qkv=traits.fused_qkv,
+        fused_gate_up=traits.fused_gate_up,
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
-        add_bos=add_bos,
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
     )
 
 

@@ -1,9 +1,11 @@
 """Architectures as data: the ordered stages of a forward pass and the op each runs.
 
-The float64 reference and the GPU executor both walk this same list, so a stage
-name means the same tensor everywhere. Each stage reads earlier stages (by name)
-and at most one weight tensor; attention stages also see the KV cache of the
-positions before this pass.
+The float64 reference and the GPU executor both walk this same list (each a short loop
+calling labkit.ops), so a stage name means the same tensor everywhere. A stage reads
+earlier stages by name and at most one weight tensor (or a row range of one: phi3's fused
+qkv and gate/up weights are split here, so `q`, `k`, `v`, `ffn_gate` and `ffn_up` keep
+their names). Its KV-cache role is explicit: `kv_write` ("k"/"v") stores its output in
+the layer's cache at n_past; `kv_read` names the caches it reads (all positions so far).
 """
 
 from __future__ import annotations
@@ -12,19 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.model.config import ModelConfig
-
-# Op families. The GPU executor has one kernel family per op; the reference one numpy function.
-OPS = (
-    "embed",  # token rows of the embedding, times a scale
-    "rmsnorm",  # x / sqrt(mean(x²) + eps) * w, over groups of `group` values
-    "matmul",  # x @ W.T (+ bias)
-    "rope",  # rotary position embedding, neox or normal pairing
-    "attn_scores",  # q·k * scale over cached+new keys, causal/sliding mask → -inf
-    "softmax",  # row softmax of the scores
-    "attn_ctx",  # probs @ v over cached+new values
-    "add",  # residual add
-    "glu",  # act(gate) * up
-)
 
 
 @dataclass(frozen=True)
@@ -38,6 +27,10 @@ class Stage:
     bias: str | None = None
     params: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     layer: int | None = None
+    weight_rows: tuple[int, int] | None = None  # a row range of a fused weight
+    kv_write: str | None = None  # "k" or "v": the output is this layer's cache at n_past
+    kv_read: tuple[str, ...] = ()  # the caches of this layer it reads
+    policy: str | None = None  # the host dispatch policy family that applies ("lm_head")
 
     @property
     def kind(self) -> str:
@@ -45,94 +38,102 @@ class Stage:
         return self.name.split(".", 2)[-1] if self.layer is not None else self.name
 
 
+class _Builder:
+    """Appends the stages of one layer (or the model's ends) with the layer prefix filled in."""
+
+    def __init__(self, cfg: ModelConfig, layer: int | None, out: list[Stage]):
+        self.cfg, self.layer, self.out = cfg, layer, out
+        self.p = "" if layer is None else f"blk.{layer}."
+
+    def add(self, kind: str, op: str, inputs: tuple[str, ...], weight: str | None = None, **kw) -> str:
+        fields = {k: kw.pop(k) for k in ("bias", "weight_rows", "kv_write", "kv_read", "policy") if k in kw}
+        ins = tuple(i if "." in i or i == "embed" else self.p + i for i in inputs)
+        self.out.append(Stage(self.p + kind, op, ins, weight and self.w(weight), params=kw, layer=self.layer, **fields))
+        return self.p + kind
+
+    def w(self, name: str) -> str:
+        return name if name.endswith(".weight") else self.p + name + ".weight"
+
+    def norm(self, kind: str, x: str, weight: str, group: int | None = None, width: int | None = None) -> str:
+        d = self.cfg.d_model
+        return self.add(kind, "rmsnorm", (x,), weight, eps=self.cfg.rms_eps, group=group or d, width=width or d)
+
+    def linear(self, kind: str, x: str, weight: str, n_in: int, n_out: int, rows=None, bias=None, **kw) -> str:
+        return self.add(kind, "matmul", (x,), weight, weight_rows=rows, bias=bias, out=n_out, width=n_out, **kw,
+                        **{"in": n_in})  # fmt: skip
+
+
 def build_graph(cfg: ModelConfig) -> list[Stage]:
-    """The stage list for gemma3, llama or qwen2, in execution order."""
-    stages = [Stage("embed", "embed", (), "token_embd.weight", params={"scale": cfg.embed_scale})]
+    """The stage list of a supported architecture, in execution order."""
+    stages: list[Stage] = []
+    top = _Builder(cfg, None, stages)
+    top.add("embed", "embed", (), "token_embd.weight", scale=cfg.embed_scale, d_model=cfg.d_model)
     x = "embed"
     for L in range(cfg.n_layers):
-        x = _layer(cfg, L, x, stages)
-    stages.append(Stage("output_norm", "rmsnorm", (x,), "output_norm.weight", params=_norm(cfg, cfg.d_model)))
+        x = _layer(_Builder(cfg, L, stages), x)
+    top.norm("output_norm", x, "output_norm.weight")
     head = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
-    stages.append(Stage("logits", "matmul", ("output_norm",), head, params={"out": cfg.vocab_size}))
+    if cfg.final_softcap:
+        top.linear("logits_raw", "output_norm", head, cfg.d_model, cfg.vocab_size, policy="lm_head")
+        top.add("logits", "softcap", ("logits_raw",), cap=cfg.final_softcap, width=cfg.vocab_size)
+    else:
+        top.linear("logits", "output_norm", head, cfg.d_model, cfg.vocab_size, policy="lm_head")
     return stages
 
 
-def _norm(cfg: ModelConfig, group: int) -> dict[str, Any]:
-    return {"eps": cfg.rms_eps, "group": group}
+def _qkv(b: _Builder) -> None:
+    """q, k, v from the normed input: three weights, or row ranges of phi3's fused attn_qkv."""
+    cfg, qd, kvd = b.cfg, b.cfg.q_dim, b.cfg.kv_dim
+    if cfg.fused_qkv:
+        ranges = {"q": (0, qd), "k": (qd, qd + kvd), "v": (qd + kvd, qd + 2 * kvd)}
+        for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
+            b.linear(n, "attn_norm", "attn_qkv", cfg.d_model, dim, rows=ranges[n], kv_write="v" if n == "v" else None)
+        return
+    for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
+        bias = b.p + f"attn_{n}.bias" if cfg.qkv_bias else None
+        b.linear(n, "attn_norm", f"attn_{n}", cfg.d_model, dim, bias=bias, kv_write="v" if n == "v" else None)
 
 
-def _layer(cfg: ModelConfig, L: int, x: str, out: list[Stage]) -> str:
-    p = f"blk.{L}."
-
-    def add(kind: str, op: str, inputs: tuple[str, ...], weight: str | None = None, **params):
-        bias = params.pop("bias", None)
-        out.append(Stage(p + kind, op, tuple(p + i if i != x else i for i in inputs), weight, bias, params, L))
-
-    def w(name: str) -> str:
-        return p + name + ".weight"
-
-    def b(name: str) -> str | None:
-        return p + name + ".bias" if cfg.qkv_bias else None
-
-    add("attn_norm", "rmsnorm", (x,), w("attn_norm"), **_norm(cfg, cfg.d_model))
-    add("q", "matmul", ("attn_norm",), w("attn_q"), bias=b("attn_q"), out=cfg.q_dim)
-    add("k", "matmul", ("attn_norm",), w("attn_k"), bias=b("attn_k"), out=cfg.kv_dim)
-    add("v", "matmul", ("attn_norm",), w("attn_v"), bias=b("attn_v"), out=cfg.kv_dim)
+def _attention(b: _Builder, x: str) -> str:
+    cfg, L = b.cfg, b.layer
+    b.norm("attn_norm", x, "attn_norm")
+    _qkv(b)
     q, k = "q", "k"
     if cfg.qk_norm:
-        add("q_norm", "rmsnorm", ("q",), w("attn_q_norm"), **_norm(cfg, cfg.head_dim))
-        add("k_norm", "rmsnorm", ("k",), w("attn_k_norm"), **_norm(cfg, cfg.head_dim))
-        q, k = "q_norm", "k_norm"
-    rope = {
-        "base": cfg.layer_rope_base(L),
-        "style": cfg.rope_style,
-        "head_dim": cfg.head_dim,
-        "rope_dim": cfg.rope_dim,
-    }
-    add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
-    add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, **rope)
-    add(
-        "attn_scores",
-        "attn_scores",
-        ("q_rope", "k_rope"),
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim,
-        scale=cfg.attn_scale,
-        window=cfg.layer_window(L),
-    )
-    add("attn_probs", "softmax", ("attn_scores",))
-    add(
-        "attn_ctx",
-        "attn_ctx",
-        ("attn_probs", "v"),
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
-        head_dim=cfg.head_dim,
-    )
-    add("attn_out", "matmul", ("attn_ctx",), w("attn_output"), out=cfg.d_model)
-    attn = "attn_out"
-    if cfg.sandwich_norms:
-        add(
-            "post_attn_norm",
-            "rmsnorm",
-            ("attn_out",),
-            w("post_attention_norm"),
-            **_norm(cfg, cfg.d_model),
-        )
-        attn = "post_attn_norm"
-    out.append(Stage(p + "resid_mid", "add", (x, p + attn), layer=L))
-    add("ffn_norm", "rmsnorm", ("resid_mid",), w("ffn_norm"), **_norm(cfg, cfg.d_model))
-    add("ffn_gate", "matmul", ("ffn_norm",), w("ffn_gate"), out=cfg.d_ff)
-    add("ffn_up", "matmul", ("ffn_norm",), w("ffn_up"), out=cfg.d_ff)
-    add("ffn_act", "glu", ("ffn_gate", "ffn_up"), act=cfg.ffn_act)
-    add("ffn_down", "matmul", ("ffn_act",), w("ffn_down"), out=cfg.d_model)
-    ffn = "ffn_down"
-    if cfg.sandwich_norms:
-        add("post_ffn_norm", "rmsnorm", ("ffn_down",), w("post_ffw_norm"), **_norm(cfg, cfg.d_model))
-        ffn = "post_ffn_norm"
-    add("resid_out", "add", ("resid_mid", ffn))
-    return p + "resid_out"
+        q = b.norm("q_norm", "q", "attn_q_norm", group=cfg.head_dim, width=cfg.q_dim)
+        k = b.norm("k_norm", "k", "attn_k_norm", group=cfg.head_dim, width=cfg.kv_dim)
+    rope = {"base": cfg.layer_rope_base(L), "style": cfg.rope_style, "head_dim": cfg.head_dim, "rope_dim": cfg.rope_dim}
+    b.add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
+    b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
+    heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
+    attn = {"scale": cfg.attn_scale, "window": cfg.layer_window(L), "softcap": cfg.attn_softcap, **heads}
+    b.add("attn_scores", "attn_scores", ("q_rope", "k_rope"), kv_read=("k",), **attn)
+    b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads)
+    # input 2 (q_rope) is what the fused tiers read instead of the probabilities
+    b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn)
+    out = b.linear("attn_out", "attn_ctx", "attn_output", cfg.q_dim, cfg.d_model)
+    return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
+
+
+def _ffn(b: _Builder, x: str) -> str:
+    cfg = b.cfg
+    b.norm("ffn_norm", x, "ffn_norm")
+    if cfg.fused_gate_up:  # phi3: ffn_up holds the gate rows, then the up rows
+        b.linear("ffn_gate", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(0, cfg.d_ff))
+        b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(cfg.d_ff, 2 * cfg.d_ff))
+    else:
+        b.linear("ffn_gate", "ffn_norm", "ffn_gate", cfg.d_model, cfg.d_ff)
+        b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff)
+    b.add("ffn_act", "glu", ("ffn_gate", "ffn_up"), act=cfg.ffn_act, width=cfg.d_ff)
+    out = b.linear("ffn_down", "ffn_act", "ffn_down", cfg.d_ff, cfg.d_model)
+    return b.norm("post_ffn_norm", out, "post_ffw_norm") if cfg.sandwich_norms else out
+
+
+def _layer(b: _Builder, x: str) -> str:
+    attn = _attention(b, x)
+    b.add("resid_mid", "add", (x, attn), width=b.cfg.d_model)
+    ffn = _ffn(b, b.p + "resid_mid")
+    return b.add("resid_out", "add", ("resid_mid", ffn), width=b.cfg.d_model)
 
 
 def stage_names(graph: list[Stage]) -> list[str]:

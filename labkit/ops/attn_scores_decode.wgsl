@@ -1,7 +1,7 @@
 // Decode attention scores: one new query (T = 1) at position n_past against n_past + 1 cached keys.
 // Same bindings and Params as attn_scores.wgsl. One thread per (head, key); no causal mask is
 // needed (every cached key is in the past) except the sliding window.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;
@@ -19,5 +19,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let kb = s * P.n_kv_heads * P.head_dim + kvh * P.head_dim;
     var acc = 0.0;
     for (var d = 0u; d < P.head_dim; d++) { acc += Q[qb + d] * K[kb + d]; }
-    S[idx] = acc * P.scale;
+    S[idx] = softcap(acc * P.scale, P.softcap);
+}
+
+// Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
+fn softcap(x: f32, cap: f32) -> f32 {
+    if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
+    return x;
 }

@@ -3,7 +3,7 @@
 // Bindings: @binding(0) Q [T, n_heads*head_dim], @binding(1) K cache, @binding(2) V cache,
 //           @binding(3) C [T, n_heads*head_dim], @binding(4) P (attn_scores.wgsl's Params).
 // One thread per output element (t, h, d): it recomputes the row's running max and sum.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read> V: array<f32>;
@@ -30,7 +30,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         let kb = s * stride + kvh * P.head_dim;
         var x = 0.0;
         for (var e = 0u; e < P.head_dim; e++) { x += Q[qb + e] * K[kb + e]; }
-        x *= P.scale;
+        x = softcap(x * P.scale, P.softcap);
         let m_new = max(m, x);
         let corr = exp(m - m_new);
         let p = exp(x - m_new);
@@ -39,4 +39,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         m = m_new;
     }
     C[idx] = acc / l;
+}
+
+// Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
+fn softcap(x: f32, cap: f32) -> f32 {
+    if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
+    return x;
 }

@@ -7,7 +7,7 @@
 // Dispatch: ceil(T / TILE) * n_heads workgroups, linear id w -> tile w % n_tiles, head
 // w / n_tiles; workgroups past the last head return at once.
 // Limits: head_dim <= 256 (4 lanes of 64), TILE * head_dim floats of workgroup memory.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read> V: array<f32>;
@@ -59,7 +59,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 let kb = s * stride + kvh * hd;
                 var dot = 0.0;
                 for (var e = 0u; e < hd; e++) { dot += q_tile[i * hd + e] * K[kb + e]; }
-                x = dot * P.scale;
+                x = softcap(dot * P.scale, P.softcap);
             }
             scores[i * CHUNK + lid] = x;
         }
@@ -96,4 +96,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (d < hd) { C[t * row + h * hd + d] = acc[i * LANES + r] / l[i]; }
         }
     }
+}
+
+// Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
+fn softcap(x: f32, cap: f32) -> f32 {
+    if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
+    return x;
 }

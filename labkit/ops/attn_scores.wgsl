@@ -1,14 +1,11 @@
-// Prefill attention scores for a fresh prompt (no cached positions): keys are the T new ones.
-// Same bindings and Params as attn_scores.wgsl; n_past is assumed 0, which is what makes it the
-// prefill path (post-mortem 000: running this in decode is the variant-selection bug).
-// S[h, t, s] = scale * q[t, h] · k[s, kv_head(h)], masked (-inf) when s > t or t - s >= window.
+// Attention scores, pre-softmax, masked: S[h, t, s] = scale * q[t, h] · k[s, h / (n_heads/n_kv_heads)]
 // Query t sits at position n_past + t. Key s is masked (-inf) when s > n_past + t (causal) or,
 // with a sliding window w > 0, when (n_past + t) - s >= w (llama.cpp's rule).
 // Interface: @binding(0) Q: array<f32> [T, n_heads*head_dim]
 //            @binding(1) K: array<f32> [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache)
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
 //            @binding(3) P: Params. One thread per score.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;
@@ -21,7 +18,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let s = idx % P.n_keys;
     let t = (idx / P.n_keys) % P.T;
     let h = idx / (P.n_keys * P.T);
-    let qpos = t;  // prefill: the query position is its index
+    let qpos = P.n_past + t;
     let masked = s > qpos || (P.window > 0u && qpos - s >= P.window);
     if (masked) { S[idx] = bitcast<f32>(0xff800000u); return; }
     let kvh = h / (P.n_heads / P.n_kv_heads);
@@ -29,5 +26,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let kb = s * P.n_kv_heads * P.head_dim + kvh * P.head_dim;
     var acc = 0.0;
     for (var d = 0u; d < P.head_dim; d++) { acc += Q[qb + d] * K[kb + d]; }
-    S[idx] = acc * P.scale;
+    S[idx] = softcap(acc * P.scale, P.softcap);
+}
+
+// Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
+fn softcap(x: f32, cap: f32) -> f32 {
+    if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
+    return x;
 }

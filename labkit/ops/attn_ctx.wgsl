@@ -3,7 +3,8 @@
 //            @binding(1) V: array<f32> [>= n_keys, n_kv_heads*head_dim] (the layer's V cache)
 //            @binding(2) C: array<f32> [T, n_heads*head_dim]
 //            @binding(3) P: Params. One thread per output element.
-struct Params { T: u32, n_keys: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, _p0: u32, _p1: u32, _p2: u32 }
+// The fused tiers' struct (one Params per family); n_past, window, scale and softcap are unused here.
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> A: array<f32>;
 @group(0) @binding(1) var<storage, read> V: array<f32>;
 @group(0) @binding(2) var<storage, read_write> C: array<f32>;

@@ -1,0 +1,13 @@
+"""One module per op. `OPS` maps an op name (a stage's `op`) to its `Op`; nothing registers
+itself on import: this module lists the op modules, and the registries read from them."""
+
+from __future__ import annotations
+
+from labkit.ops import add, attn_ctx, attn_scores, embed, glu, matmul, rmsnorm, rope, softcap, softmax
+from labkit.ops.base import Explanation, Kernel, Op, Params, PassShape, Policy
+
+OPS: dict[str, Op] = {
+    m.OP.name: m.OP for m in (embed, rmsnorm, matmul, rope, attn_scores, softmax, attn_ctx, add, glu, softcap)
+}
+
+__all__ = ["OPS", "Explanation", "Kernel", "Op", "Params", "PassShape", "Policy"]

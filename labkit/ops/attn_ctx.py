@@ -1,0 +1,103 @@
+"""attn_ctx: each query's context vector, the probability-weighted sum of the values.
+
+Values come from this layer's V cache (`kv_read`). The fused tiers (`streaming`, `tiled`)
+compute scores, softmax and context in one kernel straight from q and the K and V caches:
+the scores and probabilities are then never materialized, so those stages are skipped
+(derived from the graph: nothing else reads them). How many workgroups a fused tier gets
+is a host dispatch policy, `attn_workgroups`; `streaming_count` is post-mortem 000's
+phase-2 fault (the tiled tier dispatched with the streaming tier's count)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops import attn_scores
+from labkit.ops.base import Kernel, Op, Policy, ceil_div, from_file, wgsl_file
+
+PARAMS = attn_scores.PARAMS  # the fused tiers need every field; the unfused kernel reads a few
+
+
+def context(p: np.ndarray, v_all: np.ndarray, n_heads: int, n_kv_heads: int, head_dim: int) -> np.ndarray:
+    H, T, S = p.shape
+    vh = np.repeat(v_all.reshape(S, n_kv_heads, head_dim).transpose(1, 0, 2), n_heads // n_kv_heads, axis=0)
+    return np.einsum("hts,hsd->thd", p, vh).reshape(T, n_heads * head_dim)
+
+
+def reference(stage, ref) -> np.ndarray:
+    P = stage.params
+    return context(ref.x[0], ref.cached("v"), P["n_heads"], P["n_kv_heads"], P["head_dim"])
+
+
+def workgroups(size: int) -> int:
+    """One thread per output element, 64 a workgroup (the unfused and streaming kernels)."""
+    return ceil_div(size, 64)
+
+
+def plan(stage, gpu):
+    P = stage.params
+    out = gpu.output((gpu.T, P["n_heads"] * P["head_dim"]))
+    values = attn_scores.uniforms(stage, gpu.T, gpu.n_past)
+    kernel, policy = gpu.kernel, gpu.policy("attn_workgroups")
+    if not kernel.fused:
+        gpu.dispatch([gpu.input(0).buffer, gpu.cache("v"), out.buffer], values, workgroups(out.size))
+        return out
+    rule = policy.workgroups or kernel.workgroups
+    n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)
+    gpu.dispatch([gpu.input(2).buffer, gpu.cache("k"), gpu.cache("v"), out.buffer], values, n_wg)
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    P = stage.params
+    return [f"probs [{P['n_heads']}, T, S]", f"V cache [S, {P['n_kv_heads']}·{P['head_dim']}]"], (
+        f"[T, {P['n_heads']}·{P['head_dim']}]"
+    )
+
+
+
+def _tiled_workgroups(T: int, n_heads: int, size: int) -> int:
+    from labkit.ops.base import wgsl_const
+
+    return ceil_div(T, wgsl_const(wgsl_file("attn_tiled"), "TILE", 8)) * n_heads
+
+
+OP = Op(
+    name="attn_ctx",
+    what="mixes the values of the visible keys, weighted by the attention probabilities",
+    formula="c[t,h] = Σ_k p[h,t,k] · v[k,h/g]",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(
+        Kernel("attn_ctx", "default", "the correct kernel (reads the probabilities)", from_file("attn_ctx")),
+        Kernel(
+            "attn_ctx",
+            "streaming",
+            "fused online-softmax attention: scores/probs are not materialized",
+            from_file("attn_streaming"),
+            fused=True,
+            reads=(2,),
+        ),
+        Kernel(
+            "attn_ctx",
+            "tiled",
+            "fused attention, one workgroup per 8 queries of a head (TILE in the WGSL), keys in chunks of 64",
+            from_file("attn_tiled"),
+            fused=True,
+            reads=(2,),
+            workgroups=_tiled_workgroups,
+        ),
+    ),
+    policies=(
+        Policy("attn_workgroups", "default", "the fused kernel's own workgroup count"),
+        Policy(
+            "attn_workgroups",
+            "streaming_count",
+            "a fused tier dispatched with the streaming count (T x heads workgroups): on the tiled tier the extra "
+            "workgroups find no head and return, so the numbers do not change (000, phase 2)",
+            faulty=True,
+            workgroups=lambda T, n_heads, size: T * n_heads,
+        ),
+    ),
+)

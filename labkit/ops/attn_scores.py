@@ -1,0 +1,123 @@
+"""attn_scores: how much each query attends to each key, before the softmax.
+
+Scores are q·k times a scale (1/sqrt(head_dim)), soft-capped on Gemma 2, with -inf where the
+key is in the future (causal mask) or beyond the sliding window. Keys come from this layer's
+KV cache (the stage's `kv_read`), so a decode step sees every earlier position. The default
+kernel has two paths, as the engine of post-mortem 000 did: a prefill kernel for a fresh
+prompt and a decode kernel for one new token; `decode_uses_prefill` is that engine's bug."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, from_file, wgsl_file
+
+PARAMS = Params(
+    T="u32",
+    n_keys="u32",
+    n_past="u32",
+    n_heads="u32",
+    n_kv_heads="u32",
+    head_dim="u32",
+    window="u32",
+    scale="f32",
+    softcap="f32",
+)
+
+
+def attention_mask(T: int, n_past: int, window: int | None) -> np.ndarray:
+    """True where query t (at position n_past+t) may see key position s (llama.cpp's rule)."""
+    qpos = n_past + np.arange(T)[:, None]
+    kpos = np.arange(n_past + T)[None, :]
+    allowed = kpos <= qpos
+    if window:
+        allowed &= (qpos - kpos) < window
+    return allowed
+
+
+def scores(q, k_all, n_past: int, n_heads: int, n_kv_heads: int, head_dim: int, scale, window, softcap=0.0):
+    """[heads, T, n_past+T] scaled (and capped) q·k with the causal/sliding mask as -inf."""
+    T, S = q.shape[0], k_all.shape[0]
+    qh = q.reshape(T, n_heads, head_dim).transpose(1, 0, 2)
+    kh = np.repeat(k_all.reshape(S, n_kv_heads, head_dim).transpose(1, 0, 2), n_heads // n_kv_heads, axis=0)
+    s = np.einsum("htd,hsd->hts", qh, kh) * scale
+    if softcap:
+        s = softcap * np.tanh(s / softcap)
+    return np.where(attention_mask(T, n_past, window)[None], s, -np.inf)
+
+
+def reference(stage, ref) -> np.ndarray:
+    P = stage.params
+    return scores(
+        ref.x[0],
+        ref.cached("k"),
+        ref.n_past,
+        P["n_heads"],
+        P["n_kv_heads"],
+        P["head_dim"],
+        P["scale"],
+        P["window"],
+        P["softcap"],
+    )
+
+
+def uniforms(stage, T: int, n_past: int) -> dict:
+    """The Params values shared by the scores kernels and the fused attention tiers."""
+    P = stage.params
+    names = ("n_heads", "n_kv_heads", "head_dim", "scale", "softcap")
+    return {"T": T, "n_keys": n_past + T, "n_past": n_past, "window": P["window"] or 0, **{k: P[k] for k in names}}
+
+
+def workgroups(n_scores: int) -> int:
+    return ceil_div(n_scores, 64)
+
+
+def plan(stage, gpu):
+    q = gpu.input(0)
+    out = gpu.output((stage.params["n_heads"], gpu.T, gpu.n_past + gpu.T))
+    gpu.dispatch([q.buffer, gpu.cache("k"), out.buffer], uniforms(stage, gpu.T, gpu.n_past), workgroups(out.size))
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    P = stage.params
+    return [f"q [T, {P['n_heads']}·{P['head_dim']}]", f"K cache [S, {P['n_kv_heads']}·{P['head_dim']}]"], (
+        f"[{P['n_heads']}, T, S]"
+    )
+
+
+def _paths(prefill: str, decode: str, general: str = "attn_scores"):
+    def pick(shape: PassShape) -> str:
+        if shape.n_past == 0:
+            return wgsl_file(prefill)
+        return wgsl_file(decode if shape.T == 1 else general)
+
+    return pick
+
+
+OP = Op(
+    name="attn_scores",
+    what="scores every (query, key) pair: scaled dot products, masked to the past (and the window)",
+    formula="s[h,t,k] = scale · q[t,h] · k[k,h/g]   (−inf where k > pos(t) or pos(t) − k ≥ window)",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(
+        Kernel(
+            "attn_scores",
+            "default",
+            "prefill kernel for a fresh prompt, decode kernel for one new token",
+            _paths("attn_scores_prefill", "attn_scores_decode"),
+        ),
+        Kernel("attn_scores", "general", "one kernel for every pass shape (reads n_past)", from_file("attn_scores")),
+        Kernel(
+            "attn_scores",
+            "decode_uses_prefill",
+            "decode runs the prefill kernel, which assumes no cached positions: the new token attends to "
+            "position 0 only (000, phase 1)",
+            _paths("attn_scores_prefill", "attn_scores_prefill", "attn_scores_prefill"),
+            faulty=True,
+        ),
+    ),
+)

@@ -1,0 +1,233 @@
+"""What an op is: the parts every op module declares once, and the two engines call.
+
+An op module (labkit/ops/<op>.py, its WGSL beside it) holds, like an op of ratchet:
+- `reference(stage, ref)`: the float64 numpy function;
+- `params`: its kernels' uniform struct, declared once by field name and type, packed by
+  name and checked against the WGSL `struct Params` when a kernel is loaded;
+- `plan(stage, gpu)`: how the GPU executor dispatches it (buffers, values, workgroup count);
+- `explain`: what it computes, the formula, and the shapes of its inputs and output;
+- `kernels` and `policies`: its variants, correct, fast and faulty, declared beside it.
+The KV-cache role (which stage writes the cache at n_past, which reads it) is a field of
+the stage (labkit.model.graph.Stage), not of the op.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Protocol
+
+import numpy as np
+
+from labkit.errors import KernelInterfaceError, UnknownVariantError
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """What a kernel may look at when choosing its source: tokens in this pass, cached before it."""
+
+    T: int
+    n_past: int
+
+
+def wgsl_file(name: str) -> str:
+    """Text of labkit/ops/<name>.wgsl (kernels live beside the op that dispatches them)."""
+    try:
+        return resources.files("labkit.ops").joinpath(f"{name}.wgsl").read_text()
+    except FileNotFoundError:
+        raise UnknownVariantError(f"no kernel file {name}.wgsl") from None
+
+
+# ----------------------------------------------------------------- uniform parameters
+_STRUCT = re.compile(r"struct\s+Params\s*\{([^}]*)\}", re.DOTALL)
+_FIELD = re.compile(r"(\w+)\s*:\s*(u32|i32|f32)")
+_PACK = {"u32": "I", "i32": "i", "f32": "f"}
+
+
+@lru_cache(maxsize=512)
+def wgsl_params(source: str) -> tuple[tuple[str, str], ...]:
+    """The (name, type) fields of `struct Params` in a WGSL source, in order; () if it has none."""
+    comment = re.sub(r"//[^\n]*", "", source)
+    m = _STRUCT.search(comment)
+    return tuple(_FIELD.findall(m.group(1))) if m else ()
+
+
+@dataclass(frozen=True)
+class Params:
+    """A kernel family's uniform struct, declared once: `Params(T="u32", base="f32", ...)`.
+
+    Fields whose WGSL name starts with `_` are padding and are packed as zero."""
+
+    fields: dict[str, str]
+
+    def __init__(self, **fields: str):
+        object.__setattr__(self, "fields", dict(fields))
+
+    def check(self, source: str, label: str) -> None:
+        """KernelInterfaceError naming the first field where the WGSL struct and this declaration differ."""
+        got = {n: t for n, t in wgsl_params(source) if not n.startswith("_")}
+        for name, typ in self.fields.items():
+            if name not in got:
+                raise KernelInterfaceError(f"{label}: struct Params lacks field {name!r} ({typ}); {self._want()}")
+            if got[name] != typ:
+                raise KernelInterfaceError(
+                    f"{label}: struct Params field {name!r} is {got[name]}, should be {typ}; {self._want()}"
+                )
+        extra = [n for n in got if n not in self.fields]
+        if extra:
+            raise KernelInterfaceError(f"{label}: struct Params has unknown field {extra[0]!r}; {self._want()}")
+
+    def pack(self, source: str, values: dict[str, Any]) -> bytes:
+        """The uniform bytes for `source`'s struct layout, each field taken from `values` by name."""
+        layout = wgsl_params(source)
+        data = struct.pack(
+            "<" + "".join(_PACK[t] for _, t in layout),
+            *(0 if n.startswith("_") else values[n] for n, _ in layout),
+        )
+        return data + b"\0" * (-len(data) % 16) or b"\0" * 16
+
+    def _want(self) -> str:
+        return "expected fields: " + ", ".join(f"{n}: {t}" for n, t in self.fields.items())
+
+
+# ----------------------------------------------------------------- variants
+@dataclass(frozen=True)
+class Kernel:
+    """One WGSL implementation of a kernel family, with the family's interface.
+
+    `source_for(shape)` may pick a different file per pass shape (prefill vs decode paths).
+    `prefer` marks the correct kernel that "default" means on that adapter kind ("cpu"/"gpu")."""
+
+    family: str
+    name: str
+    doc: str
+    source_for: Callable[[PassShape], str] = field(repr=False)
+    faulty: bool = False
+    fused: bool = False  # attn_ctx only: reads q and the caches itself; scores and probs are not computed
+    workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)  # (T, heads, size)
+    prefer: str | None = None
+    reads: tuple[int, ...] | None = None  # the stage inputs it reads (None: all); unread producers are skipped
+
+    def source(self, shape: PassShape | None = None) -> str:
+        return self.source_for(shape or PassShape(T=2, n_past=0))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A host-side dispatch choice: which row windows get dispatched, how many workgroups."""
+
+    family: str
+    name: str
+    doc: str
+    faulty: bool = False
+    window_filter: Callable[[int, int], bool] | None = field(default=None, repr=False)
+    workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)
+
+
+def from_file(name: str) -> Callable[[PassShape], str]:
+    return lambda shape: wgsl_file(name)
+
+
+# ----------------------------------------------------------------- explanations
+@dataclass(frozen=True)
+class Explanation:
+    """What one stage computes, for people: shown by `lab.explain` and every widget."""
+
+    stage: str
+    op: str
+    what: str
+    formula: str
+    inputs: tuple[tuple[str, str], ...]  # (name, shape)
+    output: str  # shape
+    kv: str = ""  # its KV-cache role, if any
+
+    def __str__(self) -> str:
+        ins = ", ".join(f"{n} {s}" for n, s in self.inputs) or "token ids"
+        lines = [f"{self.stage} ({self.op}): {self.what}", f"  {self.formula}", f"  in: {ins}  →  out: {self.output}"]
+        if self.kv:
+            lines.append(f"  KV cache: {self.kv}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        ins = ", ".join(f"<code>{escape(n)}</code> {escape(s)}" for n, s in self.inputs) or "token ids"
+        kv = f"<br>KV cache: {escape(self.kv)}" if self.kv else ""
+        return (
+            f"<div><b>{escape(self.stage)}</b> <i>({escape(self.op)})</i>: {escape(self.what)}<br>"
+            f"<code>{escape(self.formula)}</code><br>in: {ins} → out: {escape(self.output)}{kv}</div>"
+        )
+
+
+# ----------------------------------------------------------------- what the engines hand an op
+class RefInputs(Protocol):
+    """What the float64 reference gives an op: its inputs, weights, positions and this layer's cache."""
+
+    x: list[np.ndarray]
+    ids: np.ndarray
+    positions: np.ndarray
+    n_past: int
+
+    def weight(self, name: str) -> np.ndarray: ...
+    def cached(self, kind: str) -> np.ndarray: ...  # this layer's K or V, cached and new positions
+
+
+class GpuStage(Protocol):
+    """What the GPU executor gives an op's `plan`: regions, buffers, and one way to dispatch."""
+
+    T: int
+    n_past: int
+    kernel: Kernel
+
+    def input(self, i: int) -> Any: ...  # Region
+    def output(self, shape: tuple[int, ...]) -> Any: ...  # Region (in the KV cache for a writer)
+    def cache(self, kind: str) -> Any: ...  # this layer's K or V buffer
+    def vector(self, name: str) -> Any: ...  # a 1-D tensor as an f32 buffer
+    def policy(self, family: str) -> Policy: ...
+    def dispatch(self, buffers: list, values: dict[str, Any], workgroups: int) -> None: ...
+    def matmul(self, x: Any, out: Any, rows_T: int, x_skip: int, window_filter: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op: see the module docstring. `family(stage, types)` names the kernel family that runs a
+    stage (an op's own name, or per weight format for matmul)."""
+
+    name: str
+    what: str
+    formula: str
+    params: Params | None
+    reference: Callable[..., np.ndarray] = field(repr=False)
+    plan: Callable[..., Any] = field(repr=False)
+    shapes: Callable[..., tuple[list[str], str]] = field(repr=False)
+    kernels: tuple[Kernel, ...] = ()
+    policies: tuple[Policy, ...] = ()
+    family: Callable[..., str] | None = field(default=None, repr=False)
+
+    def family_of(self, stage: Any, tensor_type: Callable[[str], int]) -> str:
+        return self.family(stage, tensor_type) if self.family else self.name
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ----------------------------------------------------------------- composing and reading WGSL
+# Composed sources mark where each kernel file starts with this comment (see `compose`).
+FILE_MARK = "// ==== file: "
+
+
+def compose(*names: str) -> str:
+    """Kernel files concatenated in order, each preceded by a FILE_MARK line (matmul: common +
+    the format's quant reader + a driver)."""
+    return "\n".join(f"{FILE_MARK}{n}.wgsl\n{wgsl_file(n)}" for n in names)
+
+
+def wgsl_const(source: str, name: str, default: int) -> int:
+    """The value of `const NAME: u32 = N;` in a WGSL source (how kernels declare their geometry)."""
+    m = re.search(rf"\bconst\s+{name}\s*(?::\s*u32\s*)?=\s*(\d+)u?\s*;", source)
+    return int(m.group(1)) if m else default

@@ -1,0 +1,58 @@
+"""glu: the gated feed-forward activation, act(gate) · up.
+
+GELU (tanh approximation) for the Gemmas, SiLU for llama, qwen and phi3."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
+
+PARAMS = Params(n="u32", act="u32")
+ACT_CODES = {"gelu_tanh": 0, "silu": 1}
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+ACTIVATIONS = {"gelu_tanh": gelu_tanh, "silu": silu}
+
+
+def reference(stage, ref) -> np.ndarray:
+    return ACTIVATIONS[stage.params["act"]](ref.x[0]) * ref.x[1]
+
+
+def workgroups(n: int) -> int:
+    return ceil_div(n, 64)
+
+
+def plan(stage, gpu):
+    g, up = gpu.input(0), gpu.input(1)
+    out = gpu.output(g.shape)
+    values = {"n": g.size, "act": ACT_CODES[stage.params["act"]]}
+    gpu.dispatch([g.buffer, up.buffer, out.buffer], values, workgroups(g.size))
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    d = f"[T, {stage.params['width']}]"
+    return [d, d], d
+
+
+OP = Op(
+    name="glu",
+    what="gates the up projection with the activated gate projection",
+    formula="y = act(gate) · up   (act: GELU-tanh or SiLU)",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(Kernel("glu", "default", "the correct kernel", from_file("glu")),),
+)

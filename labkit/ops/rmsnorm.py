@@ -1,0 +1,76 @@
+"""rmsnorm: each group of values divided by its root mean square, times a learned weight.
+
+Groups are rows of d_model for the block norms, and each head's head_dim for Gemma's and
+Qwen 3's q/k norms. The file's weight is used as stored (Gemma's 1 + w is folded in by the
+converter), which is what the `offset_twice` fault gets wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, from_file
+
+PARAMS = Params(n_groups="u32", group="u32", eps="f32")
+
+
+def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, group: int) -> np.ndarray:
+    g = x.reshape(-1, group)
+    return (g / np.sqrt(np.mean(g * g, axis=-1, keepdims=True) + eps) * w).reshape(x.shape)
+
+
+def reference(stage, ref) -> np.ndarray:
+    return rmsnorm(ref.x[0], ref.weight(stage.weight), stage.params["eps"], stage.params["group"])
+
+
+def workgroups(n_groups: int) -> int:
+    """One workgroup of 64 threads per group."""
+    return n_groups
+
+
+def plan(stage, gpu):
+    x = gpu.input(0)
+    out = gpu.output(x.shape)
+    n_groups = x.size // stage.params["group"]
+    values = {"n_groups": n_groups, "group": stage.params["group"], "eps": stage.params["eps"]}
+    gpu.dispatch([x.buffer, gpu.vector(stage.weight), out.buffer], values, workgroups(n_groups))
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    width = stage.params["width"]
+    return [f"[T, {width}]", f"{stage.weight} [{stage.params['group']}]"], f"[T, {width}]"
+
+
+OP = Op(
+    name="rmsnorm",
+    what="divides each group of values by its root mean square, then multiplies by a learned weight",
+    formula="y = x / sqrt(mean(x²) + eps) · w",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(
+        Kernel("rmsnorm", "default", "the correct kernel", from_file("rmsnorm")),
+        Kernel(
+            "rmsnorm",
+            "scale_clamp",
+            "norm weight read at a wrong block scale (1.688e-4, an I2_S-style clamp): tiny normalized outputs (003)",
+            from_file("rmsnorm_scale_clamp"),
+            faulty=True,
+        ),
+        Kernel(
+            "rmsnorm",
+            "eps_outside",
+            "eps added outside the square root (003, hypothesis C)",
+            from_file("rmsnorm_eps_outside"),
+            faulty=True,
+        ),
+        Kernel(
+            "rmsnorm",
+            "offset_twice",
+            "gemma's (1 + w) applied again to weights that already hold it",
+            from_file("rmsnorm_offset_twice"),
+            faulty=True,
+        ),
+    ),
+)
