@@ -230,7 +230,12 @@ class Lab:
         inputs = tuple(zip(names, shapes, strict=False)) if st.inputs else tuple((s, "") for s in shapes)
         kv = {"k": "writes K at n_past", "v": "writes V at n_past"}.get(st.kv_write or "", "")
         if st.kv_read:
-            kv = (kv + "; " if kv else "") + "reads " + " and ".join(k.upper() for k in st.kv_read) + " of every position"
+            kv = (
+                (kv + "; " if kv else "")
+                + "reads "
+                + " and ".join(k.upper() for k in st.kv_read)
+                + " of every position"
+            )
         return Explanation(st.name, op.name, op.what, op.formula, inputs, out, kv)
 
     def run(

@@ -25,9 +25,9 @@ from labkit.errors import (
     VariantInterfaceError,
 )
 from labkit.gpu.dispatch import grid
-from labkit.gpu.variants import variants
 from labkit.lab import Lab
 from labkit.model.tokenizer import _BYTE_ENCODER
+from labkit.ops.registry import variants
 
 from conftest import free_port, golden
 
@@ -349,7 +349,7 @@ def test_cases_and_variants_json():
     p = labkit("variants", "--json")
     assert p.returncode == 0, p.stderr
     docs = json.loads(p.stdout)
-    assert docs["rope"]["normal_pairs"] and docs["attn_ctx"]["tiled_streaming_count"]
+    assert docs["rope"]["normal_pairs"] and docs["attn_workgroups"]["streaming_count"]
     assert set(docs) == set(variants())
 
 

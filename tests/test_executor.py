@@ -68,7 +68,7 @@ def test_debug_mode_reports_zero_unwritten_and_catches_a_skipped_dispatch(tiny_m
     assert run.unwritten and all(v == 0 for v in run.unwritten.values()), run.unwritten
     # Drop the last window's dispatch of the logits: the poison must show exactly there.
     ex = lab.executor
-    plans = ex.plan(len(IDS), ex.new_cache(len(IDS)), ex.embed_input(IDS))
+    plans = ex.plan(IDS, ex.new_cache(len(IDS)))
     logits = plans[-1]
     logits.dispatches = logits.dispatches[:0]
     from labkit.gpu.executor import poison_region, read_captures, record_captures, record_stage
@@ -171,7 +171,7 @@ def test_logits_chunked_by_tokens_above_the_binding_limit(tiny_model):
     lab = labkit.open(tiny_model("llama", "Q8_0", vocab=2048), window_bytes=1024 * 272)
     ex = lab.executor
     ex.max_binding = 32 << 10
-    plans = ex.plan(len(IDS), ex.new_cache(len(IDS)), ex.embed_input(IDS))
+    plans = ex.plan(IDS, ex.new_cache(len(IDS)))
     logits = plans[-1]
     n_windows = len(ex.weight("token_embd.weight").windows)
     assert n_windows == 2 and logits.out.size * 4 > ex.max_binding

@@ -11,10 +11,11 @@ import pytest
 import wgpu
 
 from labkit.gpu.device import get_device
-from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform
+from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform_bytes
 from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.variants import PassShape, get_variant, kernel_source
-from labkit.model import reference as R
+from labkit.ops import OPS, attn_ctx, attn_scores, glu, rmsnorm, rope, softmax
+from labkit.ops.base import PassShape
+from labkit.ops.registry import get_kernel, get_policy, kernel_source
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -37,10 +38,13 @@ def empty(gpu, n: int, fill: float = np.nan):
     return buf(gpu, np.full(n, fill, dtype=np.float32))
 
 
-def launch(gpu, family: str, buffers: list, fmt: str, values: tuple, n_workgroups: int, source: str | None = None):
-    pipe = compile_pipeline(gpu, source or kernel_source(family), label=family)
-    u = uniform(gpu, fmt, *values)
-    run(gpu, [Dispatch(pipe, bind(gpu, pipe, [*buffers, u]), grid(n_workgroups), family)])
+def launch(gpu, op: str, buffers: list, values: dict, n_workgroups: int, source: str | None = None):
+    """One dispatch of an op's kernel, its uniform packed by field name (as the executor does)."""
+    source = source or kernel_source(op)
+    OPS[op].params.check(source, op)
+    pipe = compile_pipeline(gpu, source, label=op)
+    u = uniform_bytes(gpu, OPS[op].params.pack(source, values))
+    run(gpu, [Dispatch(pipe, bind(gpu, pipe, [*buffers, u]), grid(n_workgroups), op)])
 
 
 def read(gpu, b, n: int) -> np.ndarray:
@@ -64,8 +68,9 @@ def test_rmsnorm(gpu, n_groups, group):
     x = r.standard_normal((n_groups, group)) * r.uniform(0.1, 100)
     w = r.standard_normal(group)
     y = empty(gpu, x.size)
-    launch(gpu, "rmsnorm", [buf(gpu, x), buf(gpu, w), y], "<IIfI", (n_groups, group, 1e-6, 0), n_groups)
-    assert_close(read(gpu, y, x.size), R.rmsnorm(x, w, 1e-6, group).ravel(), 1e-12, "rmsnorm")
+    values = {"n_groups": n_groups, "group": group, "eps": 1e-6}
+    launch(gpu, "rmsnorm", [buf(gpu, x), buf(gpu, w), y], values, rmsnorm.workgroups(n_groups))
+    assert_close(read(gpu, y, x.size), rmsnorm.rmsnorm(x, w, 1e-6, group).ravel(), 1e-12, "rmsnorm")
 
 
 @pytest.mark.parametrize("style", ["neox", "normal"])
@@ -81,11 +86,19 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         gpu,
         "rope",
         [buf(gpu, x), y],
-        "<IIIIIIfI",
-        (T, n_heads, head_dim, rope_dim, pos0, int(style == "neox"), base, y_off),
-        -(-x.size // 64),
+        dict(
+            T=T,
+            n_heads=n_heads,
+            head_dim=head_dim,
+            rope_dim=rope_dim,
+            pos0=pos0,
+            neox=int(style == "neox"),
+            base=base,
+            y_offset=y_off,
+        ),  # fmt: skip
+        rope.workgroups(x.size),
     )
-    want = R.rope(x, pos0 + np.arange(T), n_heads, head_dim, rope_dim, base, style)
+    want = rope.rope(x, pos0 + np.arange(T), n_heads, head_dim, rope_dim, base, style)
     got = read(gpu, y, y_off + x.size)
     assert np.isnan(got[:y_off]).all(), "rope wrote before its offset"
     assert_close(got[y_off:], want.ravel(), 1e-8, f"rope {style}")  # f32 angles at pos ~500
@@ -115,36 +128,39 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     v = r.standard_normal((S + 2, KV * hd))
     scale = 1 / np.sqrt(hd)
     scores = empty(gpu, H * T * S)
-    src = get_variant("attn_scores", path).source(PassShape(T, n_past))
-    vals = (T, S, n_past, H, KV, hd, window or 0, scale)
-    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], "<IIIIIIIf", vals, -(-H * T * S // 64), src)
-    want_s = R.attn_scores(q, k[:S], n_past, H, KV, hd, scale, window)
+    src = get_kernel("attn_scores", path).source(PassShape(T, n_past))
+    vals = dict(T=T, n_keys=S, n_past=n_past, n_heads=H, n_kv_heads=KV, head_dim=hd, window=window or 0, scale=scale,
+                softcap=0.0)  # fmt: skip
+    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], vals, attn_scores.workgroups(H * T * S), src)
+    want_s = attn_scores.scores(q, k[:S], n_past, H, KV, hd, scale, window)
     got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
     assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"
     fin = np.isfinite(want_s)
     assert_close(got_s[fin], want_s[fin], 1e-11, "attn_scores")
 
     probs = empty(gpu, H * T * S)
-    launch(gpu, "softmax", [scores, probs], "<IIII", (H * T, S, 0, 0), H * T)
-    want_p = R.softmax(want_s)
+    launch(gpu, "softmax", [scores, probs], {"n_rows": H * T, "n": S}, softmax.workgroups(H * T))
+    want_p = softmax.softmax(want_s)
     got_p = read(gpu, probs, H * T * S).reshape(H, T, S)
     assert_close(got_p, want_p, 1e-11, "softmax")
 
     # every fused tier, the tiled one also with the streaming count (000's dispatch bug): the extra
     # workgroups must not change a single value, and every output must be written
-    want_c = R.attn_ctx(want_p, v[:S], H, KV, hd).ravel()
-    for name in ("streaming", "tiled", "tiled_streaming_count"):
-        variant = get_variant("attn_ctx", name)
+    want_c = attn_ctx.context(want_p, v[:S], H, KV, hd).ravel()
+    wrong_count = get_policy("attn_workgroups", "streaming_count").workgroups
+    for name, rule in (("streaming", None), ("tiled", None), ("tiled", wrong_count)):
+        kernel = get_kernel("attn_ctx", name)
+        rule = rule or kernel.workgroups or (lambda T, H, size: attn_ctx.workgroups(size))
         fused = empty(gpu, T * H * hd)
         bufs = [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused]
-        launch(gpu, "attn_ctx", bufs, "<IIIIIIIf", vals, variant.workgroup_count(T, H, T * H * hd), variant.source())
+        launch(gpu, "attn_ctx", bufs, vals, rule(T, H, T * H * hd), kernel.source())
         got = read(gpu, fused, T * H * hd)
         assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
         assert_close(got, want_c, 1e-11, f"{name} attention")
 
     ctx = empty(gpu, T * H * hd)
-    launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], "<IIIIIIII", (T, S, H, KV, hd, 0, 0, 0), -(-T * H * hd // 64))
-    assert_close(read(gpu, ctx, T * H * hd), R.attn_ctx(want_p, v[:S], H, KV, hd).ravel(), 1e-11, "attn_ctx")
+    launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], vals, attn_ctx.workgroups(T * H * hd))
+    assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, "attn_ctx")
 
 
 def test_softmax_large_row_and_fully_masked_row(gpu):
@@ -152,9 +168,9 @@ def test_softmax_large_row_and_fully_masked_row(gpu):
     n = 262144
     x = np.stack([r.standard_normal(n) * 10, np.full(n, -np.inf)])
     y = empty(gpu, x.size)
-    launch(gpu, "softmax", [buf(gpu, x), y], "<IIII", (2, n, 0, 0), 2)
+    launch(gpu, "softmax", [buf(gpu, x), y], {"n_rows": 2, "n": n}, softmax.workgroups(2))
     got = read(gpu, y, x.size).reshape(2, n)
-    assert_close(got[0], R.softmax(x[0]), 1e-10, "softmax 262144")
+    assert_close(got[0], softmax.softmax(x[0]), 1e-10, "softmax 262144")
     assert np.all(got[1] == 0), "an all-masked row must give zeros, not NaN"
 
 
@@ -166,10 +182,10 @@ def test_glu(gpu, act):
     g[:4] = [60.0, -60.0, 300.0, -300.0]  # tanh/exp must not overflow into NaN
     u = r.standard_normal(n)
     y = empty(gpu, n)
-    launch(gpu, "glu", [buf(gpu, g), buf(gpu, u), y], "<IIII", (n, {"gelu_tanh": 0, "silu": 1}[act], 0, 0), -(-n // 64))
+    launch(gpu, "glu", [buf(gpu, g), buf(gpu, u), y], {"n": n, "act": glu.ACT_CODES[act]}, glu.workgroups(n))
     got = read(gpu, y, n)
     assert np.isfinite(got).all()
-    assert_close(got, R.ACTIVATIONS[act](g) * u, 1e-11, act)
+    assert_close(got, glu.ACTIVATIONS[act](g) * u, 1e-11, act)
 
 
 def test_add_with_period_and_2d_grid(gpu):
@@ -178,20 +194,20 @@ def test_add_with_period_and_2d_grid(gpu):
     a = r.standard_normal(n).astype(np.float32)
     b = r.standard_normal(n).astype(np.float32)
     y = empty(gpu, n)
-    launch(gpu, "add", [buf(gpu, a), buf(gpu, b), y], "<IIII", (n, n, 0, 0), -(-n // 64))
+    launch(gpu, "add", [buf(gpu, a), buf(gpu, b), y], {"n": n, "period": n, "y_offset": 0}, -(-n // 64))
     got = read(gpu, y, n)
     assert np.array_equal(got, a + b), f"add differs at {np.flatnonzero(got != a + b)[:5]} (seed {SEED})"
     bias = r.standard_normal(192).astype(np.float32)
     m = 5 * 192
     y2 = empty(gpu, m)
-    launch(gpu, "add", [buf(gpu, a[:m]), buf(gpu, bias), y2], "<IIII", (m, 192, 0, 0), -(-m // 64))
+    launch(gpu, "add", [buf(gpu, a[:m]), buf(gpu, bias), y2], {"n": m, "period": 192, "y_offset": 0}, -(-m // 64))
     assert np.array_equal(read(gpu, y2, m), a[:m] + np.tile(bias, 5))
 
 
 def test_scale(gpu):
     x = rng().standard_normal(640 * 7).astype(np.float32)
     y = empty(gpu, x.size)
-    launch(gpu, "embed", [buf(gpu, x), y], "<IfII", (x.size, np.float32(25.298), 0, 0), -(-x.size // 64))
+    launch(gpu, "embed", [buf(gpu, x), y], {"n": x.size, "scale": np.float32(25.298)}, -(-x.size // 64))
     assert np.array_equal(read(gpu, y, x.size), x * np.float32(25.298))
 
 
@@ -203,7 +219,8 @@ def test_add_writes_at_output_offset(gpu):
     a = r.standard_normal(rows * width).astype(np.float32)
     bias = r.standard_normal(width).astype(np.float32)
     y = empty(gpu, y_off + a.size + 11, fill=-7.0)
-    launch(gpu, "add", [buf(gpu, a), buf(gpu, bias), y], "<IIII", (a.size, width, y_off, 0), -(-a.size // 64))
+    values = {"n": a.size, "period": width, "y_offset": y_off}
+    launch(gpu, "add", [buf(gpu, a), buf(gpu, bias), y], values, -(-a.size // 64))
     got = read(gpu, y, y_off + a.size + 11)
     assert np.all(got[:y_off] == -7.0) and np.all(got[y_off + a.size :] == -7.0), f"add wrote outside (seed {SEED})"
     want = a + np.tile(bias, rows)

@@ -9,7 +9,7 @@ import pytest
 
 import labkit
 from labkit.errors import ShaderCompileError, UnknownVariantError
-from labkit.gpu.variants import kernel_source
+from labkit.ops.registry import kernel_source
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8]
 
@@ -71,11 +71,12 @@ def test_lm_head_skipping_the_last_window_leaves_rows_unwritten(tiny_model):
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "qwen2"])
-@pytest.mark.parametrize("tier", ["streaming", "tiled", "tiled_streaming_count"])
+@pytest.mark.parametrize("tier", ["streaming", "tiled", "tiled+streaming_count"])
 def test_fused_attention_tiers_match_and_skip_scores(tiny_model, arch, tier):
     """Every fused tier (and the tiled one over-dispatched, 000's phase 2) passes every stage it
     computes, prompt pass and KV-cached decode; scores/probs are not materialized."""
-    lab = labkit.open(tiny_model(arch, "Q8_0"), variants={"attention": tier})
+    kernel, _, count = tier.partition("+")
+    lab = labkit.open(tiny_model(arch, "Q8_0"), variants={"attention": kernel, "attn_workgroups": count or "default"})
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
     assert cmp.passed, cmp.table(only_failed=True)
     assert "blk.0.attn_scores" in cmp.missing and "blk.0.attn_probs" in cmp.missing

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.captures import Run
-from labkit.model.reference import rmsnorm
+from labkit.ops.rmsnorm import rmsnorm
 
 # ----- logit lens ---------------------------------------------------------------------------
 

@@ -230,7 +230,8 @@ class GpuExecutor:
         name = selected(self.variants, family, st.layer)
         kernel = get_kernel(family, name, self.adapter)
         if name != "default":
-            why = f"selected ({'blk.%d.' % st.layer if f'blk.{st.layer}.{family}' in self.variants else ''}{family})"
+            key = f"blk.{st.layer}.{family}"
+            why = f"selected ({key if key in self.variants else family})"
         elif kernel.prefer:
             why = f"default on a {self.adapter_type} adapter ({self.adapter})"
         else:

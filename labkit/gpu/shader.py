@@ -21,10 +21,12 @@ import re
 from typing import Any
 
 from labkit.errors import ShaderCompileError
-
 from labkit.ops.base import FILE_MARK, compose, wgsl_file  # noqa: F401  (the kernels live beside their ops)
 
 load_kernel = wgsl_file
+
+_LOC = re.compile(r"┌─\s*[^\s:]*:(\d+):(\d+)")
+_HEAD = re.compile(r"^(Shader .*?error.*)$", re.MULTILINE)
 
 
 def _file_line(lines: list[str], line: int) -> str:

@@ -78,9 +78,18 @@ class Stepper:
         return p.stage.name
 
     def _not_computed(self, p: StagePlan) -> UnknownStageError:
-        readers = [s for s in self.plans if p.stage.name in s.stage.inputs]
-        kernel = self.executor.kernel(readers[0].stage) if readers else None
-        by = f" ({readers[0].stage.name} runs {kernel.family}/{kernel.name}, which does not read it)" if kernel else ""
+        """Name the computed stage whose kernel does without this one (through skipped consumers)."""
+        chain, reader = {p.stage.name}, None
+        for q in self.plans:
+            if chain & set(q.stage.inputs):
+                if not q.skipped:
+                    reader = q.stage
+                    break
+                chain.add(q.stage.name)
+        by = ""
+        if reader is not None:
+            k = self.executor.kernel(reader)
+            by = f" ({reader.name} runs {k.family}/{k.name}, a fused kernel that does not read it)"
         return UnknownStageError(f"stage {p.stage.name!r} is not computed: no later stage reads it{by}")
 
     def _plan(self, name: str) -> StagePlan:

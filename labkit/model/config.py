@@ -9,7 +9,6 @@ from typing import Any
 from labkit.errors import ModelFileError, UnsupportedArchitectureError
 
 
-
 @dataclass(frozen=True)
 class ArchTraits:
     """What sets an architecture apart, as llama.cpp's llm_build_* for it does."""
@@ -29,10 +28,12 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     "llama": ArchTraits("normal"),
     "qwen2": ArchTraits("neox"),
     "qwen3": ArchTraits("neox", qk_norm=True),
-    "gemma2": ArchTraits("neox", sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=2,
-                         softcaps=True),  # fmt: skip
-    "gemma3": ArchTraits("neox", qk_norm=True, sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True,
-                         swa_pattern=6),  # fmt: skip
+    "gemma2": ArchTraits(
+        "neox", sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=2, softcaps=True
+    ),  # fmt: skip
+    "gemma3": ArchTraits(
+        "neox", qk_norm=True, sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=6
+    ),  # fmt: skip
     "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)

@@ -26,7 +26,7 @@ _F16_FIELDS = {  # type → byte offsets of its f16 scale fields inside a block,
 
 @dataclass(frozen=True)
 class TinySpec:
-    arch: str = "llama"  # gemma3, llama or qwen2
+    arch: str = "llama"  # any of labkit.model.config.SUPPORTED_ARCHITECTURES
     weight_type: str = "Q8_0"  # type of the matmul weights
     embed_type: str = "Q8_0"
     n_layers: int = 2
@@ -37,8 +37,10 @@ class TinySpec:
     d_ff: int = 512
     vocab: int = 512
     context: int = 256
-    sliding_window: int = 4  # gemma3 only
-    swa_pattern: int = 2  # gemma3 only: layers 0, 2, ... local; 1, 3, ... global
+    sliding_window: int = 4  # gemma2/gemma3 only
+    swa_pattern: int = 2  # gemma2/gemma3 only: layers 0, 2, ... local; 1, 3, ... global
+    attn_softcap: float = 3.0  # gemma2 only: small, so that the cap bends these tiny models' scores
+    final_softcap: float = 10.0  # gemma2 only: bends the tiny logits (about ±20) without ties at the cap
     tied: bool = True
     seed: int = 0
 
@@ -79,12 +81,16 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_head_count_kv(spec.n_kv_heads)
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
-    w.add_layer_norm_rms_eps(1e-6 if a == "gemma3" else 1e-5)
+    w.add_layer_norm_rms_eps(1e-6 if a.startswith("gemma") else 1e-5)
     w.add_rope_freq_base(1e6 if a == "gemma3" else 1e4)
+    w.add_rope_dimension_count(spec.head_dim)
     w.add_vocab_size(spec.vocab)
-    if a == "gemma3":
+    if a in ("gemma2", "gemma3"):
         w.add_sliding_window(spec.sliding_window)
         w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+    if a == "gemma2":
+        w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
+        w.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
     tokens = [f"<t{i}>" for i in range(spec.vocab)]
     w.add_tokenizer_model("gpt2")
     w.add_token_list(tokens)
@@ -106,17 +112,21 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
         w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
 
     d, hd, wt = spec.d_model, spec.head_dim, spec.weight_type
+    qd, kvd = spec.n_heads * hd, spec.n_kv_heads * hd
     tensor("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
-    if not spec.tied:
+    if not spec.tied and a != "gemma2":  # llama.cpp's gemma2 never reads output.weight
         tensor("output.weight", (spec.vocab, d), wt, 0.05)
     norm("output_norm.weight", d)
     for L in range(spec.n_layers):
         p = f"blk.{L}."
         norm(p + "attn_norm.weight", d)
-        tensor(p + "attn_q.weight", (spec.n_heads * hd, d), wt, 0.06)
-        tensor(p + "attn_k.weight", (spec.n_kv_heads * hd, d), wt, 0.06)
-        tensor(p + "attn_v.weight", (spec.n_kv_heads * hd, d), wt, 0.06)
-        tensor(p + "attn_output.weight", (d, spec.n_heads * hd), wt, 0.06)
+        if a == "phi3":  # fused: rows q; k; v
+            tensor(p + "attn_qkv.weight", (qd + 2 * kvd, d), wt, 0.06)
+        else:
+            tensor(p + "attn_q.weight", (qd, d), wt, 0.06)
+            tensor(p + "attn_k.weight", (kvd, d), wt, 0.06)
+            tensor(p + "attn_v.weight", (kvd, d), wt, 0.06)
+        tensor(p + "attn_output.weight", (d, qd), wt, 0.06)
         if a == "qwen2":
             for n, rows in (
                 ("q", spec.n_heads * hd),
@@ -124,14 +134,18 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
                 ("v", spec.n_kv_heads * hd),
             ):
                 w.add_tensor(p + f"attn_{n}.bias", (0.1 * rng.standard_normal(rows)).astype(np.float32))
-        if a == "gemma3":
+        if a in ("gemma3", "qwen3"):
             norm(p + "attn_q_norm.weight", hd)
             norm(p + "attn_k_norm.weight", hd)
+        if a in ("gemma2", "gemma3"):
             norm(p + "post_attention_norm.weight", d)
             norm(p + "post_ffw_norm.weight", d)
         norm(p + "ffn_norm.weight", d)
-        tensor(p + "ffn_gate.weight", (spec.d_ff, d), wt, 0.06)
-        tensor(p + "ffn_up.weight", (spec.d_ff, d), wt, 0.06)
+        if a == "phi3":  # fused: gate rows, then up rows
+            tensor(p + "ffn_up.weight", (2 * spec.d_ff, d), wt, 0.06)
+        else:
+            tensor(p + "ffn_gate.weight", (spec.d_ff, d), wt, 0.06)
+            tensor(p + "ffn_up.weight", (spec.d_ff, d), wt, 0.06)
         tensor(p + "ffn_down.weight", (d, spec.d_ff), wt, 0.04)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -54,7 +54,6 @@ def shapes(stage) -> tuple[list[str], str]:
     )
 
 
-
 def _tiled_workgroups(T: int, n_heads: int, size: int) -> int:
     from labkit.ops.base import wgsl_const
 

@@ -31,7 +31,7 @@ _LAYER_KEY = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def adapter_kind(adapter_type: str) -> str:
-    """"cpu" for a CPU adapter (lavapipe), "gpu" for every other adapter type."""
+    """ "cpu" for a CPU adapter (lavapipe), "gpu" for every other adapter type."""
     return "cpu" if adapter_type == "CPU" else "gpu"
 
 
@@ -82,6 +82,17 @@ def describe(family: str, name: str) -> str:
     if name == "default" and "default" not in KERNELS.get(family, {}):
         return "the kernel shaped for the adapter: row on a CPU, wg_reduce on a GPU"
     return get_kernel(family, name).doc
+
+
+def is_faulty(family: str, name: str) -> bool:
+    """Whether a kernel, policy or sampler variant is one of the deliberately broken ones."""
+    if family == "sampling":
+        from labkit.sampling import FAULTY_SAMPLERS
+
+        return name in FAULTY_SAMPLERS
+    if family in POLICIES:
+        return get_policy(family, name).faulty
+    return name != "default" and get_kernel(family, name).faulty
 
 
 def resolve_family(family: str, name: str = "default") -> str:

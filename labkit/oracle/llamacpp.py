@@ -66,6 +66,7 @@ class Pick:
     layout: str = "vec"
     reads: str | None = None
     note: str = ""
+    part: tuple[int, int] | None = None  # (i, n): the i-th of n equal column blocks (phi3's fused gate/up)
 
 
 def _common(resid_mid: str, act: str, attn_out_note: str) -> dict[str, Pick]:
@@ -111,6 +112,39 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
         "q": Pick("Qcur-{L}", "MUL_MAT"),
     },
+    "qwen3": {
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
+        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
+    },
+    "gemma2": {
+        "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
+        **_common("sa_out-{L}", "ffn_geglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "attn_scores": Pick(
+            "kq_scaled_2-{L}",
+            "SCALE",
+            layout="scores",
+            note="cap·tanh(kq/cap), the last of kq_scaled_1, kq_tanh, kq_scaled_2 (q was pre-scaled); + the mask",
+        ),
+        "post_attn_norm": Pick("attn_post_norm-{L}", "MUL"),
+        "post_ffn_norm": Pick(
+            "", "MUL", reads="blk.{L}.post_ffw_norm.weight", note="named ffn_post_norm in every layer: found by weight"
+        ),
+        "logits_raw": Pick("", "MUL_MAT", reads="result_norm", note="the unnamed lm_head matmul before the soft-cap"),
+        "logits": Pick("result_output", "SCALE", note="cap·tanh(x/cap): the last SCALE of the final soft-cap"),
+    },
+    "phi3": {
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "VIEW", note="a view of the fused wqkv-L matmul (rows q;k;v)"),
+        "k": Pick("Kcur-{L}", "VIEW", note="a view of wqkv-L"),
+        "v": Pick("Vcur-{L}", "VIEW", note="a view of wqkv-L"),
+        "ffn_gate": Pick("ffn_up-{L}", "MUL_MAT", part=(0, 2), note="first half of the fused 2·d_ff up matmul"),
+        "ffn_up": Pick("ffn_up-{L}", "MUL_MAT", part=(1, 2), note="second half of the fused up matmul"),
+    },
     "qwen2": {
         "embed": Pick("embd", "GET_ROWS"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
@@ -125,7 +159,16 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
 # graph (its libggml 0.25.3), so these are empty. A kind listed here would be absent from
 # the oracle's Run, so its stages land in Comparison.missing; `coverage()` names them.
-NO_COUNTERPART: dict[str, dict[str, str]] = {"gemma3": {}, "llama": {}, "qwen2": {}}
+NO_COUNTERPART: dict[str, dict[str, str]] = {
+    "gemma3": {},
+    "llama": {},
+    "qwen2": {},
+    "qwen3": {},
+    "gemma2": {},
+    "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
+}
+for _kind in NO_COUNTERPART["phi3"]:
+    MAPPINGS["phi3"].pop(_kind)
 
 # Max NMSE per stage kind against llama.cpp. llama.cpp quantizes each matmul's input
 # activations to 8 bits (Q8_0/Q8_1 blocks of 32) and keeps its KV cache in F16, so every
@@ -321,7 +364,7 @@ class _Want:
 class _Collector:
     """The eval callback's state: which nodes to ask for, and what came back."""
 
-    def __init__(self, ggml: _Ggml, wants_by_key: dict[tuple[str, str], _Want], reads: dict[tuple[str, str], _Want]):
+    def __init__(self, ggml: _Ggml, wants_by_key: dict[tuple, list[_Want]], reads: dict[tuple, list[_Want]]):
         self.ggml = ggml
         self.by_key = wants_by_key  # (node name, op) → want
         self.by_reads = reads  # (src[1] name, op) → want
@@ -331,14 +374,15 @@ class _Collector:
         self.seen: dict[str, int] = {}
         self.error: BaseException | None = None
 
-    def match(self, t: int) -> tuple[_Want | None, _GgmlTensor, str]:
+    def match(self, t: int) -> tuple[list[_Want], _GgmlTensor, str]:
+        """The stages this node gives (several when it holds more than one: phi3's fused up matmul)."""
         s = _GgmlTensor.from_address(t)
         name = self.ggml.name(t)
         op = self.ggml.op(s)
-        want = self.by_key.get((name, op))
-        if want is None and s.src[1]:
-            want = self.by_reads.get((self.ggml.name(s.src[1]), op))
-        return want, s, name
+        wants = self.by_key.get((name, op), [])
+        if not wants and s.src[1]:
+            wants = self.by_reads.get((self.ggml.name(s.src[1]), op), [])
+        return wants, s, name
 
     def is_softmax_of_scores(self, s: _GgmlTensor, op: str) -> str | None:
         if op != "SOFT_MAX" or not s.src[0]:
@@ -349,19 +393,21 @@ class _Collector:
         try:
             if not self.ggml.layout_checked:
                 self.ggml.check_layout(t)
-            want, s, name = self.match(t)
+            wants, s, name = self.match(t)
             op = self.ggml.op(s)
             scores = self.is_softmax_of_scores(s, op)
             if ask:
-                return (want is not None and s.type == GGML_TYPE_F32) or scores is not None
+                return (bool(wants) and s.type == GGML_TYPE_F32) or scores is not None
             if scores is not None:
                 # soft_max_ext(kq, mask, scale, max_bias): op_params[0] scale, [1] max_bias; src[1] the mask.
                 pf = ctypes.cast(ctypes.addressof(s.op_params), ctypes.POINTER(ctypes.c_float))
                 mask = self.ggml.read(s.src[1]) if s.src[1] else None
                 self.softmax[scores] = (float(pf[0]), float(pf[1]), mask)
-            if want is not None and s.type == GGML_TYPE_F32:
-                self.seen[want.stage] = self.seen.get(want.stage, 0) + 1
-                self.raw[want.stage] = self.ggml.read(t)
+            if wants and s.type == GGML_TYPE_F32:
+                data = self.ggml.read(t)
+                for want in wants:
+                    self.seen[want.stage] = self.seen.get(want.stage, 0) + 1
+                    self.raw[want.stage] = data
             return True
         except BaseException as e:  # an exception must not cross into C; report it after decode
             self.error = e
@@ -370,8 +416,8 @@ class _Collector:
 
 def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, str]]:
     m = mapping(cfg.arch)
-    by_key: dict[tuple[str, str], _Want] = {}
-    by_reads: dict[tuple[str, str], _Want] = {}
+    by_key: dict[tuple[str, str], list[_Want]] = {}
+    by_reads: dict[tuple[str, str], list[_Want]] = {}
     scores_of: dict[str, str] = {}
     for st in graph:
         pick = m.get(st.kind)
@@ -380,9 +426,9 @@ def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, 
         L = "" if st.layer is None else str(st.layer)
         want = _Want(st.name, pick)
         if pick.reads is not None:
-            by_reads[(pick.reads.format(L=L), pick.op)] = want
+            by_reads.setdefault((pick.reads.format(L=L), pick.op), []).append(want)
         else:
-            by_key[(pick.name.format(L=L), pick.op)] = want
+            by_key.setdefault((pick.name.format(L=L), pick.op), []).append(want)
         if pick.layout == "scores":
             scores_of[pick.name.format(L=L)] = st.name
     return by_key, by_reads, scores_of
@@ -394,7 +440,12 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
         if raw.size % T:
             raise OracleError(f"{stage.name}: llama.cpp tensor of shape {raw.shape} does not split into {T} positions")
         # ne = [features..., T, 1...]: positions are the slowest non-trivial dimension.
-        return raw.reshape(T, -1)
+        vec = raw.reshape(T, -1)
+        if pick.part is not None:
+            i, n = pick.part
+            width = vec.shape[1] // n
+            vec = vec[:, i * width : (i + 1) * width]
+        return vec
     # attention maps: ne [n_kv, T, heads, 1] → numpy [1, heads, T, n_kv] → [heads, T, n_kv]
     a = raw.reshape(raw.shape[-3], raw.shape[-2], raw.shape[-1])
     if a.shape[1] != T or a.shape[2] < T:
