@@ -10,11 +10,12 @@ import json
 import resource
 import time
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 
 from labkit.lab import open as open_lab
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "data" / "golden"
+GOLDEN_DIR = resources.files("labkit") / "data" / "golden"  # package data
 
 
 def peak_rss_mb() -> float:
@@ -129,7 +130,7 @@ def run_bench(model: str = "gemma3-270m", prompt: str = "The color of the sky is
     llamacpp = measure_llamacpp(lab.path, gen.prompt_ids, new_tokens)
     if llamacpp is None:  # not installed: llama.cpp's figures from the golden file, if it has them
         golden = GOLDEN_DIR / f"{lab.name}.json"
-        if golden.exists():
+        if golden.is_file():
             for entry in json.loads(golden.read_text())["prompts"]:
                 if entry["text"] == prompt and entry.get("prefill_s"):
                     llamacpp = {"prefill_s": entry["prefill_s"], "decode_tok_s": entry["decode_tok_s"], "live": False}

@@ -40,6 +40,7 @@ REFERENCE_THRESHOLDS: dict[str, float] = {
     "post_ffn_norm": 1e-5,
     "resid_out": 1e-6,
     "output_norm": 1e-6,
+    "logits_raw": 5e-4,  # gemma2: the unembedding before the final soft-cap
     "logits": 5e-4,
 }
 DEFAULT_THRESHOLD = 1e-6

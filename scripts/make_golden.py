@@ -1,4 +1,4 @@
-"""Write llama.cpp golden files: data/golden/<model>.json.
+"""Write llama.cpp golden files: labkit/data/golden/<model>.json (package data).
 
 Needs the `oracle` extra (llama-cpp-python). For each prompt: llama.cpp's token
 ids, the top-10 next-token ids and logits at the last position, and a greedy
@@ -79,7 +79,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("models", nargs="*", default=list(MODELS))
-    ap.add_argument("--out", default="data/golden")
+    ap.add_argument("--out", default="labkit/data/golden")
     args = ap.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     for name in args.models:

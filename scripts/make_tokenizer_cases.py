@@ -171,6 +171,19 @@ PROMPTS: list[str] = [
 
 MODELS = {"gemma3-270m": "gemma", "smollm2-135m": "smollm"}
 
+# A short, discriminating prompt set for every other gpt2 pre-tokenizer name labkit accepts: digits
+# (single or grouped), contractions, runs of spaces and newlines, unicode letters and marks, code.
+PRE_PROMPTS = [
+    "1234567 89 3.14159 $100,000.00 2024-01-31",
+    "I'm sure they'll say it's what we've done, don't you?",
+    "  two  spaces,\n\nnewlines\n\t tab and   trailing   ",
+    "naïve café Ünïcödé — 日本語のテキスト 한국어 🙂👍🏽",
+    "HelloWorld camelCase snake_case kebab-case ALLCAPS x1y2z3",
+    "Hello!!! ??? ... (parens) [brackets] {braces} <tags>",
+    'def f(x):\n    return x**2 + 1  # comment\nprint(f"{f(3)}")',
+    "a\u00a0b\u2009c\u3000d   \r\n end",
+]
+
 # The same prompts through other tokenizer settings, via llama.cpp's metadata overrides: the
 # pre-tokenizers of other byte-level BPE families on SmolLM2's vocabulary, and the
 # SentencePiece space prefix (llama-2 style) on Gemma's. Stored under "variants".
@@ -184,6 +197,14 @@ VARIANTS: list[tuple[str, dict[str, str | bool], bool]] = [
     ("smollm2-135m", {"tokenizer.ggml.pre": "default"}, False),
     ("gemma3-270m", {"tokenizer.ggml.add_space_prefix": True}, False),
 ]
+
+
+def pre_variants() -> list[tuple[str, dict[str, str | bool], bool]]:
+    """Every gpt2 pre-tokenizer name labkit accepts that VARIANTS does not cover, on SmolLM2's vocab."""
+    from labkit.model.tokenizer import _PRE_TYPES
+
+    covered = {v[1].get("tokenizer.ggml.pre") for v in VARIANTS} | {"smollm"}
+    return [("smollm2-135m", {"tokenizer.ggml.pre": name}, False) for name in sorted(_PRE_TYPES) if name not in covered]
 
 
 def default_paths() -> dict[str, str | None]:
@@ -210,13 +231,15 @@ def detokenize(llama_cpp, vocab, ids: list[int]) -> str:
     return buf.raw[:n].decode("utf-8", errors="replace")
 
 
-def cases_for(path: str, overrides: dict[str, str | bool] | None = None, special: bool = False) -> list[dict]:
+def cases_for(
+    path: str, overrides: dict[str, str | bool] | None = None, special: bool = False, prompts: list[str] | None = None
+) -> list[dict]:
     import llama_cpp
 
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False, kv_overrides=overrides or None)
     vocab = llm._model.vocab
     out = []
-    for text in PROMPTS:
+    for text in PROMPTS if prompts is None else prompts:
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=special)
         out.append({"text": text, "ids": list(ids), "decoded": detokenize(llama_cpp, vocab, ids)})
     return out
@@ -263,8 +286,9 @@ def main() -> None:
         result[name] = cases_for(path)
         print(f"{name}: {len(result[name])} cases from {path}")
     result["variants"] = []
-    for name, overrides, special in VARIANTS:
-        cases = cases_for(paths[name], overrides, special)
+    for name, overrides, special in VARIANTS + pre_variants():
+        short = (name, overrides, special) not in VARIANTS
+        cases = cases_for(paths[name], overrides, special, PRE_PROMPTS if short else None)
         result["variants"].append({"model": name, "overrides": overrides, "special": special, "cases": cases})
         print(f"{name} with {overrides}, special={special}: {len(cases)} cases")
     Path(args.out).write_text(dump(result))

@@ -14,7 +14,7 @@ import labkit
 from labkit.model.tiny import TinySpec, write_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "data" / "golden"
+GOLDEN = ROOT / "labkit" / "data" / "golden"
 REAL_MODELS = ("gemma3-270m", "smollm2-135m")
 
 

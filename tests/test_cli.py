@@ -364,3 +364,38 @@ def test_case_from_the_command_line_exits_0_with_a_passed_report():
     assert all(s["faulty"]["present"] and not s["fixed"]["present"] for s in report["symptoms"])
     assert all(c["fixed"]["passed"] for c in report["checklist"])
     assert_one_line_error(labkit("case", "no-such-case"), "no-such-case")
+
+
+@pytest.mark.slow
+def test_non_editable_install_runs_a_case(tmp_path):
+    """`pip install .` (a wheel, not the editable checkout) carries its package data: the kernels
+    beside the ops, the post-mortems and the golden files, read through importlib.resources."""
+    import shutil
+
+    root, src, target = Path(__file__).resolve().parents[1], tmp_path / "src", tmp_path / "site"
+    shutil.copytree(root / "labkit", src / "labkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)  # a copy: the build writes build/ and *.egg-info beside it
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(target)]
+    p = subprocess.run([*pip, str(src)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert not (target / "labkit" / "__editable__").exists() and (target / "labkit" / "ops" / "rope.wgsl").is_file()
+    script = tmp_path / "run_installed.py"
+    script.write_text(
+        "import sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "import labkit\n"
+        "from labkit.bench import GOLDEN_DIR\n"
+        "from labkit.cases import get_case\n"
+        "from labkit.cli import main\n"
+        "assert labkit.__file__.startswith(sys.argv[1]), labkit.__file__\n"
+        "pm = get_case('norm-cascade').postmortem_path\n"
+        "assert str(pm).startswith(sys.argv[1]) and 'RMSNorm' in pm.read_text(), pm\n"
+        "assert str(GOLDEN_DIR).startswith(sys.argv[1]) and (GOLDEN_DIR / 'gemma3-270m.json').is_file()\n"
+        "sys.exit(main(['case', 'norm-cascade', '--json']))\n"
+    )
+    p = subprocess.run([sys.executable, str(script), str(target)], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    report = json.loads(p.stdout)
+    assert report["passed"] and report["first_divergence"] == "blk.0.attn_norm"

@@ -27,14 +27,14 @@ from labkit.model.tiny import TinySpec, write_tiny_model
 from labkit.oracle import llamacpp
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT / "data" / "golden"
+GOLDEN = ROOT / "labkit" / "data" / "golden"
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="needs the oracle extra (llama-cpp-python)")
 
 MODELS = ("gemma3-270m", "smollm2-135m")
 # one prompt the thresholds were measured on, one they were not
 PROMPTS = ("The color of the sky is", "In 1969, 3 astronauts flew 384,400 km to the")
-ARCHS = ("gemma3", "llama", "qwen2")
+ARCHS = ("gemma3", "llama", "qwen2", "qwen3", "gemma2", "phi3")
 
 _LABS: dict[str, labkit.Lab] = {}
 _ORACLE: dict[tuple[str, str], labkit.Run] = {}
@@ -102,9 +102,9 @@ def llama_loadable_tiny(tmp_path, monkeypatch):
     orig = gguf.GGUFWriter.add_token_merges
     monkeypatch.setattr(gguf.GGUFWriter, "add_token_merges", lambda self, merges: orig(self, list(merges) or ["< t"]))
 
-    def make(arch: str) -> Path:
-        spec = TinySpec(arch=arch, weight_type="F32", embed_type="F32", seed=3)
-        return write_tiny_model(tmp_path / f"tiny-{arch}-f32.gguf", spec)
+    def make(arch: str, weight_type: str = "F32") -> Path:
+        spec = TinySpec(arch=arch, weight_type=weight_type, embed_type=weight_type, seed=3)
+        return write_tiny_model(tmp_path / f"tiny-{arch}-{weight_type.lower()}.gguf", spec)
 
     return make
 
@@ -116,14 +116,39 @@ def test_tiny_f32_every_stage_is_the_same_quantity(arch, llama_loadable_tiny):
     lab = labkit.open(llama_loadable_tiny(arch))
     ids = [3, 17, 100, 5, 9, 44, 200, 7]  # 8 tokens: longer than tiny gemma3's sliding window of 4
     orc, ref = lab.oracle(ids), lab.reference(ids)
-    assert set(orc.captures) == set(lab.stages)
+    unmapped = {s.name for s in lab.graph if s.kind in llamacpp.NO_COUNTERPART[arch]}
+    assert set(orc.captures) == set(lab.stages) - unmapped
     cmp = compare(ref, orc, thresholds={k: 1e-5 for k in REFERENCE_THRESHOLDS})
     assert cmp.passed, cmp.table(only_failed=True)
-    assert not cmp.missing
+    assert set(cmp.missing) == unmapped
     c = lab.config
     assert orc["blk.0.q"].shape == (8, c.n_heads * c.head_dim)
     assert orc["blk.1.attn_scores"].shape == (c.n_heads, 8, 8)
     assert orc["logits"].shape == (8, c.vocab_size)
+
+
+NEW_ARCHS = ("qwen3", "gemma2", "phi3")
+TINY_IDS = [3, 17, 100, 5, 9, 44, 200, 7, 61, 2]  # 10 tokens: past gemma2's tiny sliding window of 4
+
+
+@pytest.mark.oracle
+@needs_llama
+@pytest.mark.parametrize("weight_type", ["F32", "Q8_0"])
+@pytest.mark.parametrize("arch", NEW_ARCHS)
+def test_new_architecture_gpu_and_reference_pass_against_llamacpp(arch, weight_type, llama_loadable_tiny):
+    """qwen3, gemma2 and phi3, each a graph description: the GPU pass and the reference pass every
+    mapped stage against llama.cpp's own tensors (its thresholds: 8-bit activations on Q8_0)."""
+    lab = labkit.open(llama_loadable_tiny(arch, weight_type))
+    orc = lab.oracle(TINY_IDS)
+    for run in (lab.run(TINY_IDS), lab.reference(TINY_IDS)):
+        cmp = compare(run, orc, thresholds=lab.oracle_thresholds())
+        assert _coverage(cmp, lab) >= 0.9, cmp.missing
+        assert cmp.passed, f"{arch} {weight_type} {run.engine}:\n" + cmp.table(only_failed=True)
+    if arch == "gemma2":  # the window and the caps are real: layer 0 is local, scores are capped
+        s = orc["blk.0.attn_scores"]
+        assert np.isneginf(s[:, -1, :-4]).all() and np.isfinite(s[:, -1, -4:]).all()
+        assert np.abs(s[np.isfinite(s)]).max() <= lab.config.attn_softcap
+        assert np.abs(orc["logits"]).max() <= lab.config.final_softcap
 
 
 # ----------------------------------------------------------------- the real models
@@ -176,16 +201,15 @@ def test_oracle_layout_and_logits_are_llamacpps(model):
 
 
 # ----------------------------------------------------------------- faults are localized
-def _rope_wrong_style(st, orig):
-    other = {"neox": "normal", "normal": "neox"}[st.params["style"]]
-    return lambda vals, *a: orig(dataclasses.replace(st, params={**st.params, "style": other}), vals, *a)
+def _rope_wrong_style(st):
+    return {"style": {"neox": "normal", "normal": "neox"}[st.params["style"]]}
 
 
-def _scores_unscaled(st, orig):
-    return lambda vals, *a: orig(dataclasses.replace(st, params={**st.params, "scale": 1.0}), vals, *a)
+def _scores_unscaled(st):
+    return {"scale": 1.0}
 
 
-FAULTS = {  # name → (faulty stage, how its op goes wrong); everything downstream follows from it
+FAULTS = {  # name → (faulty stage, how its params go wrong); everything downstream follows from it
     "rope-style": ("blk.3.q_rope", _rope_wrong_style),
     "attn-scale": ("blk.1.attn_scores", _scores_unscaled),
     "weight-sign": ("blk.2.ffn_up", None),  # the weight itself is negated
@@ -200,17 +224,12 @@ FAULTS = {  # name → (faulty stage, how its op goes wrong); everything downstr
 def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
     lab, prompt = _lab(model), PROMPTS[0]
     target, make = FAULTS[fault]
-    eng = lab.reference_engine
+    eng, i = lab.reference_engine, lab.stages.index(target)
+    st = eng.graph[i]
     if make is None:
-        w = lab.graph[lab.stages.index(target)].weight
-        monkeypatch.setitem(eng._weights, w, -eng.weight(w))
-    else:
-        orig = eng._run_stage
-
-        def faulty(st, vals, *a):
-            return make(st, orig)(vals, *a) if st.name == target else orig(st, vals, *a)
-
-        monkeypatch.setattr(eng, "_run_stage", faulty)
+        monkeypatch.setitem(eng._weights, st.weight, -eng.weight(st.weight))
+    else:  # the stage as the graph describes it, with a wrong parameter
+        monkeypatch.setitem(eng.graph, i, dataclasses.replace(st, params={**st.params, **make(st)}))
     run = lab.reference(prompt)  # the fault cascades through every later stage
     cmp = compare(run, _oracle(model, prompt), thresholds=lab.oracle_thresholds())
     assert cmp.first_divergence == target, cmp.table(only_failed=True)

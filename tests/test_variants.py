@@ -242,3 +242,92 @@ def test_live_switch_on_gemma_recomputes_only_from_the_affected_stage(gemma, rec
     figures = {k: round(r.timings["total_s"], 3) for k, r in (("full", full), ("lm_head", rerun), ("rope", roped))}
     record_property("rerun_seconds", figures)
     print("re-run seconds:", figures)
+
+
+# ----------------------------------------------------------------- per-layer binding, adapters, interfaces
+@pytest.mark.slow
+def test_one_layer_variant_on_gemma_diverges_at_that_layer_only(gemma):
+    """{"blk.5.rope": "normal_pairs"} binds layer 5 alone (Gemma uses neox rope): the first divergence
+    from the reference is blk.5.q_rope, and every stage before layer 5 is bit-identical to a default run."""
+    prompt = "The color of the sky is"
+    lab = labkit.open("gemma3-270m", variants={"blk.5.rope": "normal_pairs"})
+    run, default = lab.run(prompt), gemma.run(prompt)
+    cmp = labkit.compare(run, gemma.reference(prompt))
+    assert cmp.first_divergence == "blk.5.q_rope", cmp.table(only_failed=True)
+    before = lab.stages[: lab.stages.index("blk.5.attn_norm")]
+    assert all(run[n].tobytes() == default[n].tobytes() for n in before)
+    assert run["blk.5.q_rope"].tobytes() != default["blk.5.q_rope"].tobytes()
+    kinds = lab.kernels()
+    assert kinds["blk.5.q_rope"] == {"family": "rope", "kernel": "normal_pairs", "why": "selected (blk.5.rope)"}
+    assert kinds["q_rope"]["kernel"] == "default"
+
+
+def test_layer_binding_on_a_live_lab_and_its_typed_errors(tiny_model):
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    base = lab.run(IDS)
+    lab.use("blk.1.rope", "normal_pairs")
+    run = lab.run(IDS)
+    assert run.timings["recomputed_from"] == "blk.1.q_rope"  # derived from the graph: layer 0 is reused
+    assert first_div(lab) == "blk.1.q_rope"
+    assert run["blk.0.resid_out"].tobytes() == base["blk.0.resid_out"].tobytes()
+    lab.use("blk.1.rope", "default")
+    assert lab.run(IDS)["logits"].tobytes() == base["logits"].tobytes()
+    for key, name in (("blk.1.nope", "default"), ("blk.1.rope", "nope"), ("nope", "default")):
+        with pytest.raises(UnknownVariantError):
+            lab.use(key, name)
+
+
+def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
+    """The matmul default follows the adapter: forcing the adapter type to a discrete GPU (what an
+    H100 reports) runs wg_reduce, a CPU adapter the row kernel; both pass, and a selection wins."""
+    lab = labkit.open(tiny_model("llama", "Q4_K"))
+    assert lab.kernels()["q"] | {"why": ""} == {"family": "matmul_q4_k", "kernel": "row", "why": ""}
+    lab.executor.adapter_type = "DiscreteGPU"
+    kinds = lab.kernels()
+    assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]
+    assert kinds["attn_norm"]["kernel"] == "default"
+    cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
+    assert cmp.passed, cmp.table(only_failed=True)
+    lab.use("matmul_q4_k", "row")
+    assert lab.kernels()["q"]["kernel"] == "row"
+
+
+def test_a_struct_params_field_mismatch_is_a_typed_error_naming_the_field():
+    from labkit.errors import KernelInterfaceError
+
+    src = kernel_source("rope")
+    renamed = src.replace("pos0: u32", "start: u32")
+    with pytest.raises(KernelInterfaceError, match="pos0"):
+        labkit.register_variant("rope", "renamed_field", renamed)
+    retyped = src.replace("base: f32", "base: u32")
+    with pytest.raises(KernelInterfaceError, match="'base' is u32, should be f32"):
+        labkit.register_variant("rope", "retyped_field", retyped)
+
+
+def test_registries_are_separate_and_import_order_free():
+    """Kernels, dispatch policies and samplers are three registries; the sampler's softmax is the
+    correct kernel whatever softmax variant attention uses (a fresh process proves import order)."""
+    import subprocess
+    import sys
+
+    code = (
+        "from labkit.ops.registry import KERNELS, POLICIES, variants; "
+        "import labkit.sampling as s; "
+        "assert 'sampling' not in KERNELS and 'lm_head' in POLICIES and 'lm_head' not in KERNELS; "
+        "assert variants()['sampling'] == ['default', 'top_p_before_softmax', 'norm_top1000']; "
+        "import labkit; assert callable(labkit.cases) and type(labkit).__name__ == 'module'"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_sampler_softmax_ignores_the_attention_softmax_variant(tiny_model):
+    from labkit.gpu.sampling import GpuSampler
+    from labkit.sampling import Sampler
+
+    logits = np.random.default_rng(0).standard_normal(512) * 40  # exp overflows without max-subtraction
+    lab = labkit.open(tiny_model("llama", "Q8_0"), variants={"softmax": "no_max_sub"})
+    p = GpuSampler(lab.executor, Sampler(temperature=0.5)).probs(logits)
+    z = logits / 0.5
+    want = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    assert np.isfinite(p).all() and np.abs(p - want).max() < 1e-5

@@ -14,13 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from labkit.compare import Comparison
 from labkit.errors import LabkitError
 
-POSTMORTEMS = Path(__file__).resolve().parents[2] / "docs" / "postmortems"  # copies of the originals
+POSTMORTEMS = resources.files("labkit.cases") / "postmortems"  # copies of the originals, package data
 
 
 class UnknownCaseError(LabkitError):
@@ -82,7 +83,7 @@ class Case:
     garbage token the fault produced)."""
 
     name: str
-    postmortem: str  # file id in docs/postmortems, e.g. "001"
+    postmortem: str  # file id in labkit/cases/postmortems, e.g. "001"
     title: str
     model: str
     prompt: str
@@ -103,8 +104,9 @@ class Case:
     open_kwargs: dict[str, Any] = field(default_factory=dict)  # labkit.open(model, **open_kwargs)
 
     @property
-    def postmortem_path(self) -> Path | None:
-        hits = sorted(POSTMORTEMS.glob(f"{self.postmortem}_*.txt")) if POSTMORTEMS.is_dir() else []
+    def postmortem_path(self) -> Traversable | None:
+        """The post-mortem's text file, read from package data (`.read_text()`)."""
+        hits = sorted((p for p in POSTMORTEMS.iterdir() if p.name.startswith(f"{self.postmortem}_")), key=str)
         return hits[0] if hits else None
 
     def prepare(self) -> None:

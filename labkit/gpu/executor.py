@@ -198,9 +198,10 @@ class GpuExecutor:
     def upload_all(self) -> None:
         """Put every weight on the GPU now (otherwise it happens on first use)."""
         for st in self.graph:
-            if st.op == "matmul":
+            kind = OPS[st.op].weight
+            if kind == "matrix":
                 self.weight(st.weight, st.weight_rows)
-            elif st.weight and st.op != "embed":
+            elif kind == "vector":
                 self.vector(st.weight)
             if st.bias:
                 self.vector(st.bias)
@@ -259,10 +260,9 @@ class GpuExecutor:
         """Per stage: what its output depends on besides the data (kernel, policies, skipped)."""
         kernels = {st.name: self.kernel(st) for st in self.graph}
         skipped = self.skipped(kernels)
-        pol = {"attn_ctx": ("attn_workgroups",), "matmul": ("lm_head",)}
         return [
             (kernels[st.name].family, kernels[st.name].name, st.name in skipped)
-            + tuple(self.policy(st, f).name for f in pol.get(st.op, ()) if f != "lm_head" or st.policy)
+            + tuple(self.policy(st, f).name for f in OPS[st.op].policy_families(st))
             for st in self.graph
         ]
 
@@ -305,7 +305,7 @@ class GpuExecutor:
         """A fresh output region: a matmul's may exceed one binding (bound per token chunk), any
         other's is checked against the binding limit before it is allocated."""
         n = int(np.prod(shape))
-        if st.op != "matmul":
+        if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
         return Region(self.buffer(n, st.name), 0, shape)
 

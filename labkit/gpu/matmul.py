@@ -119,6 +119,14 @@ def token_chunks(
     return out
 
 
+def _check_sizes(name: str, T: int, x: Any, x_floats: int, y: Any, y_floats: int) -> None:
+    if T < 1:
+        raise ValueError(f"T must be >= 1, got {T}")
+    for what, buf, n in (("X", x, x_floats), ("Y", y, y_floats)):
+        if buf.size < 4 * n:
+            raise ValueError(f"{name}: {what} buffer has {buf.size} bytes, {4 * n} needed")
+
+
 def prepare_matmul(
     gpu: Any,
     weight: GpuWeight,
@@ -145,14 +153,7 @@ def prepare_matmul(
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
     y_stride = N if y_stride is None else int(y_stride)
-    if T < 1:
-        raise ValueError(f"T must be >= 1, got {T}")
-    need_x = (x_offset + (T - 1) * x_stride + K) * 4
-    need_y = (y_offset + (T - 1) * y_stride + N) * 4
-    if x.size < need_x:
-        raise ValueError(f"{weight.name}: X buffer has {x.size} bytes, {need_x} needed")
-    if y.size < need_y:
-        raise ValueError(f"{weight.name}: Y buffer has {y.size} bytes, {need_y} needed")
+    _check_sizes(weight.name, T, x, x_offset + (T - 1) * x_stride + K, y, y_offset + (T - 1) * y_stride + N)
     if source is None:
         source = matmul_source(weight.ggml_type)
     qk = _qk(source)

@@ -69,9 +69,19 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
 def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     """Write a synthetic model; returns the path."""
     path = Path(path)
-    rng = np.random.default_rng(spec.seed)
+    w = GGUFWriter(str(path), spec.arch)
+    _write_metadata(w, spec)
+    _write_tensors(w, spec, np.random.default_rng(spec.seed))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def _write_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """The architecture's keys (as llama.cpp's load_hparams reads them) and a tiny gpt2 vocabulary."""
     a = spec.arch
-    w = GGUFWriter(str(path), a)
     w.add_name(f"tiny-{a}-{spec.weight_type}")
     w.add_block_count(spec.n_layers)
     w.add_context_length(spec.context)
@@ -91,21 +101,21 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     if a == "gemma2":
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
         w.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
-    tokens = [f"<t{i}>" for i in range(spec.vocab)]
     w.add_tokenizer_model("gpt2")
-    w.add_token_list(tokens)
+    w.add_token_list([f"<t{i}>" for i in range(spec.vocab)])
     w.add_token_types([1] * spec.vocab)
     w.add_token_merges([])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_add_bos_token(a != "llama")
 
+
+def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> None:
+    """Random weights under the architecture's tensor names (fused ones for phi3)."""
+    a = spec.arch
+
     def tensor(name: str, shape: tuple[int, ...], type_name: str, scale: float) -> None:
-        vals = rng.standard_normal(shape).astype(np.float32) * scale
-        if len(shape) == 1:
-            w.add_tensor(name, vals if type_name == "F32" else vals.astype(np.float32))
-            return
-        data, qtype = encode_tensor(rng, vals, type_name)
+        data, qtype = encode_tensor(rng, rng.standard_normal(shape).astype(np.float32) * scale, type_name)
         w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
 
     def norm(name: str, n: int) -> None:
@@ -147,8 +157,3 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
             tensor(p + "ffn_gate.weight", (spec.d_ff, d), wt, 0.06)
             tensor(p + "ffn_up.weight", (spec.d_ff, d), wt, 0.06)
         tensor(p + "ffn_down.weight", (d, spec.d_ff), wt, 0.04)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path

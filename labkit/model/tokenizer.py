@@ -377,7 +377,8 @@ def build_tokenizer(metadata: Mapping[str, Any]) -> GgufTokenizer:
             gc.enable()
 
 
-def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
+def _token_table(metadata: Mapping[str, Any]) -> tuple[list[str], np.ndarray, dict[str, int]]:
+    """(tokens, attributes, vocab) as llama.cpp reads them: empty tokens renamed, types → attrs."""
     key = "tokenizer.ggml."
     tokens = list(metadata[key + "tokens"])
     if "" in tokens:  # llama.cpp renames empty tokens
@@ -388,12 +389,14 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
     attrs = np.zeros(n, dtype=np.int64)  # unknown type values stay ATTR_UNDEFINED
     for t, a in _TYPE_TO_ATTR.items():
         attrs[types[:n] == t] = a
-    vocab = {t: i for i, t in enumerate(tokens)}
+    return tokens, attrs, {t: i for i, t in enumerate(tokens)}
 
+
+def _settings(metadata: Mapping[str, Any], model: str, n: int) -> dict[str, Any]:
+    """Pre-tokenizer, special ids and add-flags: the model's defaults, then the file's overrides."""
+    key = "tokenizer.ggml."
     if model == "llama":
-        pre = ""
-        pre_type = None
-        bos, eos, unk = 1, 2, 0
+        pre, pre_type, bos, eos, unk = "", None, 1, 2, 0
         add_bos, add_space_prefix, clean_spaces = True, True, False
     else:
         pre = str(metadata.get(key + "pre") or "default")
@@ -405,7 +408,6 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
             )
         bos, eos, unk = 11, 11, None
         add_bos, add_space_prefix, clean_spaces = pre_type.add_bos, False, pre_type.clean_spaces
-    add_eos = False
 
     def special_id(name: str, default: int | None) -> int | None:
         value = metadata.get(key + name)
@@ -413,47 +415,46 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
             return int(value)
         return default if default is not None and 0 <= default < n else None
 
-    bos = special_id("bos_token_id", bos)
-    eos = special_id("eos_token_id", eos)
-    unk = special_id("unknown_token_id", unk)
-    add_bos = bool(metadata.get(key + "add_bos_token", add_bos))
-    add_eos = bool(metadata.get(key + "add_eos_token", add_eos))
-    add_space_prefix = bool(metadata.get(key + "add_space_prefix", add_space_prefix))
+    return {
+        "pre": pre,
+        "pre_type": pre_type,
+        "bos_id": special_id("bos_token_id", bos),
+        "eos_id": special_id("eos_token_id", eos),
+        "unk_id": special_id("unknown_token_id", unk),
+        "add_bos": bool(metadata.get(key + "add_bos_token", add_bos)),
+        "add_eos": bool(metadata.get(key + "add_eos_token", False)),
+        "add_space_prefix": bool(metadata.get(key + "add_space_prefix", add_space_prefix)),
+        "clean_spaces": clean_spaces,
+    }
 
-    _fix_attrs(metadata, tokens, vocab, attrs, eos)
 
+def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
+    key = "tokenizer.ggml."
+    tokens, attrs, vocab = _token_table(metadata)
+    n = len(tokens)
+    cfg = _settings(metadata, model, n)
+    pre_type = cfg.pop("pre_type")
+    _fix_attrs(metadata, tokens, vocab, attrs, cfg["eos_id"])
     if model == "llama":
         scores = metadata.get(key + "scores")
         scores = np.asarray(scores, dtype=np.float32)[:n] if scores is not None else np.zeros(n, dtype=np.float32)
-        hf = _spm_hf(tokens, vocab, scores, unk)
+        hf = _spm_hf(tokens, vocab, scores, cfg["unk_id"])
     else:
-        assert pre_type is not None
         merges = metadata.get(key + "merges")
         hf = _bpe_hf(tokens, vocab, [] if merges is None else merges, pre_type)
-
     specials = [i for i in np.flatnonzero(attrs & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))]
     specials.sort(key=lambda i: -len(tokens[i].encode()))  # stable: ties keep id order
-    all_specials = [(tokens[i], int(i)) for i in specials]
-    user_specials = [(tokens[i], int(i)) for i in specials if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)]
+    missing = frozenset(b for b, ch in _BYTE_ENCODER.items() if ch not in vocab) if model == "gpt2" else frozenset()
     return GgufTokenizer(
         model=model,
-        pre=pre,
         vocab_size=n,
-        bos_id=bos,
-        eos_id=eos,
-        unk_id=unk,
-        add_bos=add_bos,
-        add_eos=add_eos,
-        add_space_prefix=add_space_prefix,
-        clean_spaces=clean_spaces,
         tokens=tokens,
         attrs=attrs,
         hf=hf,
-        _user_specials=user_specials,
-        _all_specials=all_specials,
-        _missing_bytes=frozenset(b for b, ch in _BYTE_ENCODER.items() if ch not in vocab)
-        if model == "gpt2"
-        else frozenset(),
+        _user_specials=[(tokens[i], int(i)) for i in specials if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)],
+        _all_specials=[(tokens[i], int(i)) for i in specials],
+        _missing_bytes=missing,
+        **cfg,
     )
 
 
@@ -503,6 +504,31 @@ def _fix_attrs(
         attrs[texts["</s>"]] = ATTR_NORMAL
 
 
+def _prefix_hashes(tokens: list[str]) -> tuple[np.ndarray, ...]:
+    """64-bit polynomial hashes of every prefix of every token, in one flat array.
+
+    Returns (h, lens, starts, ends, tid, pos, powers): h[j] hashes token tid[j][:pos[j]+1]."""
+    n = len(tokens)
+    lens = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
+    chars = np.frombuffer("".join(tokens).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
+    c = chars.astype(np.uint64) + np.uint64(1)
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    tid = np.repeat(np.arange(n), lens)
+    pos = np.arange(len(c)) - starts[tid]
+    max_len = int(lens.max())
+    base = np.uint64(0x100000001B3)
+    h = c.copy()  # H[j] = hash of token[:pos+1], one prefix length at a time (wraps mod 2^64)
+    for k in range(1, max_len):
+        j = starts[lens > k] + k
+        h[j] = h[j - 1] * base + c[j]
+    powers = np.ones(max_len + 1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(1, max_len + 1):
+            powers[k] = powers[k - 1] * base
+    return h, lens, starts, ends, tid, pos, powers
+
+
 def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
     """Every (left, right) with left, right and left+right all tokens, best merged score first.
 
@@ -513,27 +539,8 @@ def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
     n = len(tokens)
     if n == 0:
         return []
-    lens = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
-    chars = np.frombuffer("".join(tokens).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    c = chars.astype(np.uint64) + np.uint64(1)
-    ends = np.cumsum(lens)
-    starts = ends - lens
-    tid = np.repeat(np.arange(n), lens)
-    pos = np.arange(len(c)) - starts[tid]
-    max_len = int(lens.max())
-    base = np.uint64(0x100000001B3)
-
-    # H[j] = hash of token[:pos+1], computed one prefix length at a time (wraps mod 2^64)
-    h = c.copy()
-    for k in range(1, max_len):
-        j = starts[lens > k] + k
-        h[j] = h[j - 1] * base + c[j]
+    h, lens, starts, ends, tid, pos, powers = _prefix_hashes(tokens)
     full = h[ends - 1]
-    powers = np.ones(max_len + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for k in range(1, max_len + 1):
-            powers[k] = powers[k - 1] * base
-
     order = np.argsort(full)
     sorted_full = full[order]
 
@@ -547,25 +554,22 @@ def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
         return out
 
     # candidate split after position j (not the last char): left = token[:pos+1]
-    inner = np.ones(len(c), dtype=bool)
+    inner = np.ones(len(h), dtype=bool)
     inner[ends[lens > 0] - 1] = False
     j = np.flatnonzero(inner)
     left = lookup(h[j])
-    keep = left >= 0
-    j, left = j[keep], left[keep]
-    merged = tid[j]
-    split = pos[j] + 1
+    j, left = j[left >= 0], left[left >= 0]
+    merged, split = tid[j], pos[j] + 1
     right = lookup(full[merged] - h[j] * powers[lens[merged] - split])
     keep = right >= 0
     merged, split, left, right = merged[keep], split[keep], left[keep], right[keep]
     # guard against a hash collision: the parts must add up to the merged token's length
     keep = (lens[left] == split) & (lens[right] == lens[merged] - split)
     merged, split, left, right = merged[keep], split[keep], left[keep], right[keep]
-
     # rank: merged token's score, high first (ties: lower id), then split position
     rank = np.empty(n, dtype=np.int64)
     rank[np.argsort(-scores, kind="stable")] = np.arange(n)
-    o = np.argsort(rank[merged] * (max_len + 1) + split, kind="stable")
+    o = np.argsort(rank[merged] * (len(powers)) + split, kind="stable")
     if len(o) == 0:
         return []
     ls = itemgetter(*left[o].tolist())(tokens)

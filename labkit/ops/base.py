@@ -126,6 +126,7 @@ class Policy:
     faulty: bool = False
     window_filter: Callable[[int, int], bool] | None = field(default=None, repr=False)
     workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)
+    every_stage: bool = True  # False: only stages whose `policy` names this family (the unembedding)
 
 
 def from_file(name: str) -> Callable[[PassShape], str]:
@@ -207,9 +208,16 @@ class Op:
     kernels: tuple[Kernel, ...] = ()
     policies: tuple[Policy, ...] = ()
     family: Callable[..., str] | None = field(default=None, repr=False)
+    weight: str | None = None  # how its weight reaches the GPU: "matrix" (GGUF bytes), "vector" (f32), "rows"
+    chunked_output: bool = False  # its output may exceed one storage binding (bound per token chunk)
 
     def family_of(self, stage: Any, tensor_type: Callable[[str], int]) -> str:
         return self.family(stage, tensor_type) if self.family else self.name
+
+    def policy_families(self, stage: Any) -> list[str]:
+        """The dispatch-policy families that apply to a stage of this op."""
+        fams = dict.fromkeys(p.family for p in self.policies if p.every_stage or stage.policy == p.family)
+        return list(fams)
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -39,5 +39,6 @@ OP = Op(
     reference=reference,
     plan=plan,
     shapes=shapes,
+    weight="rows",
     kernels=(Kernel("embed", "default", "the correct kernel", from_file("scale")),),
 )

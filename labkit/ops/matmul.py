@@ -118,7 +118,7 @@ OP = Op(
     shapes=shapes,
     kernels=_kernels(),
     policies=(
-        Policy("lm_head", "default", "every row window of the output matmul is dispatched"),
+        Policy("lm_head", "default", "every row window of the output matmul is dispatched", every_stage=False),
         Policy(
             "lm_head",
             "skip_last_window",
@@ -126,7 +126,10 @@ OP = Op(
             "buffer held (002)",
             faulty=True,
             window_filter=lambda index, count: index < count - 1,
+            every_stage=False,
         ),
     ),
     family=family,
+    weight="matrix",
+    chunked_output=True,
 )

@@ -49,6 +49,7 @@ OP = Op(
     reference=reference,
     plan=plan,
     shapes=shapes,
+    weight="vector",
     kernels=(
         Kernel("rmsnorm", "default", "the correct kernel", from_file("rmsnorm")),
         Kernel(

@@ -13,8 +13,11 @@ PARAMS = Params(n_rows="u32", n="u32")
 
 
 def softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - np.max(s, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    """Row softmax; a fully masked row (all -inf) gives zeros, as the kernel does, not 0/0."""
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = np.sum(e, axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
 def reference(stage, ref) -> np.ndarray:

@@ -206,6 +206,7 @@ ORACLE_THRESHOLDS: dict[str, float] = {
     "post_ffn_norm": 5e-2,  # 9.3e-3
     "resid_out": 1e-2,  # 2.5e-3
     "output_norm": 2e-2,  # 3.9e-3
+    "logits_raw": 1e-2,  # gemma2 only (tiny models): as logits
     "logits": 1e-2,  # 2.2e-3
 }
 

@@ -1,0 +1,412 @@
+"""Every op of the registry, every kernel and dispatch-policy variant, on fresh random data.
+
+Generated the way ggml's tests/test-backend-ops.cpp generates its cases: per op, random shapes
+with odd sizes and chunk edges, and a max NMSE per op. Each case runs the op's own `plan` on
+the real wgpu device (a small harness stands in for the executor: real buffers, the kernel's
+uniform packed by field name) and is compared with the op's float64 `reference`, whose weights
+come from `gguf.quants.dequantize`, the independent oracle. A correct variant must pass every
+case; a faulty one must fail every case marked as exposing it, and each fault has such a case.
+Adding an op or a variant without cases here fails `test_every_op_and_variant_has_cases`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+import wgpu
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from labkit.gpu.device import get_device
+from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
+from labkit.gpu.executor import Region
+from labkit.gpu.matmul import prepare_matmul
+from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.weights import upload_weight
+from labkit.model.graph import Stage
+from labkit.model.tiny import encode_tensor
+from labkit.ops import OPS, attn_scores, softmax
+from labkit.ops.base import Kernel, PassShape
+from labkit.ops.registry import get_kernel, get_policy
+
+SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
+STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+Q = GGMLQuantizationType
+
+# max NMSE per op on f32 kernels against float64 (ggml's per-op max_nmse)
+NMSE = {
+    "embed": 1e-12,
+    "rmsnorm": 1e-10,
+    "matmul": 1e-9,
+    "rope": 1e-8,  # f32 angles at positions in the hundreds
+    "attn_scores": 1e-10,
+    "softmax": 1e-10,
+    "attn_ctx": 1e-10,
+    "add": 1e-12,
+    "glu": 1e-10,
+    "softcap": 1e-10,
+}
+# faults that are harmless by design: post-mortem 000's "fix that changed nothing"
+HARMLESS = {("attn_workgroups", "streaming_count")}
+POLICY_KERNEL = {"attn_workgroups": "tiled"}  # the kernel a policy is tried with
+
+
+@dataclass
+class OpCase:
+    """One generated case: a stage, its input arrays, its weights (GGUF bytes), its KV cache."""
+
+    label: str
+    stage: Stage
+    inputs: list[np.ndarray]
+    T: int
+    n_past: int = 0
+    weights: dict[str, tuple[np.ndarray, Q, tuple[int, int]]] = field(default_factory=dict)
+    cache: dict[str, np.ndarray] = field(default_factory=dict)  # "k"/"v": [capacity, kv_dim]
+    ids: np.ndarray | None = None
+    exposes: frozenset[str] = frozenset()  # faulty variants that must fail on this case
+    window_bytes: int | None = None
+
+    def weight(self, name: str) -> np.ndarray:
+        raw, qtype, shape = self.weights[name]
+        return gguf_dequantize(raw, qtype).reshape(shape).astype(np.float64)
+
+
+# ----------------------------------------------------------------- the generated cases
+def _rng(op: str) -> np.random.Generator:
+    return np.random.default_rng([SEED, sum(map(ord, op))])
+
+
+def _vector(case_weights: dict, name: str, values: np.ndarray) -> str:
+    case_weights[name] = (values.astype(np.float32), Q.F32, (1, values.size))
+    return name
+
+
+def _weight(rng, case_weights: dict, name: str, rows: int, cols: int, type_name: str, scale: float = 0.1) -> str:
+    raw, qtype = encode_tensor(rng, rng.standard_normal((rows, cols)).astype(np.float32) * scale, type_name)
+    case_weights[name] = (np.ascontiguousarray(raw).view(np.uint8).reshape(rows, -1), qtype, (rows, cols))
+    return name
+
+
+def cases_embed() -> list[OpCase]:
+    r, out = _rng("embed"), []
+    for vocab, d, wt in ((37, 96, "F32"), (53, 128, "Q8_0"), (11, 32, "Q4_0")):
+        w: dict = {}
+        name = _weight(r, w, "token_embd.weight", vocab, d, wt, 1.0)
+        ids = r.integers(0, vocab, size=int(r.integers(1, 9)))
+        st = Stage("embed", "embed", (), name, params={"scale": float(r.uniform(0.5, 30)), "d_model": d})
+        out.append(OpCase(f"{wt} V{vocab} d{d}", st, [], len(ids), weights=w, ids=ids))
+    return out
+
+
+def cases_rmsnorm() -> list[OpCase]:
+    r, out = _rng("rmsnorm"), []
+    for n_groups, group, mag in ((1, 640, 1.0), (7, 64, 30.0), (5, 37, 0.2), (3, 256, 1e-4)):
+        w: dict = {}
+        name = _vector(w, "norm.weight", 1.0 + 0.1 * r.standard_normal(group))
+        x = r.standard_normal((n_groups, group)) * mag
+        st = Stage("n", "rmsnorm", ("x",), name, params={"eps": 1e-6, "group": group, "width": group})
+        shows = {"scale_clamp", "offset_twice"} | ({"eps_outside"} if mag < 1e-3 else set())
+        out.append(OpCase(f"{n_groups}x{group} |x|~{mag:g}", st, [x], n_groups, weights=w, exposes=frozenset(shows)))
+    return out
+
+
+def cases_matmul() -> list[OpCase]:
+    r, out = _rng("matmul"), []
+    for T, K, N, wt in ((1, 256, 67, "F32"), (9, 512, 130, "Q8_0"), (5, 256, 33, "Q4_K"), (3, 512, 70, "Q6_K")):
+        w: dict = {}
+        name = _weight(r, w, "w.weight", N, K, wt)
+        st = Stage("y", "matmul", ("x",), name, params={"out": N, "in": K, "width": N})
+        exposes = frozenset({"mins_added"} if wt == "Q4_K" else ())
+        out.append(OpCase(f"{wt} T{T} K{K} N{N}", st, [r.standard_normal((T, K))], T, weights=w, exposes=exposes))
+    # the unembedding: its weight in row windows (a small window size), the lm_head policy applies
+    w = {}
+    name = _weight(r, w, "head.weight", 200, 64, "Q8_0")
+    st = Stage("logits", "matmul", ("x",), name, params={"out": 200, "in": 64, "width": 200}, policy="lm_head")
+    out.append(
+        OpCase(
+            "lm_head in 4 windows",
+            st,
+            [r.standard_normal((3, 64))],
+            3,
+            weights=w,
+            window_bytes=68 * 52,
+            exposes=frozenset({"skip_last_window"}),
+        )  # fmt: skip
+    )
+    # a row range of a fused weight (phi3's gate half of ffn_up), with a bias
+    w = {}
+    name = _weight(r, w, "fused.weight", 96, 64, "Q8_0")
+    bias = _vector(w, "fused.bias", r.standard_normal(48))
+    st = Stage("g", "matmul", ("x",), name, bias, params={"out": 48, "in": 64, "width": 48}, weight_rows=(48, 96))
+    out.append(OpCase("rows 48:96 + bias", st, [r.standard_normal((4, 64))], 4, weights=w))
+    return out
+
+
+def cases_rope() -> list[OpCase]:
+    r, out = _rng("rope"), []
+    for T, H, hd, rope_dim, n_past, base, style, into_cache in (
+        (7, 4, 256, 256, 0, 1e6, "neox", False),
+        (3, 9, 64, 64, 11, 1e5, "normal", False),
+        (1, 1, 256, 256, 517, 1e4, "neox", True),  # a decode step's key, written into the cache at n_past
+        (5, 3, 64, 32, 2, 1e4, "neox", True),  # partial rotary dims
+    ):
+        params = {"n_heads": H, "head_dim": hd, "rope_dim": rope_dim, "base": base, "style": style}
+        st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k" if into_cache else None)
+        cache = {"k": np.full((n_past + T + 2, H * hd), np.nan)} if into_cache else {}
+        shows = frozenset({"normal_pairs"} if style == "neox" else ())
+        x = r.standard_normal((T, H * hd))
+        out.append(OpCase(f"{style} T{T} pos0 {n_past}", st, [x], T, n_past, cache=cache, exposes=shows))
+    return out
+
+
+def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap) -> OpCase:
+    S = n_past + T
+    q = r.standard_normal((T, H * hd))
+    cache = {"k": r.standard_normal((S + 2, KV * hd)), "v": r.standard_normal((S + 2, KV * hd))}
+    params = {"n_heads": H, "n_kv_heads": KV, "head_dim": hd, "scale": 1 / np.sqrt(hd), "window": window,
+              "softcap": cap}  # fmt: skip
+    shows = frozenset({"decode_uses_prefill"} if n_past else ())
+    label = f"T{T} past{n_past} H{H}/{KV} hd{hd} win{window} cap{cap}"
+    if op == "attn_scores":
+        st = Stage("s", "attn_scores", ("q", "k"), params=params, layer=0, kv_read=("k",))
+        return OpCase(label, st, [q, q[:0]], T, n_past, cache=cache, exposes=shows)
+    s = attn_scores.scores(q, cache["k"][:S], n_past, H, KV, hd, params["scale"], window, cap)
+    st = Stage("c", "attn_ctx", ("p", "v", "q"), params=params, layer=0, kv_read=("k", "v"))
+    return OpCase(label, st, [softmax.softmax(s), q[:0], q], T, n_past, cache=cache)
+
+
+ATTENTION_SHAPES = (
+    (7, 0, 4, 1, 256, None, 0.0),
+    (1, 9, 9, 3, 64, None, 0.0),
+    (9, 3, 4, 2, 32, 4, 0.0),
+    (9, 70, 4, 1, 256, None, 0.0),  # 79 keys: two key chunks of the tiled kernel, two query tiles
+    (17, 60, 2, 1, 48, 40, 0.0),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
+    (6, 2, 4, 2, 64, 5, 2.5),  # gemma2: scores soft-capped before the mask
+)
+
+
+def cases_attn_scores() -> list[OpCase]:
+    r = _rng("attn_scores")
+    return [_attention_case(r, "attn_scores", *shape) for shape in ATTENTION_SHAPES]
+
+
+def cases_attn_ctx() -> list[OpCase]:
+    r = _rng("attn_ctx")
+    return [_attention_case(r, "attn_ctx", *shape) for shape in ATTENTION_SHAPES]
+
+
+def cases_softmax() -> list[OpCase]:
+    r, out = _rng("softmax"), []
+    for rows, n, mag, masked_row in ((3, 5, 1.0, False), (4, 300, 200.0, False), (2, 77, 3.0, True)):
+        x = r.standard_normal((rows, n)) * mag
+        x[:, n // 2 :] = np.where(r.random((rows, n - n // 2)) < 0.3, -np.inf, x[:, n // 2 :])
+        if masked_row:
+            x[-1] = -np.inf
+        st = Stage("p", "softmax", ("s",), params={"n_heads": 1})
+        shows = frozenset({"no_max_sub"} if mag > 100 else {"masked_nan"} if masked_row else ())
+        out.append(OpCase(f"{rows}x{n} |x|~{mag:g} masked_row={masked_row}", st, [x], rows, exposes=shows))
+    return out
+
+
+def cases_add() -> list[OpCase]:
+    r = _rng("add")
+    return [
+        OpCase(f"{n}", Stage("a", "add", ("x", "y"), params={"width": n}), [r.standard_normal((T, n)) for _ in "ab"], T)
+        for T, n in ((1, 640), (7, 37), (3, 576))
+    ]
+
+
+def cases_glu() -> list[OpCase]:
+    r, out = _rng("glu"), []
+    for act, T, n in (("gelu_tanh", 3, 2048), ("silu", 5, 1539)):
+        g = r.standard_normal((T, n)) * 8
+        g[0, :4] = [60.0, -60.0, 300.0, -300.0]  # tanh/exp must not overflow into NaN
+        st = Stage("f", "glu", ("g", "u"), params={"act": act, "width": n})
+        out.append(OpCase(f"{act} {T}x{n}", st, [g, r.standard_normal((T, n))], T))
+    return out
+
+
+def cases_softcap() -> list[OpCase]:
+    r = _rng("softcap")
+    st = Stage("l", "softcap", ("x",), params={"cap": 10.0, "width": 513})
+    return [OpCase("513 cap 10", st, [r.standard_normal((2, 513)) * 30], 2)]
+
+
+CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
+
+
+# ----------------------------------------------------------------- the harness
+def _buf(gpu, a: np.ndarray):
+    return gpu.device.create_buffer_with_data(data=np.ascontiguousarray(a, dtype=np.float32).tobytes(), usage=STORAGE)
+
+
+class HarnessStage:
+    """labkit.ops.base.GpuStage over a case's arrays: what the executor gives an op's `plan`."""
+
+    def __init__(self, gpu, case: OpCase, kernel: Kernel, policies: dict[str, str]):
+        self.gpu, self.case, self.kernel, self.policies = gpu, case, kernel, policies
+        self.T, self.n_past, self.last_only = case.T, case.n_past, False
+        self.shape = PassShape(case.T, case.n_past)
+        self.regions = [Region(_buf(gpu, x if x.size else np.zeros(1)), 0, x.shape) for x in case.inputs]
+        self.caches = {k: _buf(gpu, v) for k, v in case.cache.items()}
+        self.dispatches: list[Dispatch] = []
+
+    def input(self, i: int) -> Region:
+        return self.regions[i]
+
+    def output(self, shape: tuple[int, ...]) -> Region:
+        kind = self.case.stage.kv_write
+        if kind:
+            return Region(self.caches[kind], self.n_past * shape[-1], shape)
+        return Region(_buf(self.gpu, np.full(int(np.prod(shape)), np.nan)), 0, shape)
+
+    def cache(self, kind: str):
+        return self.caches[kind]
+
+    def vector(self, name: str):
+        return _buf(self.gpu, self.case.weight(name).ravel())
+
+    def token_rows(self, name: str) -> Region:
+        rows = self.case.weight(name)[self.case.ids]
+        return Region(_buf(self.gpu, rows), 0, rows.shape)
+
+    def policy(self, family: str):
+        return get_policy(family, self.policies.get(family, "default"))
+
+    def dispatch(self, buffers: list, values: dict, workgroups: int, kernel: Kernel | None = None) -> None:
+        kernel = kernel or self.kernel
+        op = OPS[self.case.stage.op] if kernel is self.kernel else OPS["add"]
+        source = kernel.source(self.shape)
+        op.params.check(source, f"{kernel.family}/{kernel.name}")
+        pipe = compile_pipeline(self.gpu, source, label=kernel.name)
+        u = uniform_bytes(self.gpu, op.params.pack(source, values))
+        self.dispatches.append(Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), kernel.name))
+
+    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
+        st = self.case.stage
+        raw, qtype, (n_rows, n_cols) = self.case.weights[st.weight]
+        if st.weight_rows:
+            raw, n_rows = raw[st.weight_rows[0] : st.weight_rows[1]], st.weight_rows[1] - st.weight_rows[0]
+        w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
+        target = out if not st.bias else Region(_buf(self.gpu, np.zeros(out.size)), 0, out.shape)
+        src = self.kernel.source(self.shape)
+        self.dispatches += prepare_matmul(
+            self.gpu, w, x.buffer, target.buffer, rows_T, x_offset=x_skip * n_cols, source=src,
+            window_filter=window_filter,
+        )  # fmt: skip
+        if st.bias:
+            values = {"n": out.size, "period": n_rows, "y_offset": out.offset}
+            bufs = [target.buffer, self.vector(st.bias), out.buffer]
+            self.dispatch(bufs, values, -(-out.size // 64), kernel=get_kernel("add"))
+
+
+@dataclass
+class HarnessInputs:
+    """labkit.ops.base.RefInputs over a case: the float64 side."""
+
+    case: OpCase
+
+    @property
+    def x(self):
+        return [np.asarray(a, np.float64) for a in self.case.inputs]
+
+    @property
+    def ids(self):
+        return self.case.ids
+
+    @property
+    def positions(self):
+        return self.case.n_past + np.arange(self.case.T)
+
+    @property
+    def n_past(self):
+        return self.case.n_past
+
+    def weight(self, name: str, rows=None) -> np.ndarray:
+        w = self.case.weight(name)
+        return w if rows is None else w[rows[0] : rows[1]]
+
+    def rows(self, name: str, ids) -> np.ndarray:
+        return self.case.weight(name)[ids]
+
+    def cached(self, kind: str) -> np.ndarray:
+        return self.case.cache[kind][: self.case.n_past + self.case.T]
+
+
+def run_case(case: OpCase, kernel: Kernel, policies: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """(GPU output, float64 reference) of one case under one kernel and policy selection."""
+    gpu = get_device()
+    h = HarnessStage(gpu, case, kernel, policies)
+    out = OPS[case.stage.op].plan(case.stage, h)
+    enc = gpu.device.create_command_encoder()
+    encode(enc, h.dispatches)
+    gpu.queue.submit([enc.finish()])
+    raw = gpu.queue.read_buffer(out.buffer, 4 * out.offset, 4 * out.size)
+    return np.frombuffer(raw, dtype=np.float32).reshape(out.shape), OPS[case.stage.op].reference(
+        case.stage, HarnessInputs(case)
+    )
+
+
+def error(got: np.ndarray, want: np.ndarray) -> tuple[float, str]:
+    """(NMSE over finite values, what differs): a differing NaN/inf pattern is an infinite error."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    for what, test in (("NaN", np.isnan), ("+inf", np.isposinf), ("-inf", np.isneginf)):
+        if not np.array_equal(test(got), test(want)):
+            return np.inf, f"{what} at {int((test(got) != test(want)).sum())} places differs"
+    fin = np.isfinite(want)
+    num, den = np.sum((got[fin] - want[fin]) ** 2), np.sum(want[fin] ** 2)
+    mx = float(np.max(np.abs(got[fin] - want[fin]), initial=0.0))
+    return float(num / den) if den else float(num), f"max|diff| {mx:.3e}"
+
+
+# ----------------------------------------------------------------- the parametrization
+def _variants(op: str) -> list[tuple[str, str, str]]:
+    """(family, variant, kind) of every kernel and policy the op declares."""
+    out = [(k.family, k.name, "kernel") for k in OPS[op].kernels]
+    return out + [(p.family, p.name, "policy") for p in OPS[op].policies]
+
+
+def _applies(case: OpCase, family: str, kind: str) -> bool:
+    """A matmul kernel family runs only its weight format; the lm_head policy only the unembedding."""
+    if kind == "kernel":
+        return family == OPS[case.stage.op].family_of(case.stage, lambda w: case.weights[w][1])
+    return family in OPS[case.stage.op].policy_families(case.stage)
+
+
+def _params():
+    for op in NMSE:
+        for case in CASES[op]():
+            for family, name, kind in _variants(op):
+                if _applies(case, family, kind):
+                    yield pytest.param(op, case, family, name, kind, id=f"{op}-{family}/{name}-{case.label}")
+
+
+@pytest.mark.parametrize("op,case,family,name,kind", list(_params()))
+def test_op_variant_on_generated_case(op, case, family, name, kind):
+    if kind == "kernel":
+        kernel, policies = get_kernel(family, name), {}
+    else:
+        fam = OPS[op].family_of(case.stage, lambda w: case.weights[w][1])
+        kernel, policies = get_kernel(fam, POLICY_KERNEL.get(family, "default"), "cpu"), {family: name}
+    got, want = run_case(case, kernel, policies)
+    err, detail = error(got, want)
+    faulty = (get_kernel(family, name) if kind == "kernel" else get_policy(family, name)).faulty
+    where = f"{op} {family}/{name} on {case.label}: nmse {err:.3e} vs threshold {NMSE[op]:.0e}, {detail} (seed {SEED})"
+    if faulty and name in case.exposes and (family, name) not in HARMLESS:
+        assert err > 100 * NMSE[op], "the fault does not show: " + where
+    elif not faulty or (family, name) in HARMLESS:
+        assert err <= NMSE[op], where
+
+
+def test_every_op_and_variant_has_cases():
+    """Coverage: every op of the registry has cases and a threshold; every faulty variant (but the
+    documented harmless ones) is exposed by at least one of its op's cases."""
+    assert set(NMSE) == set(OPS), f"ops without generated cases: {set(OPS) - set(NMSE)}"
+    for op in OPS:
+        exposed = set().union(*(c.exposes for c in CASES[op]()))
+        for family, name, kind in _variants(op):
+            v = get_kernel(family, name) if kind == "kernel" else get_policy(family, name)
+            if v.faulty and (family, name) not in HARMLESS:
+                assert name in exposed, f"{op}: faulty {family}/{name} is exposed by no case"
