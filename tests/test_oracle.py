@@ -229,7 +229,8 @@ def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
     if make is None:
         monkeypatch.setitem(eng._weights, st.weight, -eng.weight(st.weight))
     else:  # the stage as the graph describes it, with a wrong parameter
-        monkeypatch.setitem(eng.graph, i, dataclasses.replace(st, params={**st.params, **make(st)}))
+        wrong = dataclasses.replace(st, params={**st.params, **make(st)})
+        monkeypatch.setattr(eng, "graph", [*eng.graph[:i], wrong, *eng.graph[i + 1 :]])
     run = lab.reference(prompt)  # the fault cascades through every later stage
     cmp = compare(run, _oracle(model, prompt), thresholds=lab.oracle_thresholds())
     assert cmp.first_divergence == target, cmp.table(only_failed=True)

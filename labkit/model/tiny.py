@@ -82,7 +82,8 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
 def _write_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     """The architecture's keys (as llama.cpp's load_hparams reads them) and a tiny gpt2 vocabulary."""
     a = spec.arch
-    w.add_name(f"tiny-{a}-{spec.weight_type}")
+    # no architecture in the name: llama.cpp keys vocab fix-ups on it ("phi3" wants a "</s>" token)
+    w.add_name(f"labkit tiny {spec.weight_type}")
     w.add_block_count(spec.n_layers)
     w.add_context_length(spec.context)
     w.add_embedding_length(spec.d_model)

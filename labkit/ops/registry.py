@@ -212,8 +212,8 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
     from labkit.gpu.device import get_device
     from labkit.gpu.shader import compile_pipeline
 
+    like = check_interface(family, name, wgsl)  # the interface first: a renamed field also breaks compiling
     compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
-    like = check_interface(family, name, wgsl)
     kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, fused=like.fused, workgroups=like.workgroups)
     KERNELS[family][name] = kernel
     return kernel
