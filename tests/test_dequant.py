@@ -1,4 +1,8 @@
-"""labkit.model.dequant against gguf.quants (an independent numpy port of ggml) as oracle.
+"""labkit.model.dequant: gguf.quants.dequantize behind checks, row selection and row chunks.
+
+The values are gguf.quants' (an independent numpy port of ggml); these tests check what the
+wrapper adds: shapes, memmaps, selected rows, chunk stitching (with tiny chunks, so that every
+case crosses chunk edges at odd places) and typed errors for bytes that do not fit.
 
 Random tests draw fresh bytes every run; the seed is in every failure message and can be
 pinned with LABKIT_TEST_SEED=<int> to reproduce a failure.
@@ -83,7 +87,8 @@ def test_supported_types_are_exactly_the_listed_ones():
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: f"{x[0]}x{x[1]}blk")
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
-def test_matches_gguf_oracle(qtype, layout, seed):
+def test_matches_gguf_oracle(qtype, layout, seed, monkeypatch):
+    monkeypatch.setattr(dequant, "_CHUNK_BYTES", 3 * GGML_QUANT_SIZES[qtype][1] * layout[1] // 2 + 1)
     n_rows, n_blocks = layout
     raw = random_tensor(np.random.default_rng(seed), qtype, n_rows, n_blocks)
     shape = (n_rows, n_blocks * GGML_QUANT_SIZES[qtype][0])
@@ -95,8 +100,8 @@ def test_matches_gguf_oracle(qtype, layout, seed):
 
 @pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda t: t.name)
 def test_chunked_decode_matches(qtype, seed, monkeypatch):
-    """Tiny chunks: the chunk loop must stitch blocks back in order (odd chunk tail)."""
-    monkeypatch.setattr(dequant, "_CHUNK_BLOCKS", 4)
+    """Tiny chunks: the chunk loop must stitch rows back in order (odd chunk tail)."""
+    monkeypatch.setattr(dequant, "_CHUNK_BYTES", 2 * 3 * GGML_QUANT_SIZES[qtype][1])
     raw = random_tensor(np.random.default_rng(seed), qtype, 5, 3)
     shape = (5, 3 * GGML_QUANT_SIZES[qtype][0])
     got = dequantize(raw.reshape(-1), qtype, shape)

@@ -4,7 +4,7 @@ Every format gets fresh random GGUF bytes (a fresh entropy seed per session, SEE
 per-case offset; the seed is in every failure message;
 f16 scale fields are random finite halves) and random activations. The GPU result is
 compared with (a) gguf.quants.dequantize(raw) @ x in float64, the independent oracle, and
-(b) labkit.model.dequant.dequantize(raw) @ x when that module is importable.
+(b) labkit.model.dequant.dequantize(raw) @ x (gguf.quants behind labkit's byte checks and row chunks).
 """
 
 from __future__ import annotations
