@@ -130,11 +130,9 @@ class StageContext:
     def policy(self, family: str) -> Policy:
         return self.ex.policy(self.stage, family)
 
-    def dispatch(self, buffers: list, values: dict, workgroups: int, kernel: Kernel | None = None) -> None:
-        op = OPS[self.stage.op] if kernel is None else OPS["add"]
-        self.dispatches.append(
-            self.ex.dispatch(self.stage, op, kernel or self.kernel, self.shape, buffers, values, workgroups)
-        )
+    def dispatch(self, buffers: list, values: dict, workgroups: int) -> None:
+        op = OPS[self.stage.op]
+        self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, buffers, values, workgroups))
 
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
         self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter)

@@ -107,6 +107,7 @@ def _attention(b: _Builder, x: str) -> str:
     b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
     heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
     attn = {"scale": cfg.attn_scale, "window": cfg.layer_window(L), "softcap": cfg.attn_softcap, **heads}
+    # k_rope is an input for the dependency: the kernel reads the keys of every position from the cache
     b.add("attn_scores", "attn_scores", ("q_rope", "k_rope"), kv_read=("k",), **attn)
     b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads)
     # input 2 (q_rope) is what the fused tiers read instead of the probabilities

@@ -75,7 +75,6 @@ OP = Op(
             "streaming",
             "fused online-softmax attention: scores/probs are not materialized",
             from_file("attn_streaming"),
-            fused=True,
             reads=(2,),
         ),
         Kernel(
@@ -83,7 +82,6 @@ OP = Op(
             "tiled",
             "fused attention, one workgroup per 8 queries of a head (TILE in the WGSL), keys in chunks of 64",
             from_file("attn_tiled"),
-            fused=True,
             reads=(2,),
             workgroups=_tiled_workgroups,
         ),

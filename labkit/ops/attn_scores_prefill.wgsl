@@ -1,9 +1,8 @@
 // Prefill attention scores for a fresh prompt (no cached positions): keys are the T new ones.
 // Same bindings and Params as attn_scores.wgsl; n_past is assumed 0, which is what makes it the
 // prefill path (post-mortem 000: running this in decode is the variant-selection bug).
-// S[h, t, s] = scale * q[t, h] · k[s, kv_head(h)], masked (-inf) when s > t or t - s >= window.
-// Query t sits at position n_past + t. Key s is masked (-inf) when s > n_past + t (causal) or,
-// with a sliding window w > 0, when (n_past + t) - s >= w (llama.cpp's rule).
+// S[h, t, s] = scale * q[t, h] · k[s, kv_head(h)], masked (-inf) when s > t (causal) or, with a
+// sliding window w > 0, when t - s >= w (llama.cpp's rule, with query t at position t).
 // Interface: @binding(0) Q: array<f32> [T, n_heads*head_dim]
 //            @binding(1) K: array<f32> [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache)
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]

@@ -107,13 +107,18 @@ class Kernel:
     doc: str
     source_for: Callable[[PassShape], str] = field(repr=False)
     faulty: bool = False
-    fused: bool = False  # attn_ctx only: reads q and the caches itself; scores and probs are not computed
     workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)  # (T, heads, size)
     prefer: str | None = None
     reads: tuple[int, ...] | None = None  # the stage inputs it reads (None: all); unread producers are skipped
 
     def source(self, shape: PassShape | None = None) -> str:
         return self.source_for(shape or PassShape(T=2, n_past=0))
+
+    @property
+    def fused(self) -> bool:
+        """A kernel that reads only some of its stage's inputs does the work of the stages it skips
+        (the fused attention tiers read q and the caches, not the probabilities)."""
+        return self.reads is not None
 
 
 @dataclass(frozen=True)

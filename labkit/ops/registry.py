@@ -214,6 +214,6 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
 
     like = check_interface(family, name, wgsl)  # the interface first: a renamed field also breaks compiling
     compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
-    kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, fused=like.fused, workgroups=like.workgroups)
+    kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups)
     KERNELS[family][name] = kernel
     return kernel
