@@ -237,6 +237,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 WGSL_HELP = "register the WGSL in FILE as variant NAME of op family OP and select it (repeatable)"
+VARIANT_HELP = "select variant NAME of family OP for every layer, or of one layer as blk.L.OP (repeatable)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top-k-sampling", type=_count, default=0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_run)
@@ -272,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--prompt", required=True)
     s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
     s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
-    s.add_argument("--variant", action="append", metavar="OP=NAME")
+    s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
     s.add_argument("--failed", action="store_true", help="show only failing stages")
     s.add_argument("--json", action="store_true")
@@ -287,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_case)
 
-    s = sub.add_parser("variants", help="every op family's kernel variants (default = correct)")
+    s = sub.add_parser("variants", help="every family's variants: kernels, policies, samplers (default = correct)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_variants)
 
