@@ -254,10 +254,10 @@ class GpuExecutor:
                 needed.update(st.inputs if reads is None else (st.inputs[i] for i in reads))
         return {st.name for st in self.graph} - needed
 
-    def signatures(self) -> list[tuple]:
+    def signatures(self, kernels: dict[str, Kernel] | None = None, skipped: set[str] | None = None) -> list[tuple]:
         """Per stage: what its output depends on besides the data (kernel, policies, skipped)."""
-        kernels = {st.name: self.kernel(st) for st in self.graph}
-        skipped = self.skipped(kernels)
+        kernels = kernels or {st.name: self.kernel(st) for st in self.graph}
+        skipped = self.skipped(kernels) if skipped is None else skipped
         return [
             (kernels[st.name].family, kernels[st.name].name, st.name in skipped)
             + tuple(self.policy(st, f).name for f in OPS[st.op].policy_families(st))
@@ -341,7 +341,9 @@ class GpuExecutor:
         K, N = w.n_cols, w.n_rows
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
         source = ctx.kernel.source(ctx.shape)
-        OPS["matmul"].params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
+        if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
+            OPS["matmul"].params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
+            self._checked.add(("matmul", source))
         dsp = prepare_matmul(
             self.gpu,
             w,
@@ -395,7 +397,7 @@ class GpuExecutor:
         With `reuse`, stages before `start` keep their regions (and data) and get no dispatches."""
         kernels = {st.name: self.kernel(st) for st in self.graph}
         skipped = self.skipped(kernels)
-        sigs = self.signatures()
+        sigs = self.signatures(kernels, skipped)
         regions: dict[str, Region] = {}
         plans: list[StagePlan] = []
         for i, st in enumerate(self.graph):

@@ -17,7 +17,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any, Protocol
 
@@ -34,8 +34,10 @@ class PassShape:
     n_past: int
 
 
+@cache
 def wgsl_file(name: str) -> str:
-    """Text of labkit/ops/<name>.wgsl (kernels live beside the op that dispatches them)."""
+    """Text of labkit/ops/<name>.wgsl (kernels live beside the op that dispatches them); read once
+    per process, not once per dispatch."""
     try:
         return resources.files("labkit.ops").joinpath(f"{name}.wgsl").read_text()
     except FileNotFoundError:
