@@ -3,10 +3,13 @@
 from labkit import cases as _cases_package  # the package stays importable as `labkit.cases` (sys.modules)
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
+from labkit.dumps import load_dumps
 from labkit.errors import LabkitError
 from labkit.lab import Generation, Lab, open
 from labkit.model.registry import MODELS
+from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.ops.registry import kernel_source, register_variant
+from labkit.runfile import load_run
 from labkit.sampling import Sampler
 
 
@@ -26,8 +29,12 @@ __all__ = [
     "Sampler",
     "Stats",
     "TopToken",
+    "WeightsDiff",
     "cases",
     "compare",
+    "diff_weights",
+    "load_dumps",
+    "load_run",
     "kernel_source",
     "register_variant",
     "open",

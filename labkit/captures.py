@@ -21,10 +21,66 @@ POISON_BITS = 0x7FBADBAD
 # Attention maps are [heads, q_pos, k_pos]; every other capture is [positions, ...].
 ATTENTION_MAPS = ("attn_scores", "attn_probs")
 
+# Every stage kind of every architecture, in the order a layer computes them (model/graph.py
+# builds each architecture's graph in this order; a test checks all of them). Comparisons and
+# tables order stages by it, never by the order a caller happened to list them in.
+KIND_ORDER = (
+    "embed",
+    "attn_norm",
+    "q",
+    "k",
+    "v",
+    "q_norm",
+    "k_norm",
+    "q_rope",
+    "k_rope",
+    "attn_scores",
+    "attn_probs",
+    "attn_ctx",
+    "attn_out",
+    "post_attn_norm",
+    "resid_mid",
+    "ffn_norm",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_act",
+    "ffn_down",
+    "post_ffn_norm",
+    "resid_out",
+    "output_norm",
+    "logits_raw",
+    "logits",
+)
+_KIND_INDEX = {k: i for i, k in enumerate(KIND_ORDER)}
+
+# What a run's engine computes in, when the Run does not say (see labkit.precision).
+ENGINE_PRECISION = {"reference": "float64", "llamacpp": "int8-activations"}
+
 
 def stage_kind(name: str) -> str:
     """`blk.3.ffn_down` → `ffn_down`; `logits` → `logits`."""
     return name.split(".", 2)[2] if name.startswith("blk.") else name
+
+
+def graph_position(name: str) -> tuple[int, int, int] | None:
+    """A sort key that puts stage names in graph order (embed, layer 0 … layer N, output_norm,
+    logits), or None for a name that is no stage of any architecture."""
+    kind = stage_kind(name)
+    if kind not in _KIND_INDEX:
+        return None
+    if name.startswith("blk."):
+        layer = name.split(".", 2)[1]
+        return (1, int(layer), _KIND_INDEX[kind]) if layer.isdigit() else None
+    if kind == "embed":
+        return (0, 0, 0)
+    return (2, 0, _KIND_INDEX[kind]) if kind in ("output_norm", "logits_raw", "logits") else None
+
+
+def graph_sorted(names) -> list[str]:
+    """Stage names in graph order; names that are no stage keep their order, after the stages."""
+    names = list(dict.fromkeys(names))
+    known = sorted((n for n in names if graph_position(n) is not None), key=graph_position)
+    return known + [n for n in names if graph_position(n) is None]
 
 
 def is_attention_map(name: str) -> bool:
@@ -105,6 +161,18 @@ class Run:
     variants: dict[str, str] = field(default_factory=dict)
     piece: Callable[[int], str] | None = field(default=None, repr=False)
     n_past: int = 0  # positions before this pass (KV cache) — 0 for a prompt pass
+    # "float64", "float32", "float16", "bfloat16" or "int8-activations" (labkit.precision);
+    # empty: from the engine (reference float64, llamacpp int8-activations, else float32)
+    precision: str = ""
+    # stage → the positions (0-based in `tokens`) its rows hold, for a capture that does not hold
+    # every position (an engine that computed the last position only); absent: every position
+    positions: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # names in an imported engine's dumps that match no stage, and why (labkit.dumps)
+    unmapped: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.precision:
+            self.precision = ENGINE_PRECISION.get(self.engine, "float32")
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.captures:
@@ -128,13 +196,29 @@ class Run:
         """Elements of `a` (part of a capture of this run) still holding the poison pattern."""
         return poison_count(a) if self.debug else 0
 
+    def rows(self, name: str) -> tuple[int, ...]:
+        """The positions the capture's rows hold (query rows of an attention map)."""
+        return self.positions.get(name) or tuple(range(len(self.tokens)))
+
     def at(self, name: str, pos: int | None) -> np.ndarray:
         """One position of a capture (the query row of an attention map: [heads, k_pos]), or all of
-        it for pos=None."""
+        it for pos=None. A position the capture does not hold raises UnknownStageError."""
         a = self[name]
         if pos is None:
             return a
-        return a[:, pos] if a.ndim == 3 and is_attention_map(name) else a[pos]
+        held = self.rows(name)
+        p = pos + len(self.tokens) if pos < 0 else pos
+        if p not in held:
+            raise UnknownStageError(f"{name} holds positions {list(held)} only, not position {pos}")
+        i = held.index(p)
+        return a[:, i] if a.ndim == 3 and is_attention_map(name) else a[i]
+
+    def save(self, path) -> None:
+        """Write the captures and what produced them to one .safetensors file (labkit.load_run
+        reads it back bit-exactly)."""
+        from labkit.runfile import save_run
+
+        save_run(self, path)
 
     def stats(self, name: str, pos: int | None = None) -> Stats:
         """min/max/mean/std/rms and NaN/inf/unwritten counts, over all values or one position.
@@ -162,7 +246,7 @@ class Run:
         )
 
     def logits(self, pos: int = -1) -> np.ndarray:
-        return as_f64(self["logits"][pos])
+        return as_f64(self.at("logits", pos))
 
     def probs(self, pos: int = -1) -> np.ndarray:
         return _softmax(self.logits(pos))

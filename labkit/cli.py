@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from labkit.errors import InputFileError, LabkitError, ToolNotFoundError, UnknownVariantError
+from labkit.errors import InputFileError, InvalidArgumentError, LabkitError, ToolNotFoundError, UnknownVariantError
 
 EXIT_ERROR = 2
 EXIT_INTERNAL = 3
@@ -161,17 +161,66 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokens(text: str | None) -> list[int] | None:
+    """--tokens 2,818,2258 → [2, 818, 2258]."""
+    if text is None:
+        return None
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise InvalidArgumentError(f"--tokens wants comma-separated ids, got {text!r}") from None
+
+
+def _names_arg(text: str) -> str | dict[str, str]:
+    """--names PRESET, or a JSON file of {their name or regex: stage}."""
+    if not text.endswith(".json"):
+        return text
+    try:
+        with open(text, encoding="utf-8") as f:
+            mapping = json.load(f)
+    except FileNotFoundError:
+        raise InputFileError(f"--names {text}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise InputFileError(f"--names {text}: not a JSON mapping: {e}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+        raise InputFileError(f"--names {text}: want a JSON object {{their name: stage name}}")
+    return mapping
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
-    a = lab.reference(args.prompt) if args.engine == "reference" else lab.run(args.prompt)
-    if args.against == "llamacpp":
-        cmp = labkit.compare(a, lab.oracle(args.prompt), thresholds=lab.oracle_thresholds())
+    prompt = args.prompt if args.prompt is not None else lab.prompt_ids(_tokens(args.tokens))
+    if args.dumps:
+        a = labkit.load_dumps(
+            args.dumps, lab, names=_names_arg(args.names), layout=args.layout, tokens=lab.prompt_ids(prompt),
+            precision=args.precision,
+        )  # fmt: skip
     else:
-        cmp = labkit.compare(a, lab.reference(args.prompt))
-    _emit(args, cmp.to_dict(), lambda: cmp.table(only_failed=args.failed))
+        a = lab.reference(prompt) if args.engine == "reference" else lab.run(prompt)
+    b = lab.oracle(prompt) if args.against == "llamacpp" else lab.reference(prompt)
+    cmp = labkit.compare(a, b)
+    data = cmp.to_dict()
+    if args.dumps:
+        data["unmapped"] = a.unmapped
+
+    def text() -> str:
+        out = cmp.table(only_failed=args.failed)
+        if args.dumps and a.unmapped:
+            out += f"\nunmapped dumps ({len(a.unmapped)}): " + ", ".join(list(a.unmapped)[:8])
+        return out
+
+    _emit(args, data, text)
     return 0 if cmp.passed else 1
+
+
+def cmd_diff_weights(args: argparse.Namespace) -> int:
+    from labkit.model.weights_diff import diff_weights
+
+    diff = diff_weights(args.a, args.b)
+    _emit(args, diff.to_dict(), diff.table)
+    return 0 if diff.identical else 1
 
 
 def cmd_cases(args: argparse.Namespace) -> int:
@@ -268,16 +317,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_run)
 
-    s = sub.add_parser("compare", help="per-stage comparison against a reference")
+    s = sub.add_parser("compare", help="per-stage comparison against a reference (a run, or another engine's dumps)")
     s.add_argument("model")
-    s.add_argument("--prompt", required=True)
+    given = s.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt")
+    given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids, e.g. 2,818,2258")
     s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
     s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
+    s.add_argument("--dumps", metavar="PATH", help="another engine's tensors: .npz, .safetensors or a folder of .npy")
+    s.add_argument("--names", default="auto", metavar="PRESET|MAP.json",
+                   help="llamacpp, hf, transformerlens, auto, or a JSON file {their name or regex: stage}")  # fmt: skip
+    s.add_argument("--layout", default="auto", help="auto, or one layout for every dumped tensor (thd, bhqk, ...)")
+    s.add_argument("--precision", default=None, help="what the dumping engine computed in (default: --names/dtype)")
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
     s.add_argument("--failed", action="store_true", help="show only failing stages")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("diff-weights", help="two GGUF files, tensor by tensor (exit 1 when they differ)")
+    s.add_argument("a", metavar="A.gguf")
+    s.add_argument("b", metavar="B.gguf")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_diff_weights)
 
     s = sub.add_parser("cases", help="list the post-mortem cases")
     s.add_argument("--json", action="store_true")

@@ -2,48 +2,26 @@
 
 nmse = Σ(a−b)² / Σb² over finite values, with a threshold per stage kind; any NaN
 in `a`, any inf mismatch, or any unwritten element fails the stage outright. The
-first failing stage in graph order is `first_divergence`.
+first failing stage in graph order is `first_divergence`, and the first position
+whose own NMSE fails there is `first_divergence_position`.
+
+Nothing here may mislead quietly: stages are ordered by the model's graph whatever
+order the runs list them in, two runs with no stage in common raise, and the
+thresholds come from both runs' precisions (labkit.precision) unless the caller
+gives them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from labkit.captures import Run, as_f64, is_attention_map, stage_kind  # stage_kind re-exported
+from labkit.captures import Run, as_f64, graph_sorted, is_attention_map, stage_kind  # stage_kind re-exported
+from labkit.errors import NoCommonStagesError
+from labkit.precision import DEFAULT_THRESHOLD, REFERENCE_THRESHOLDS, looser, thresholds_for
 
-# Stage kind → max NMSE against the float64 reference for an f32 GPU pass.
-# Elementwise ops are tight; matmuls carry f32 accumulation over K and the
-# upstream error of the whole chain, so they get test-backend-ops' mul_mat bound.
-REFERENCE_THRESHOLDS: dict[str, float] = {
-    "embed": 1e-10,
-    "attn_norm": 1e-6,
-    "q": 5e-4,
-    "k": 5e-4,
-    "v": 5e-4,
-    "q_norm": 1e-5,
-    "k_norm": 1e-5,
-    "q_rope": 1e-5,
-    "k_rope": 1e-5,
-    "attn_scores": 1e-5,
-    "attn_probs": 1e-5,
-    "attn_ctx": 1e-5,
-    "attn_out": 5e-4,
-    "post_attn_norm": 1e-5,
-    "resid_mid": 1e-6,
-    "ffn_norm": 1e-6,
-    "ffn_gate": 5e-4,
-    "ffn_up": 5e-4,
-    "ffn_act": 1e-5,
-    "ffn_down": 5e-4,
-    "post_ffn_norm": 1e-5,
-    "resid_out": 1e-6,
-    "output_norm": 1e-6,
-    "logits_raw": 5e-4,  # gemma2: the unembedding before the final soft-cap
-    "logits": 5e-4,
-}
-DEFAULT_THRESHOLD = 1e-6
+__all__ = ["REFERENCE_THRESHOLDS", "Comparison", "StageComparison", "compare", "compare_arrays", "stage_kind"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +32,9 @@ class StageComparison:
     threshold: float
     passed: bool
     reason: str = ""  # why it failed when it is not the NMSE (nan, inf mismatch, unwritten, shape)
+    positions: tuple[int, ...] = ()  # the positions compared (query positions of an attention map)
+    nmse_per_position: tuple[float, ...] = ()  # one NMSE per entry of `positions`
+    first_bad_position: int | None = None  # the first position that fails on its own
 
 
 @dataclass
@@ -64,6 +45,7 @@ class Comparison:
     b_engine: str
     rows: list[StageComparison]
     missing: list[str] = field(default_factory=list)
+    thresholds_used: str = ""  # which table, and why (the two precisions, or the caller's)
 
     @property
     def passed(self) -> bool:
@@ -74,34 +56,50 @@ class Comparison:
     def first_divergence(self) -> str | None:
         return next((r.stage for r in self.rows if not r.passed), None)
 
+    @property
+    def first_divergence_position(self) -> int | None:
+        """At the first divergent stage, the first position whose own NMSE fails (or that holds a
+        NaN, inf mismatch or unwritten element). A fault at the last position only shows here."""
+        return next((r.first_bad_position for r in self.rows if not r.passed), None)
+
     def row(self, stage: str) -> StageComparison:
         return next(r for r in self.rows if r.stage == stage)
 
+    def headline(self) -> str:
+        """One line: where the runs part, or that they agree."""
+        if self.passed:
+            return f"no divergence: all {len(self.rows)} compared stages pass"
+        first = self.row(self.first_divergence)
+        where = f" at position {first.first_bad_position}" if first.first_bad_position is not None else ""
+        agree = ""
+        if first.first_bad_position is not None and first.positions and first.first_bad_position != first.positions[0]:
+            agree = f" (positions {first.positions[0]}..{first.first_bad_position - 1} agree)"
+        why = first.reason if first.reason != "nmse" else f"nmse {first.nmse:.3e} > {first.threshold:.0e}"
+        return f"first divergence: {first.stage}{where}{agree}: {why}"
+
     def table(self, only_failed: bool = False) -> str:
         head = f"{'stage':28} {'nmse':>10} {'thresh':>8} {'max|a-b|':>10}  result"
-        lines = [f"{self.a_engine} vs {self.b_engine}", head]
+        lines = [self.headline(), f"{self.a_engine} vs {self.b_engine}; thresholds: {self.thresholds_used}", head]
         for r in self.rows:
             if only_failed and r.passed:
                 continue
-            mark = "ok" if r.passed else "FAIL " + r.reason
+            mark = "ok" if r.passed else "FAIL " + _reason(r)
             lines.append(f"{r.stage:28} {r.nmse:10.3e} {r.threshold:8.0e} {r.max_abs:10.3e}  {mark}")
-        if not self.rows:
-            lines.append("no stage compared: the runs have no captured stage in common")
         if self.missing:
             lines.append("not compared: " + ", ".join(self.missing))
-        lines.append(f"first divergence: {self.first_divergence}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         rows = "".join(
             f"<tr style='color:{'inherit' if r.passed else '#c00'}'><td>{r.stage}</td><td>{r.nmse:.3e}</td>"
             f"<td>{r.threshold:.0e}</td><td>{r.max_abs:.3e}</td>"
-            f"<td>{'ok' if r.passed else 'FAIL ' + r.reason}</td></tr>"
+            f"<td>{'ok' if r.passed else 'FAIL ' + _reason(r)}</td></tr>"
             for r in self.rows
         )
         missing = f"<p>not compared: {', '.join(self.missing)}</p>" if self.missing else ""
         return (
-            f"<b>{self.a_engine} vs {self.b_engine}</b>: first divergence <code>{self.first_divergence}</code>"
+            f"<b>{self.a_engine} vs {self.b_engine}</b>: {self.headline()}"
+            f"<div style='color:#666'>thresholds: {self.thresholds_used}</div>"
             f"<table><tr><th>stage</th><th>nmse</th><th>thresh</th><th>max|a-b|</th><th></th></tr>{rows}</table>"
             f"{missing}"
         )
@@ -112,49 +110,114 @@ class Comparison:
             "b": self.b_engine,
             "passed": self.passed,
             "first_divergence": self.first_divergence,
+            "first_divergence_position": self.first_divergence_position,
+            "thresholds": self.thresholds_used,
             "missing": self.missing,
-            "stages": [r.__dict__ for r in self.rows],
+            "stages": [asdict(r) for r in self.rows],
         }
 
 
-def compare_arrays(stage: str, a: np.ndarray, b: np.ndarray, threshold: float, unwritten: int = 0) -> StageComparison:
-    a, b = as_f64(a), as_f64(b)  # a debug run's poison is a signalling NaN: as_f64 casts it quietly
-    if a.shape != b.shape:
-        return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
-    fa, fb = np.isfinite(a), np.isfinite(b)
-    both = fa & fb
+def _reason(r: StageComparison) -> str:
+    """The failure as people read it: `nmse 3.1e-02 > 1e-05`, `12 NaN`, `inf mismatch`, ..."""
+    return f"nmse {r.nmse:.3e} > {r.threshold:.0e}" if r.reason == "nmse" else r.reason
+
+
+def _nmse(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(nmse, max |a-b|) over the elements finite on both sides."""
+    both = np.isfinite(a) & np.isfinite(b)
     diff = a[both] - b[both]
     denom = float(np.sum(b[both] ** 2))
     nmse = float(np.sum(diff**2) / denom) if denom > 0 else float(np.sum(diff**2))
-    max_abs = float(np.max(np.abs(diff))) if diff.size else 0.0
-    reason = ""
+    return nmse, float(np.max(np.abs(diff))) if diff.size else 0.0
+
+
+def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritten: int = 0) -> str:
+    """Why `a` fails against `b`, or "" when it passes."""
     if unwritten:
-        reason = f"{unwritten} unwritten"
-    elif np.isnan(a).any():
-        reason = f"{int(np.isnan(a).sum())} NaN"
-    elif not np.array_equal(np.isinf(a) & (a > 0), np.isinf(b) & (b > 0)) or not np.array_equal(
-        np.isinf(a) & (a < 0), np.isinf(b) & (b < 0)
-    ):
-        reason = "inf mismatch"
-    elif not nmse <= threshold:
-        reason = "nmse"
-    return StageComparison(stage, nmse, max_abs, threshold, reason == "", reason)
+        return f"{unwritten} unwritten"
+    if np.isnan(a).any():
+        return f"{int(np.isnan(a).sum())} NaN"
+    if not np.array_equal(np.isposinf(a), np.isposinf(b)) or not np.array_equal(np.isneginf(a), np.isneginf(b)):
+        return "inf mismatch"
+    return "" if nmse <= threshold else "nmse"
+
+
+def compare_arrays(
+    stage: str,
+    a: np.ndarray,
+    b: np.ndarray,
+    threshold: float,
+    unwritten: int = 0,
+    positions: tuple[int, ...] | None = None,
+) -> StageComparison:
+    """One stage: its NMSE overall and per position (rows of a vector, query rows of an attention map)."""
+    a, b = as_f64(a), as_f64(b)  # a debug run's poison is a signalling NaN: as_f64 casts it quietly
+    if a.shape != b.shape:
+        return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
+    nmse, max_abs = _nmse(a, b)
+    reason = _fault(a, b, nmse, threshold, unwritten)
+    axis = 1 if is_attention_map(stage) and a.ndim == 3 else 0
+    n = a.shape[axis] if a.ndim else 0
+    positions = tuple(range(n)) if positions is None else tuple(positions)
+    per, bad = [], None
+    for i in range(n):
+        x, y = np.take(a, i, axis=axis), np.take(b, i, axis=axis)
+        e, _ = _nmse(x, y)
+        per.append(e)
+        if bad is None and reason and _fault(x, y, e, threshold, int(bool(unwritten and np.isnan(x).any()))):
+            bad = positions[i]
+    if reason and bad is None and positions:
+        bad = positions[0]  # the stage fails as a whole (e.g. unwritten outside every row's NaN count)
+    return StageComparison(stage, nmse, max_abs, threshold, reason == "", reason, positions, tuple(per), bad)
+
+
+def _rows_at(run: Run, name: str, x: np.ndarray, want: tuple[int, ...]) -> np.ndarray:
+    """The rows of `run`'s capture `name` that hold the positions `want`."""
+    held = run.rows(name)
+    idx = [held.index(p) for p in want]
+    if idx == list(range(len(held))):
+        return x
+    return x[:, idx] if is_attention_map(name) and x.ndim == 3 else x[idx]
+
+
+def _common_positions(a: Run, b: Run, name: str, sel: slice | None) -> tuple[int, ...]:
+    both = [p for p in a.rows(name) if p in set(b.rows(name))]
+    return tuple(both[sel] if sel is not None else both)
+
+
+def _no_common_error(a: Run, b: Run) -> NoCommonStagesError:
+    def few(run: Run) -> str:
+        names = list(run.captures)[:4]
+        return ", ".join(names) + (", ..." if len(run.captures) > 4 else "") if names else "(nothing captured)"
+
+    return NoCommonStagesError(
+        f"the runs have no captured stage in common: {a.engine} has {few(a)}; {b.engine} has {few(b)}. "
+        "Foreign names need mapping onto labkit's stages: labkit.load_dumps(..., names='llamacpp' | 'hf' | "
+        "'transformerlens' | {their name: stage})"
+    )
 
 
 def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None) -> Comparison:
-    """Compare every stage both runs captured, in `a`'s stage order."""
-    th = REFERENCE_THRESHOLDS if thresholds is None else thresholds
+    """Compare every stage both runs captured, in the model's graph order.
+
+    thresholds: {stage kind: max NMSE}; by default, per kind the looser of the two runs'
+    precisions (labkit.precision). positions: a slice of the positions both runs hold."""
+    if thresholds is None:
+        th = thresholds_for(a.precision, b.precision)
+        used = f"{looser(a.precision, b.precision)} table ({a.engine}: {a.precision}, {b.engine}: {b.precision})"
+    else:
+        th, used = thresholds, "given by the caller"
+    names = graph_sorted([*a.stages, *b.stages, *a.captures, *b.captures])
+    common = [n for n in names if n in a.captures and n in b.captures]
+    if not common:
+        raise _no_common_error(a, b)
     rows, missing = [], []
-    for name in a.stages:
-        if name not in a.captures or name not in b.captures:
+    for name in names:
+        if name not in common:
             missing.append(name)
             continue
-        x, y = a.captures[name], b.captures[name]
-        if positions is not None:
-            x, y = _positions(name, x, positions), _positions(name, y, positions)
-        rows.append(compare_arrays(name, x, y, th.get(stage_kind(name), DEFAULT_THRESHOLD), a.unwritten.get(name, 0)))
-    return Comparison(a.engine, b.engine, rows, missing)
-
-
-def _positions(name: str, x: np.ndarray, sel: slice) -> np.ndarray:
-    return x[:, sel] if is_attention_map(name) else x[sel]
+        pos = _common_positions(a, b, name, positions)
+        x, y = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
+        limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
+        rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
+    return Comparison(a.engine, b.engine, rows, missing, used)

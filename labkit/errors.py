@@ -81,3 +81,39 @@ class KernelInterfaceError(VariantInterfaceError):
 
 class InvalidArgumentError(LabkitError, ValueError):
     """An argument outside what the call accepts (e.g. a negative max_new_tokens)."""
+
+
+class NoCommonStagesError(LabkitError):
+    """Two runs share no captured stage: comparing them would say nothing (map the names first)."""
+
+
+class DumpsError(LabkitError):
+    """Another engine's dumps that labkit cannot turn into a Run."""
+
+
+class DumpsFileError(DumpsError, InputFileError):
+    """A dumps source (directory, .npz, .npy, .safetensors) that is missing or unreadable."""
+
+
+class UnknownPresetError(DumpsError, ValueError):
+    """A `names=` preset that labkit does not ship."""
+
+
+class UnmappedDumpsError(DumpsError):
+    """Dumps none of whose names maps onto a stage of the model."""
+
+
+class LayoutError(DumpsError, ValueError):
+    """A dumped tensor whose shape cannot be read as the stage's layout."""
+
+
+class AmbiguousLayoutError(LayoutError):
+    """A dumped tensor's shape fits more than one layout; the message lists them and how to choose."""
+
+
+class LayoutMismatchError(LayoutError):
+    """A dumped tensor's shape contradicts the tokens (or the model): it fits no layout of its stage."""
+
+
+class RunFileError(InputFileError):
+    """A saved run (.safetensors) that is missing, unreadable or not written by labkit."""

@@ -171,10 +171,11 @@ class Lab:
         return self._make_run("llamacpp", ids, captures, {"total_s": time.perf_counter() - t0})
 
     def oracle_thresholds(self) -> dict[str, float]:
-        """Per-stage-kind NMSE bounds for comparisons against llama.cpp (looser: 8-bit activations)."""
-        from labkit.oracle.llamacpp import ORACLE_THRESHOLDS
+        """Per-stage-kind NMSE bounds for comparisons against llama.cpp (looser: 8-bit activations).
+        `compare` picks them by itself for an oracle run (its precision is "int8-activations")."""
+        from labkit.precision import INT8_ACTIVATION_THRESHOLDS
 
-        return dict(ORACLE_THRESHOLDS)
+        return dict(INT8_ACTIVATION_THRESHOLDS)
 
     # ----- the GPU
     @cached_property

@@ -50,7 +50,7 @@ def row_bytes(ggml_type: int, n_cols: int) -> int:
     return n_cols // block_size * type_size
 
 
-def _rows(raw: np.ndarray, ggml_type: int, n_cols: int) -> np.ndarray:
+def row_table(raw: np.ndarray, ggml_type: int, n_cols: int) -> np.ndarray:
     """The bytes as a [rows, row_bytes] uint8 table (no copy for memmap slices); ModelFileError
     when they are not a whole number of rows."""
     n_row_bytes = row_bytes(ggml_type, n_cols)
@@ -90,7 +90,7 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.nd
     expected, got = n_rows * row_bytes(ggml_type, n_cols), np.asarray(raw).nbytes
     if got != expected:
         raise ModelFileError(f"{_type_name(ggml_type)} tensor of shape {shape} needs {expected} bytes, got {got}")
-    return _decode(_rows(raw, ggml_type, n_cols), ggml_type, n_cols).reshape(shape)
+    return _decode(row_table(raw, ggml_type, n_cols), ggml_type, n_cols).reshape(shape)
 
 
 def dequantize_rows(raw: np.ndarray, ggml_type: int, n_cols: int, rows: slice | np.ndarray) -> np.ndarray:
@@ -100,7 +100,7 @@ def dequantize_rows(raw: np.ndarray, ggml_type: int, n_cols: int, rows: slice | 
     embedding table. `rows` is a slice or an integer index array (numpy indexing rules).
     Returns float32 [n_rows_selected, n_cols].
     """
-    table = _rows(raw, ggml_type, n_cols)
+    table = row_table(raw, ggml_type, n_cols)
     if not isinstance(rows, slice):
         rows = np.asarray(rows, dtype=np.intp).reshape(-1)
     return _decode(table[rows], ggml_type, n_cols)

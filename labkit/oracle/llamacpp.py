@@ -40,6 +40,7 @@ import numpy as np
 from labkit.errors import LabkitError, OracleUnavailableError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
+from labkit.precision import INT8_ACTIVATION_THRESHOLDS
 
 INSTALL_HINT = "install the oracle extra: pip install labkit[oracle]"
 
@@ -170,45 +171,8 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
 for _kind in NO_COUNTERPART["phi3"]:
     MAPPINGS["phi3"].pop(_kind)
 
-# Max NMSE per stage kind against llama.cpp. llama.cpp quantizes each matmul's input
-# activations to 8 bits (Q8_0/Q8_1 blocks of 32) and keeps its KV cache in F16, so every
-# stage after the first matmul carries that error, and it grows with depth: 1e-5 to 1e-4
-# at layer 0, 1e-3 to 1e-2 in the last layers. labkit's float64 reference and its f32
-# GPU pass sit at the same distance from llama.cpp (their worst NMSE agree to 3 digits).
-# Measured: worst over all layers, gemma3-270m and smollm2-135m, 8 prompts of 1 to 58
-# tokens, reference and GPU runs (per model in docs/llamacpp_names.md). Thresholds are
-# the worst times about 3-5, rounded up to 1-2-5; on 6 held-out prompts (data/golden)
-# the largest NMSE/threshold is 0.42 (gemma3 post_attn_norm 2.1e-2). Only embed and layer 0's attn_norm
-# come before any quantized matmul; embed keeps the float threshold. A wrong rope style,
-# a flipped sign or a wrong attention scale gives 2e-1 to 1e2 at the faulty stage;
-# faults below about 2e-2 (an off-by-one rope position) need the float64 reference.
-ORACLE_THRESHOLDS: dict[str, float] = {
-    "embed": 1e-10,  # worst 8.4e-16 (exact dequantization on both sides)
-    "attn_norm": 2e-2,  # worst 3.0e-3
-    "q": 1e-2,  # 1.9e-3
-    "k": 2e-2,  # 3.1e-3
-    "v": 5e-2,  # 8.0e-3
-    "q_norm": 2e-2,  # 3.4e-3
-    "k_norm": 2e-2,  # 4.8e-3
-    "q_rope": 2e-2,  # 3.4e-3
-    "k_rope": 2e-2,  # 4.8e-3
-    "attn_scores": 1e-2,  # 2.0e-3
-    "attn_probs": 1e-2,  # 1.6e-3
-    "attn_ctx": 5e-2,  # 8.2e-3
-    "attn_out": 5e-2,  # 8.3e-3
-    "post_attn_norm": 5e-2,  # 1.6e-2 (gemma3 layer 17: the norm gives small-|x| rows full weight)
-    "resid_mid": 1e-2,  # 1.4e-3
-    "ffn_norm": 2e-2,  # 3.9e-3
-    "ffn_gate": 2e-2,  # 3.1e-3
-    "ffn_up": 2e-2,  # 3.8e-3
-    "ffn_act": 2e-2,  # 4.7e-3
-    "ffn_down": 2e-2,  # 3.8e-3
-    "post_ffn_norm": 5e-2,  # 9.3e-3
-    "resid_out": 1e-2,  # 2.5e-3
-    "output_norm": 2e-2,  # 3.9e-3
-    "logits_raw": 1e-2,  # gemma2 only (tiny models): as logits
-    "logits": 1e-2,  # 2.2e-3
-}
+# The thresholds against llama.cpp live with the other precisions' in labkit.precision.
+ORACLE_THRESHOLDS = INT8_ACTIVATION_THRESHOLDS
 
 
 def mapping(arch: str) -> dict[str, Pick]:

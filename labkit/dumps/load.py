@@ -1,0 +1,151 @@
+"""labkit.load_dumps: another engine's intermediate tensors as a Run on the model's stage names.
+
+source → {name: array} (sources) → stage targets (names) → labkit layout (layout) → the few
+conversions an engine's tensor needs to be the same quantity as labkit's stage (below) → Run.
+Nothing is dropped silently: names that match no stage are in `run.unmapped`, with why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from labkit.captures import Run
+from labkit.dumps.layout import apply, choose, expect, layout_for
+from labkit.dumps.names import PRESETS, NameMap, Target, name_map
+from labkit.dumps.sources import Dumped, read_source
+from labkit.errors import InvalidArgumentError, UnmappedDumpsError
+from labkit.precision import check_precision, precision_of
+
+# What each preset's engine computes in, when the caller does not say: llama.cpp quantizes
+# the activations inside its quantized matmuls to 8 bits. Other presets: the dumps' dtype.
+PRESET_PRECISION = {"llamacpp": "int8-activations"}
+
+# llama.cpp's kq is the raw q·k: the scale is applied in its soft_max, except where the graph
+# scales q itself first (gemma2, gemma3, phi3 call build_attn with kq_scale 1).
+_Q_PRESCALED = ("gemma2", "gemma3", "phi3")
+
+
+def load_dumps(
+    source: Any,
+    model: Any,
+    names: str | Mapping[str, str] = "auto",
+    layout: str | Mapping[str, str] = "auto",
+    tokens: list[int] | None = None,
+    prompt: str | None = None,
+    engine: str = "dumps",
+    precision: str | None = None,
+) -> Run:
+    """Another engine's tensors as a Run that `labkit.compare` and every widget take.
+
+    source: a directory of .npy files, an .npz, a .safetensors file, or {name: array}.
+    model: an open Lab, or a model name or .gguf path.
+    names: "llamacpp", "hf", "transformerlens", "auto" (the preset that maps the most names),
+      or {their name or regex with {L}: stage name with {L}}.
+    layout: "auto", one layout for every tensor ("thd", "bhqk", ...: labkit.dumps.layout), or
+      {name or stage glob: layout}.
+    tokens / prompt: the ids the engine ran (one of them).
+    precision: what the engine computed in (labkit.precision); default: the preset's engine, or
+      the dumps' dtype. It picks the thresholds `compare` uses.
+    """
+    t0 = time.perf_counter()
+    lab = _open(model)
+    ids = _ids(lab, tokens, prompt)
+    dumped = read_source(source)
+    nmap = _names(names, lab, dumped)
+    run = Run(lab.name, engine, ids, lab.stages, {}, piece=lab.piece, unmapped={})
+    stored = []
+    for name, d in dumped.items():
+        targets = nmap.resolve(name)
+        if isinstance(targets, str):
+            run.unmapped[name] = targets
+            continue
+        taken = [t.stage for t in targets if t.stage in run.captures]
+        if taken:
+            run.unmapped[name] = f"a second tensor for {taken[0]} (the first one is kept)"
+            continue
+        _place(lab, run, name, d, targets, nmap, layout)
+        stored.append(d.stored)
+    if not run.captures:
+        raise _nothing_mapped(nmap, dumped)
+    run.precision = check_precision(precision or PRESET_PRECISION.get(nmap.preset) or precision_of(stored))
+    run.timings = {"load_s": time.perf_counter() - t0}
+    return run
+
+
+def _open(model: Any):
+    from labkit.lab import Lab, open
+
+    return model if isinstance(model, Lab) else open(model)
+
+
+def _ids(lab, tokens: list[int] | None, prompt: str | None) -> list[int]:
+    if (tokens is None) == (prompt is None):
+        raise InvalidArgumentError("load_dumps needs the token ids the engine ran: tokens=[...] or prompt='...'")
+    return lab.prompt_ids(prompt if tokens is None else list(tokens))
+
+
+def _names(names: str | Mapping[str, str], lab, dumped: dict[str, Dumped]) -> NameMap:
+    if names != "auto":
+        return name_map(names, lab.config, lab.graph)
+    maps = [name_map(p, lab.config, lab.graph) for p in PRESETS]
+    hits = [sum(not isinstance(m.resolve(n), str) for n in dumped) for m in maps]
+    return maps[int(np.argmax(hits))]
+
+
+def _nothing_mapped(nmap: NameMap, dumped: dict[str, Dumped]) -> UnmappedDumpsError:
+    few = ", ".join(list(dumped)[:5]) + (", ..." if len(dumped) > 5 else "")
+    return UnmappedDumpsError(
+        f"none of the {len(dumped)} dumped names maps onto a stage under {nmap.preset!r} names ({few}); "
+        f"choose names= one of {', '.join(PRESETS)}, or a mapping {{their name: stage}}"
+    )
+
+
+def _place(lab, run: Run, name: str, d: Dumped, targets: list[Target], nmap: NameMap, layout) -> None:
+    """Read one dumped tensor in its stage's layout, convert it, and store it (each column block
+    of a fused tensor under its own stage)."""
+    T = len(run.tokens)
+    fused = targets[0].columns is not None
+    width = max(t.columns[1] for t in targets) if fused else None
+    e = expect(targets[0].stage, lab.config, T, width)
+    reading = choose(name, d.array.shape, e, layout_for(name, targets[0].stage, layout), nmap.prefer)
+    a = apply(d.array, reading, e)
+    a = a if a.dtype == np.float64 else a.astype(np.float32)
+    for t in targets:
+        x = a[:, t.columns[0] : t.columns[1]] if fused else a
+        run.captures[t.stage] = _convert(lab, t, np.ascontiguousarray(x), reading.t)
+        if reading.t != T:
+            run.positions[t.stage] = (T - 1,)
+
+
+def _convert(lab, target: Target, a: np.ndarray, rows: int) -> np.ndarray:
+    """Make the engine's tensor the quantity labkit's stage holds."""
+    if target.convert == "scores":
+        return _scores_from_kq(lab, target.stage, a, rows)
+    if target.convert == "times_weight":
+        return (a * _norm_weight(lab, target.stage)).astype(a.dtype)
+    return a
+
+
+def _scores_from_kq(lab, stage: str, kq: np.ndarray, rows: int) -> np.ndarray:
+    """llama.cpp's raw q·k [heads, q, T] → × the softmax scale, then the causal/sliding mask as -inf
+    (what its soft_max_ext adds)."""
+    from labkit.ops.attn_scores import attention_mask
+
+    cfg, st = lab.config, next(s for s in lab.graph if s.name == stage)
+    scale = 1.0 if cfg.arch in _Q_PRESCALED else cfg.attn_scale
+    T = kq.shape[2]
+    allowed = attention_mask(T, 0, st.params.get("window"))[T - rows :]
+    return np.where(allowed[None], kq * np.float32(scale), -np.inf).astype(kq.dtype)
+
+
+def _norm_weight(lab, stage: str) -> np.ndarray:
+    """The norm's weight vector, read from the GGUF file (one small tensor, not the model)."""
+    from labkit.model.dequant import dequantize
+
+    st = next(s for s in lab.graph if s.name == stage)
+    info = lab.gguf.tensors[st.weight]
+    return dequantize(lab.gguf.raw(st.weight), info.ggml_type, info.shape).reshape(-1)

@@ -1,0 +1,54 @@
+"""Write a copy of a GGUF file with one tensor corrupted the way a converter bug would.
+
+For teaching and for testing the tools that find such bugs (`labkit diff-weights`, dumps
+compared stage by stage): the sign of each quant block's scale `d` is flipped, so every
+value of those blocks changes sign, as a converter that mishandles the f16 scale would do.
+The source file is only read; the copy is a new file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from labkit.errors import InvalidArgumentError, UnsupportedTensorTypeError
+from labkit.model.gguf_file import open_gguf
+
+Q = GGMLQuantizationType
+# Byte offset of the f16 scale `d` inside one block (ggml-common.h).
+SCALE_OFFSET = {Q.Q4_0: 0, Q.Q4_1: 0, Q.Q5_0: 0, Q.Q5_1: 0, Q.Q8_0: 0, Q.Q2_K: 80, Q.Q3_K: 108, Q.Q4_K: 0,
+                Q.Q5_K: 0, Q.Q6_K: 208}  # fmt: skip
+# Float types have no scale: the sign bit of every value is flipped (the byte holding it).
+_SIGN_BYTE = {Q.F32: 3, Q.F16: 1, Q.BF16: 1}
+
+
+def flip_scale_signs(src: str | Path, dst: str | Path, tensor: str, block: int | None = None) -> Path:
+    """Copy `src` to `dst` with the sign of `tensor`'s block scales flipped: every block, or only
+    block number `block` (in file order). Returns `dst`."""
+    src, dst = Path(src), Path(dst)
+    if src.resolve() == dst.resolve():
+        raise InvalidArgumentError("flip_scale_signs writes a copy: dst must differ from src")
+    info = open_gguf(src).tensors.get(tensor)
+    if info is None:
+        raise InvalidArgumentError(f"{src} has no tensor {tensor!r}")
+    qtype = Q(info.ggml_type)
+    if qtype in SCALE_OFFSET:
+        byte = SCALE_OFFSET[qtype] + 1  # the high byte of the little-endian f16 holds its sign
+    elif qtype in _SIGN_BYTE:
+        byte = _SIGN_BYTE[qtype]
+    else:
+        raise UnsupportedTensorTypeError(f"cannot corrupt {qtype.name} tensors")
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
+    n_blocks = info.nbytes // block_bytes
+    if block is not None and not 0 <= block < n_blocks:
+        raise InvalidArgumentError(f"{tensor} has {n_blocks} blocks; block {block} is out of range")
+    shutil.copyfile(src, dst)
+    mm = np.memmap(dst, dtype=np.uint8, mode="r+", offset=info.offset, shape=(n_blocks, block_bytes))
+    rows = slice(None) if block is None else slice(block, block + 1)
+    mm[rows, byte] ^= 0x80
+    mm.flush()
+    del mm
+    return dst
