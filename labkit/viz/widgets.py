@@ -120,6 +120,10 @@ class StageExplorer(_Panel):
             self.stats.value = _message(f"{name} was not captured in this run", "#c00")
             self.image.value, self.summary.value = b"", ""
             return
+        if pos not in self.run.rows(name):  # an engine's dump that holds the last position only
+            self.stats.value = _message(f"{name} holds position(s) {list(self.run.rows(name))} only", "#c00")
+            self.image.value, self.summary.value = b"", self.summaries(name)
+            return
         piece = self.labels[pos]
         self.stats.value = (
             _message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
