@@ -190,11 +190,26 @@ def _no_common_error(a: Run, b: Run) -> NoCommonStagesError:
         names = list(run.captures)[:4]
         return ", ".join(names) + (", ..." if len(run.captures) > 4 else "") if names else "(nothing captured)"
 
+    guess = _guess_preset([*a.captures, *b.captures])
+    hint = f"they look like names={guess!r}: " if guess else ""
     return NoCommonStagesError(
         f"the runs have no captured stage in common: {a.engine} has {few(a)}; {b.engine} has {few(b)}. "
-        "Foreign names need mapping onto labkit's stages: labkit.load_dumps(..., names='llamacpp' | 'hf' | "
-        "'transformerlens' | {their name: stage})"
+        f"Foreign names need mapping onto labkit's stages: {hint}labkit.load_dumps(..., names='llamacpp' | "
+        "'hf' | 'transformerlens' | {their name: stage})"
     )
+
+
+def _guess_preset(names: list[str]) -> str | None:
+    """Which engine's names these look like (for the hint only; labkit.dumps does the mapping)."""
+    text = " ".join(names)
+    for preset, marks in (
+        ("transformerlens", ("hook_", "blocks.")),
+        ("hf", ("layers.", "lm_head", "embed_tokens")),
+        ("llamacpp", ("l_out-", "attn_norm-", "result_", "kq_soft_max-")),
+    ):
+        if any(m in text for m in marks):
+            return preset
+    return None
 
 
 def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None) -> Comparison:

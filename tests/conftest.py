@@ -105,3 +105,18 @@ def tiny_model(tiny_dir):
         return made[spec]
 
     return make
+
+
+@pytest.fixture
+def llama_loadable_tiny(tmp_path, monkeypatch):
+    """Tiny F32 models llama.cpp can load: its gpt2 vocab loader needs at least one merge."""
+    import gguf
+
+    orig = gguf.GGUFWriter.add_token_merges
+    monkeypatch.setattr(gguf.GGUFWriter, "add_token_merges", lambda self, merges: orig(self, list(merges) or ["< t"]))
+
+    def make(arch: str, weight_type: str = "F32") -> Path:
+        spec = TinySpec(arch=arch, weight_type=weight_type, embed_type=weight_type, seed=3)
+        return write_tiny_model(tmp_path / f"tiny-{arch}-{weight_type.lower()}.gguf", spec)
+
+    return make

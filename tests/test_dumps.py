@@ -158,7 +158,7 @@ def test_no_stage_in_common_raises_and_names_both_sides():
     x = np.ones((2, 4), np.float32)
     a = Run("m", "dumps", [1, 2], ["embed", "logits"], {"model.embed_tokens": x})
     b = Run("m", "reference", [1, 2], ["embed", "logits"], {"embed": x})
-    with pytest.raises(NoCommonStagesError, match=r"dumps has model\.embed_tokens; reference has embed.*names="):
+    with pytest.raises(NoCommonStagesError, match=r"dumps has model\.embed_tokens; reference has embed.*names='hf'"):
         labkit.compare(a, b)
 
 
@@ -358,3 +358,17 @@ def test_expect_widths_match_the_reference_captures(tiny):
         want = ref[name].shape
         got = (e.n_heads, len(ids), len(ids)) if e.n_heads else (len(ids), e.width)
         assert got == want, name
+
+
+def test_precision_tables_cover_every_kind_and_still_catch_big_faults():
+    from labkit import precision as P
+
+    for name, table in P.PRECISIONS.items():
+        assert set(table) == set(P.REFERENCE_THRESHOLDS), name
+        for kind, t in table.items():
+            assert P.REFERENCE_THRESHOLDS[kind] <= t <= 5e-2, (name, kind)  # a fault at 1e-1 always fails
+    assert P.thresholds_for("float32", "int8-activations") == P.INT8_ACTIVATION_THRESHOLDS
+    assert P.thresholds_for("float64", "float32") == P.REFERENCE_THRESHOLDS
+    assert P.looser("float16", "bfloat16") == "bfloat16" and P.precision_of(["float32", "float16"]) == "float16"
+    with pytest.raises(InvalidArgumentError, match="unknown precision"):
+        P.check_precision("int4")

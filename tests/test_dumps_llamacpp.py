@@ -12,14 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_oracle import needs_llama
 
 import labkit
 from labkit.compare import stage_kind
 from labkit.model.corrupt import flip_scale_signs
 from labkit.oracle import llamacpp
 from labkit.precision import REFERENCE_THRESHOLDS
-
-from test_oracle import llama_loadable_tiny, needs_llama  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SKY = "The color of the sky is"

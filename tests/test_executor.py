@@ -239,16 +239,15 @@ def test_stats_count_unwritten_per_position():
     assert plain.stats("x", pos=1).unwritten == 0
 
 
-def test_compare_with_nothing_in_common_does_not_pass():
+def test_compare_with_nothing_in_common_raises_and_a_partial_overlap_lists_the_rest():
     from labkit.captures import Run
+    from labkit.errors import NoCommonStagesError
 
     x = np.ones((2, 4), np.float32)
     a = Run("m", "gpu", [1, 2], ["embed", "logits"], {"embed": x})
     b = Run("m", "reference", [1, 2], ["embed", "logits"], {"logits": x})
-    cmp = labkit.compare(a, b)
-    assert not cmp.rows and not cmp.passed and cmp.missing == ["embed", "logits"]
-    assert "not compared: embed, logits" in cmp.table()
-    assert cmp.to_dict()["passed"] is False
+    with pytest.raises(NoCommonStagesError, match="no captured stage in common"):
+        labkit.compare(a, b)
     b.captures["embed"] = x
     cmp = labkit.compare(a, b)
     assert cmp.passed and cmp.missing == ["logits"]

@@ -26,9 +26,9 @@ def test_ruff_format():
 
 
 def test_no_function_longer_than_a_screen_in_the_engine():
-    """labkit/gpu, labkit/model and labkit/ops: no function over 60 lines (the op-modules rule)."""
+    """labkit/gpu, labkit/model, labkit/ops and labkit/dumps: no function over 60 lines (the op-modules rule)."""
     long = []
-    for pkg in ("gpu", "model", "ops"):
+    for pkg in ("gpu", "model", "ops", "dumps"):
         for path in sorted((ROOT / "labkit" / pkg).glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -57,3 +57,21 @@ def test_walkthrough_runs_in_a_real_kernel(tmp_path, record_property):
 
     # the generation cell stays last (the browser test waits for it)
     assert "lab.generate" in code[-1].source and cell_text(code[-1]).strip()
+
+
+@pytest.mark.slow
+def test_diagnose_your_engine_localizes_llamacpps_corrupted_tensor(tmp_path):
+    """The notebook dumps llama.cpp on a corrupted copy, loads the dumps as they are, and finds
+    blk.3.ffn_up both from the tensors and from the weights; the intact dump passes."""
+    nb = nbformat.read(ROOT / "notebooks" / "diagnose_your_engine.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert not [o for c in code for o in c.get("outputs", []) if o.output_type == "error"]
+    cells = {c.id: cell_text(c) for c in code}
+    assert cells["compare-broken"].startswith("first divergence: blk.3.ffn_up at position 0")
+    assert "int8-activations table" in cells["compare-broken"]
+    assert "no divergence" in cells["compare-good"]
+    assert "first differing tensor (graph order): blk.3.ffn_up.weight" in cells["diff-weights"]
+    assert "holds positions (5,)" in cells["load-run"]
+    saved = next(c for c in code if c.id == "save-load")  # the reopened run, in the stage stepper
+    assert any(WIDGET in o.get("data", {}) for o in saved.get("outputs", []))

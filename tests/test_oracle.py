@@ -23,7 +23,6 @@ import labkit
 from labkit.compare import REFERENCE_THRESHOLDS, compare, stage_kind
 from labkit.errors import OracleUnavailableError
 from labkit.model.graph import build_graph
-from labkit.model.tiny import TinySpec, write_tiny_model
 from labkit.oracle import llamacpp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,21 +93,6 @@ def test_missing_llama_cpp_raises_one_line_error(monkeypatch, tiny_model):
 
 
 # ----------------------------------------------------------------- tiny models, every architecture
-@pytest.fixture
-def llama_loadable_tiny(tmp_path, monkeypatch):
-    """Tiny F32 models llama.cpp can load: its gpt2 vocab loader needs at least one merge."""
-    import gguf
-
-    orig = gguf.GGUFWriter.add_token_merges
-    monkeypatch.setattr(gguf.GGUFWriter, "add_token_merges", lambda self, merges: orig(self, list(merges) or ["< t"]))
-
-    def make(arch: str, weight_type: str = "F32") -> Path:
-        spec = TinySpec(arch=arch, weight_type=weight_type, embed_type=weight_type, seed=3)
-        return write_tiny_model(tmp_path / f"tiny-{arch}-{weight_type.lower()}.gguf", spec)
-
-    return make
-
-
 @pytest.mark.oracle
 @needs_llama
 @pytest.mark.parametrize("arch", ARCHS)
@@ -159,7 +143,7 @@ def test_new_architecture_gpu_and_reference_pass_against_llamacpp(arch, weight_t
 @pytest.mark.parametrize("model", MODELS)
 def test_reference_passes_against_llamacpp(model, prompt):
     lab = _lab(model)
-    cmp = compare(_reference(model, prompt), _oracle(model, prompt), thresholds=lab.oracle_thresholds())
+    cmp = compare(_reference(model, prompt), _oracle(model, prompt))  # the oracle run's precision picks its table
     assert _coverage(cmp, lab) >= 0.9, cmp.missing
     assert cmp.passed, cmp.table(only_failed=True)
 
@@ -170,7 +154,8 @@ def test_reference_passes_against_llamacpp(model, prompt):
 @pytest.mark.parametrize("model", MODELS)
 def test_gpu_passes_against_llamacpp(model):
     lab, prompt = _lab(model), PROMPTS[1]
-    cmp = labkit.compare(lab.run(prompt), _oracle(model, prompt), thresholds=lab.oracle_thresholds())
+    cmp = labkit.compare(lab.run(prompt), _oracle(model, prompt))  # no thresholds=: issue 10
+    assert cmp.thresholds_used.startswith("int8-activations table")
     assert _coverage(cmp, lab) >= 0.9, cmp.missing
     assert cmp.passed, cmp.table(only_failed=True)
 

@@ -15,6 +15,11 @@ name what), because several names that look alike hold another quantity:
   norm weight is applied on the way in; `hook_attn_out`/`hook_mlp_out` come after gemma's
   post-norms; `hook_k`/`hook_v` hold the KV heads only.
 - a user mapping: {their name or regex (with `{L}`): stage name (with `{L}`)}.
+
+Read for this: transformers 5.23.0 and 4.57.1 (models/{llama,gemma2,gemma3,phi3,qwen2,qwen3}),
+TransformerLens' components/ and weight_conversions/ (2026-07). One difference between versions:
+gemma2's `embed_tokens` output is scaled by sqrt(d_model) in transformers 5 (as labkit's `embed`),
+unscaled in 4.x (the model scales after it); a 4.x gemma2 dump fails `embed` by that factor.
 """
 
 from __future__ import annotations
