@@ -19,7 +19,7 @@ from labkit.errors import LabkitError
 from labkit.model.dequant import dequantize_rows, row_table
 from labkit.model.gguf_file import GgufFile, TensorInfo, open_gguf
 
-_CHUNK_BYTES = 16 << 20
+_CHUNK_BYTES = 4 << 20  # bytes of one file's rows per step: bounds the float64 temporaries
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,12 @@ def _describe(t: TensorDiff) -> str:
 def diff_weights(path_a: str | Path, path_b: str | Path) -> WeightsDiff:
     """Compare two GGUF files tensor by tensor (and their metadata). Neither file is written."""
     a, b = open_gguf(path_a), open_gguf(path_b)
-    rows = [_diff_tensor(a, b, name) for name in _graph_order(a, b)]
+    rows = []
+    for name in _graph_order(a, b):
+        rows.append(_diff_tensor(a, b, name))
+        for f in (a, b):  # drop the pages just read: resident memory stays about one tensor's worth
+            if name in f.tensors:
+                f.release(name)
     return WeightsDiff(str(path_a), str(path_b), rows, _metadata_differing(a, b))
 
 
