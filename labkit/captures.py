@@ -197,8 +197,14 @@ class Run:
         return poison_count(a) if self.debug else 0
 
     def rows(self, name: str) -> tuple[int, ...]:
-        """The positions the capture's rows hold (query rows of an attention map)."""
-        return self.positions.get(name) or tuple(range(len(self.tokens)))
+        """The positions the capture's rows hold (query rows of an attention map): those listed in
+        `positions`, else the last n of the tokens for a capture of n rows (a pass that kept only
+        the last position's logits holds one row)."""
+        if name in self.positions:
+            return self.positions[name]
+        T, a = len(self.tokens), self.captures.get(name)
+        n = T if a is None or a.ndim == 0 else a.shape[1 if a.ndim == 3 and is_attention_map(name) else 0]
+        return tuple(range(T - n, T)) if n <= T else tuple(range(n))
 
     def at(self, name: str, pos: int | None) -> np.ndarray:
         """One position of a capture (the query row of an attention map: [heads, k_pos]), or all of

@@ -292,41 +292,60 @@ NOT_HOOKED = {
 DUMP_DTYPE = {"gemma3-270m": ("bfloat16", 0.3), "smollm2-135m": ("float16", 0.05)}
 
 
+_RUNS: dict[tuple[str, str | None], Run] = {}
+
+
+def _gpu_run(lab, patch_stage: str | None, size: float) -> Run:
+    """The sky prompt on the GPU, clean or with a glitch at one stage (cached per model)."""
+    key = (lab.name, patch_stage)
+    if key not in _RUNS:
+        _RUNS[key] = lab.run(SKY, patch=_glitch(patch_stage, size) if patch_stage else None)
+    return _RUNS[key]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["gemma3-270m", "smollm2-135m"])
 @pytest.mark.parametrize("preset", ["hf", "transformerlens"])
-def test_foreign_names_localize_a_fault_injected_at_one_stage(model, preset, tmp_path):
-    lab = labkit.open(model)
-    ref = lab.reference(SKY)
+def test_foreign_names_localize_a_fault_injected_at_one_stage(model, preset, tmp_path, request):
+    lab = request.getfixturevalue("gemma" if model == "gemma3-270m" else "smollm")  # session labs: weights cached
+    ref = _reference(lab)
     dtype, size = DUMP_DTYPE[model]
-    target = "blk.7.ffn_up"
-    for patch, want in ((None, None), (_glitch(target, size), target)):
-        run = lab.run(SKY, patch=patch)
+    for target in (None, "blk.7.ffn_up"):
+        run = _gpu_run(lab, target, size)
         dumps = _hf_dumps(run, lab.config) if preset == "hf" else _tl_dumps(run, lab)
-        path = tmp_path / f"{preset}-{want}.safetensors"
+        path = tmp_path / f"{preset}-{target}.safetensors"
         save_safetensors(path, dumps, dtype)
         mine = labkit.load_dumps(path, lab, names=preset, tokens=run.tokens)
         assert mine.precision == dtype and not mine.unmapped, mine.unmapped
         cmp = labkit.compare(mine, ref)
-        assert cmp.first_divergence == want, cmp.table(only_failed=True)
+        assert cmp.first_divergence == target, cmp.table(only_failed=True)
         assert f"{dtype} table" in cmp.table()
         assert {stage_kind(n) for n in cmp.missing} == NOT_HOOKED[preset, lab.config.arch]
+
+
+_REFS: dict[str, Run] = {}
+
+
+def _reference(lab) -> Run:
+    if lab.name not in _REFS:
+        _REFS[lab.name] = lab.reference(SKY)
+    return _REFS[lab.name]
 
 
 @pytest.mark.slow
 def test_gemma_in_float16_overflows_and_labkit_says_where(gemma):
     """An f16 dump of Gemma 3 holds inf where its residual passes 65 504: an inf mismatch, not a pass."""
-    run = gemma.run(SKY)
+    run = _gpu_run(gemma, None, 0.0)
     with np.errstate(over="ignore"):
         dumps = {k: v.astype(np.float16) for k, v in _hf_dumps(run, gemma.config).items()}
-    cmp = labkit.compare(labkit.load_dumps(dumps, gemma, names="hf", tokens=run.tokens), gemma.reference(SKY))
+    cmp = labkit.compare(labkit.load_dumps(dumps, gemma, names="hf", tokens=run.tokens), _reference(gemma))
     assert cmp.row(cmp.first_divergence).reason == "inf mismatch", cmp.table(only_failed=True)
 
 
 @pytest.mark.slow
 def test_stage_order_comes_from_the_graph_not_the_run(gemma):
     """A run listing its stages sorted by name must not move the first divergence (issue 10)."""
-    ref = gemma.reference(SKY)
+    ref = _reference(gemma)
     bad = gemma.run(SKY, patch=_glitch("blk.7.ffn_up"))
     bad.stages = sorted(bad.stages)
     assert labkit.compare(bad, ref).first_divergence == "blk.7.ffn_up"
@@ -341,7 +360,7 @@ def test_a_fault_at_the_last_position_only_is_seen_as_such(gemma):
         a[-1] *= -1
         return a
 
-    ref = gemma.reference(SKY)
+    ref = _reference(gemma)
     cmp = labkit.compare(gemma.run(SKY, patch={"blk.4.attn_out": last_only}), ref)
     row = cmp.row("blk.4.attn_out")
     T = len(ref.tokens)
@@ -372,3 +391,16 @@ def test_precision_tables_cover_every_kind_and_still_catch_big_faults():
     assert P.looser("float16", "bfloat16") == "bfloat16" and P.precision_of(["float32", "float16"]) == "float16"
     with pytest.raises(InvalidArgumentError, match="unknown precision"):
         P.check_precision("int4")
+
+
+def test_a_capture_with_fewer_rows_than_tokens_holds_the_last_positions():
+    """A pass that kept only the last position's logits: row 0 is position T-1, and compare
+    against a full run compares that position only."""
+    z = np.random.default_rng().standard_normal((3, 7))
+    last = Run("m", "gpu", [4, 5, 6], ["logits"], {"logits": z[-1:].astype(np.float32)})
+    full = Run("m", "reference", [4, 5, 6], ["logits"], {"logits": z})
+    assert last.rows("logits") == (2,) and np.array_equal(last.logits(), z[-1].astype(np.float32))
+    row = labkit.compare(last, full).row("logits")
+    assert row.passed and row.positions == (2,)
+    with pytest.raises(labkit.errors.UnknownStageError):
+        last.at("logits", 0)

@@ -20,6 +20,8 @@ from labkit.model.corrupt import flip_scale_signs
 from labkit.oracle import llamacpp
 from labkit.precision import REFERENCE_THRESHOLDS
 
+from conftest import _open_cached
+
 ROOT = Path(__file__).resolve().parents[1]
 SKY = "The color of the sky is"
 pytestmark = needs_llama
@@ -45,7 +47,7 @@ def corrupted(tmp_path_factory):
     """{model: (lab, original dump, corrupted gguf, corrupted dump)} for both real models."""
     out, d = {}, tmp_path_factory.mktemp("llamacpp-dumps")
     for model in ("gemma3-270m", "smollm2-135m"):
-        lab = labkit.open(model)
+        lab = _open_cached(model)  # the session's lab: its reference weights are shared with other tests
         bad = flip_scale_signs(lab.path, d / f"{model}-bad.gguf", "blk.3.ffn_up.weight")
         out[model] = (
             lab,
