@@ -52,6 +52,8 @@ KIND_ORDER = (
     "logits",
 )
 _KIND_INDEX = {k: i for i, k in enumerate(KIND_ORDER)}
+# The stages outside the layers (no `blk.L.` prefix).
+TOP_LEVEL_KINDS = ("embed", "output_norm", "logits_raw", "logits")
 
 # What a run's engine computes in, when the Run does not say (see labkit.precision).
 ENGINE_PRECISION = {"reference": "float64", "llamacpp": "int8-activations"}
@@ -71,9 +73,9 @@ def graph_position(name: str) -> tuple[int, int, int] | None:
     if name.startswith("blk."):
         layer = name.split(".", 2)[1]
         return (1, int(layer), _KIND_INDEX[kind]) if layer.isdigit() else None
-    if kind == "embed":
-        return (0, 0, 0)
-    return (2, 0, _KIND_INDEX[kind]) if kind in ("output_norm", "logits_raw", "logits") else None
+    if kind not in TOP_LEVEL_KINDS:
+        return None
+    return (0 if kind == "embed" else 2, 0, _KIND_INDEX[kind])
 
 
 def graph_sorted(names) -> list[str]:

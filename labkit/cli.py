@@ -161,10 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tokens(text: str | None) -> list[int] | None:
+def _tokens(text: str) -> list[int]:
     """--tokens 2,818,2258 → [2, 818, 2258]."""
-    if text is None:
-        return None
     try:
         return [int(t) for t in text.replace(" ", "").split(",") if t]
     except ValueError:
@@ -191,15 +189,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
-    prompt = args.prompt if args.prompt is not None else lab.prompt_ids(_tokens(args.tokens))
+    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens))  # tokenized once
     if args.dumps:
-        a = labkit.load_dumps(
-            args.dumps, lab, names=_names_arg(args.names), layout=args.layout, tokens=lab.prompt_ids(prompt),
-            precision=args.precision,
-        )  # fmt: skip
+        names = _names_arg(args.names)
+        a = labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids, precision=args.precision)
     else:
-        a = lab.reference(prompt) if args.engine == "reference" else lab.run(prompt)
-    b = lab.oracle(prompt) if args.against == "llamacpp" else lab.reference(prompt)
+        a = lab.reference(ids) if args.engine == "reference" else lab.run(ids)
+    b = lab.oracle(ids) if args.against == "llamacpp" else lab.reference(ids)
     cmp = labkit.compare(a, b)
     data = cmp.to_dict()
     if args.dumps:

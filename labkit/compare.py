@@ -122,15 +122,6 @@ def _reason(r: StageComparison) -> str:
     return f"nmse {r.nmse:.3e} > {r.threshold:.0e}" if r.reason == "nmse" else r.reason
 
 
-def _nmse(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """(nmse, max |a-b|) over the elements finite on both sides."""
-    both = np.isfinite(a) & np.isfinite(b)
-    diff = a[both] - b[both]
-    denom = float(np.sum(b[both] ** 2))
-    nmse = float(np.sum(diff**2) / denom) if denom > 0 else float(np.sum(diff**2))
-    return nmse, float(np.max(np.abs(diff))) if diff.size else 0.0
-
-
 def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritten: int = 0) -> str:
     """Why `a` fails against `b`, or "" when it passes."""
     if unwritten:
@@ -140,6 +131,18 @@ def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritte
     if not np.array_equal(np.isposinf(a), np.isposinf(b)) or not np.array_equal(np.isneginf(a), np.isneginf(b)):
         return "inf mismatch"
     return "" if nmse <= threshold else "nmse"
+
+
+def _per_position(a: np.ndarray, b: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per position along `axis`: Σ(a−b)² and Σb² over the elements finite on both sides, and
+    whether the position holds a NaN in `a` or an inf where `b` has none (or the other sign)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    other = tuple(i for i in range(a.ndim) if i != axis)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf-inf and huge squares are masked out below
+        num = np.where(both, (a - b) ** 2, 0.0).sum(axis=other)
+        den = np.where(both, b * b, 0.0).sum(axis=other)
+    broken = (np.isnan(a) | (np.isposinf(a) != np.isposinf(b)) | (np.isneginf(a) != np.isneginf(b))).any(axis=other)
+    return num, den, broken
 
 
 def compare_arrays(
@@ -154,34 +157,36 @@ def compare_arrays(
     a, b = as_f64(a), as_f64(b)  # a debug run's poison is a signalling NaN: as_f64 casts it quietly
     if a.shape != b.shape:
         return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
-    nmse, max_abs = _nmse(a, b)
+    a2, b2 = (a, b) if a.ndim else (a.reshape(1), b.reshape(1))
+    axis = 1 if is_attention_map(stage) and a2.ndim == 3 else 0
+    num, den, broken = _per_position(a2, b2, axis)
+    nmse = float(num.sum() / den.sum()) if den.sum() > 0 else float(num.sum())
+    with np.errstate(invalid="ignore"):
+        max_abs = float(np.max(np.abs(a - b), where=np.isfinite(a) & np.isfinite(b), initial=0.0))
     reason = _fault(a, b, nmse, threshold, unwritten)
-    axis = 1 if is_attention_map(stage) and a.ndim == 3 else 0
-    n = a.shape[axis] if a.ndim else 0
-    positions = tuple(range(n)) if positions is None else tuple(positions)
-    per, bad = [], None
-    for i in range(n):
-        x, y = np.take(a, i, axis=axis), np.take(b, i, axis=axis)
-        e, _ = _nmse(x, y)
-        per.append(e)
-        if bad is None and reason and _fault(x, y, e, threshold, int(bool(unwritten and np.isnan(x).any()))):
-            bad = positions[i]
-    if reason and bad is None and positions:
-        bad = positions[0]  # the stage fails as a whole (e.g. unwritten outside every row's NaN count)
-    return StageComparison(stage, nmse, max_abs, threshold, reason == "", reason, positions, tuple(per), bad)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per = np.where(den > 0, num / np.where(den > 0, den, 1.0), num)
+    positions = tuple(range(len(per))) if positions is None else tuple(positions)
+    bad_rows = np.flatnonzero(broken | (per > threshold)) if reason else np.array([], dtype=int)
+    bad = positions[int(bad_rows[0])] if bad_rows.size else (positions[0] if reason and positions else None)
+    return StageComparison(
+        stage, nmse, max_abs, threshold, reason == "", reason, positions, tuple(map(float, per)), bad
+    )
 
 
 def _rows_at(run: Run, name: str, x: np.ndarray, want: tuple[int, ...]) -> np.ndarray:
     """The rows of `run`'s capture `name` that hold the positions `want`."""
     held = run.rows(name)
-    idx = [held.index(p) for p in want]
-    if idx == list(range(len(held))):
+    if held == want:
         return x
+    index = {p: i for i, p in enumerate(held)}
+    idx = [index[p] for p in want]
     return x[:, idx] if is_attention_map(name) and x.ndim == 3 else x[idx]
 
 
 def _common_positions(a: Run, b: Run, name: str, sel: slice | None) -> tuple[int, ...]:
-    both = [p for p in a.rows(name) if p in set(b.rows(name))]
+    in_b = set(b.rows(name))
+    both = [p for p in a.rows(name) if p in in_b]
     return tuple(both[sel] if sel is not None else both)
 
 
@@ -223,7 +228,7 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
     else:
         th, used = thresholds, "given by the caller"
     names = graph_sorted([*a.stages, *b.stages, *a.captures, *b.captures])
-    common = [n for n in names if n in a.captures and n in b.captures]
+    common = {n for n in names if n in a.captures and n in b.captures}
     if not common:
         raise _no_common_error(a, b)
     rows, missing = [], []

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.captures import is_attention_map
+from labkit.captures import is_attention_map, stage_kind
 from labkit.errors import AmbiguousLayoutError, LayoutMismatchError
 from labkit.model.config import ModelConfig
 
@@ -64,7 +64,7 @@ class Expect:
 
 def expect(stage: str, cfg: ModelConfig, T: int, width: int | None = None) -> Expect:
     """The Expect of a stage of this model; `width` overrides it for a fused source tensor."""
-    kind = stage.split(".", 2)[2] if stage.startswith("blk.") else stage
+    kind = stage_kind(stage)
     if is_attention_map(stage):
         return Expect(stage, T, n_heads=cfg.n_heads)
     q_heads, kv_heads = (cfg.n_heads, cfg.head_dim), (cfg.n_kv_heads, cfg.head_dim)

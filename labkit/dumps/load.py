@@ -18,6 +18,8 @@ from labkit.dumps.layout import apply, choose, expect, layout_for
 from labkit.dumps.names import PRESETS, NameMap, Target, name_map
 from labkit.dumps.sources import Dumped, read_source
 from labkit.errors import InvalidArgumentError, UnmappedDumpsError
+from labkit.model.config import ModelConfig
+from labkit.model.graph import Stage
 from labkit.precision import check_precision, precision_of
 
 # What each preset's engine computes in, when the caller does not say: llama.cpp quantizes
@@ -116,36 +118,26 @@ def _place(lab, run: Run, name: str, d: Dumped, targets: list[Target], nmap: Nam
     a = a if a.dtype == np.float64 else a.astype(np.float32)
     for t in targets:
         x = a[:, t.columns[0] : t.columns[1]] if fused else a
-        run.captures[t.stage] = _convert(lab, t, np.ascontiguousarray(x), reading.t)
+        run.captures[t.stage] = _convert(lab, nmap.graph[t.stage], t.convert, np.ascontiguousarray(x), reading.t)
         if reading.t != T:
             run.positions[t.stage] = (T - 1,)
 
 
-def _convert(lab, target: Target, a: np.ndarray, rows: int) -> np.ndarray:
+def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int) -> np.ndarray:
     """Make the engine's tensor the quantity labkit's stage holds."""
-    if target.convert == "scores":
-        return _scores_from_kq(lab, target.stage, a, rows)
-    if target.convert == "times_weight":
-        return (a * _norm_weight(lab, target.stage)).astype(a.dtype)
+    if convert == "scores":
+        return _scores_from_kq(lab.config, stage, a, rows)
+    if convert == "times_weight":  # the norm's weight, read (and cached) as the reference reads it
+        return (a * lab.reference_engine.weight(stage.weight)).astype(a.dtype)
     return a
 
 
-def _scores_from_kq(lab, stage: str, kq: np.ndarray, rows: int) -> np.ndarray:
+def _scores_from_kq(cfg: ModelConfig, stage: Stage, kq: np.ndarray, rows: int) -> np.ndarray:
     """llama.cpp's raw q·k [heads, q, T] → × the softmax scale, then the causal/sliding mask as -inf
     (what its soft_max_ext adds)."""
     from labkit.ops.attn_scores import attention_mask
 
-    cfg, st = lab.config, next(s for s in lab.graph if s.name == stage)
     scale = 1.0 if cfg.arch in _Q_PRESCALED else cfg.attn_scale
     T = kq.shape[2]
-    allowed = attention_mask(T, 0, st.params.get("window"))[T - rows :]
+    allowed = attention_mask(T, 0, stage.params.get("window"))[T - rows :]
     return np.where(allowed[None], kq * np.float32(scale), -np.inf).astype(kq.dtype)
-
-
-def _norm_weight(lab, stage: str) -> np.ndarray:
-    """The norm's weight vector, read from the GGUF file (one small tensor, not the model)."""
-    from labkit.model.dequant import dequantize
-
-    st = next(s for s in lab.graph if s.name == stage)
-    info = lab.gguf.tensors[st.weight]
-    return dequantize(lab.gguf.raw(st.weight), info.ggml_type, info.shape).reshape(-1)

@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from labkit.captures import TOP_LEVEL_KINDS
 from labkit.errors import UnknownPresetError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
@@ -92,7 +93,7 @@ def _stage_name(kind: str, layer: int | None) -> str:
     """A stage kind (or a user's stage name, `{L}` for the layer) at a layer."""
     if "{L}" in kind:
         return kind.replace("{L}", str(layer))
-    if layer is None or kind.startswith("blk.") or kind in ("embed", "output_norm", "logits_raw", "logits"):
+    if layer is None or kind.startswith("blk.") or kind in TOP_LEVEL_KINDS:
         return kind
     if layer < 0:  # the residual before block 0 is the embedding
         return "embed"

@@ -7,7 +7,7 @@ every GPU stage. Weights are dequantized per tensor on first use and cached here
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,9 +81,15 @@ class ReferenceEngine:
         return dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, ids).astype(np.float64)
 
     def forward(
-        self, ids: Iterable[int], cache: KVCache | None = None, capture: Iterable[str] | None = None
+        self,
+        ids: Iterable[int],
+        cache: KVCache | None = None,
+        capture: Iterable[str] | None = None,
+        each: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run every stage for the new tokens `ids`; returns the captured outputs (all by default)."""
+        """Run every stage for the new tokens `ids`; returns the captured outputs (all by default).
+        `each(output)`, when given, replaces every stage's output before later stages read it (e.g.
+        rounding to f16, to see what an engine that keeps its activations in f16 computes)."""
         ids = np.asarray(list(ids), dtype=np.int64)
         cache = cache if cache is not None else KVCache()
         n_past = cache.n_past
@@ -97,6 +103,8 @@ class ReferenceEngine:
             layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
             inputs = _StageInputs(self, [vals[i] for i in st.inputs], ids, positions, n_past, layer_cache)
             vals[st.name] = OPS[st.op].reference(st, inputs)
+            if each is not None:
+                vals[st.name] = each(vals[st.name])
             if st.kv_write:
                 cache.store(st.kv_write, st.layer, vals[st.name])
         return {k: v for k, v in vals.items() if want is None or k in want}
