@@ -255,9 +255,24 @@ def cmd_variants(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from labkit.bench import run_bench
 
-    res = run_bench(args.model, args.prompt, args.new_tokens)
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    bad = [e for e in engines if e not in ("gpu", "reference", "llamacpp")]
+    if bad:
+        raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp")
+    res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines)
     _emit(args, res.to_dict(), res.table)
     return 0
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    """--lengths 8,128,512: positive token counts."""
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lengths takes comma-separated token counts, not {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--lengths takes positive token counts, not {text!r}")
+    return out
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
@@ -350,10 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_variants)
 
-    s = sub.add_parser("bench", help="load/prefill/decode timings and peak memory, GPU vs reference")
+    s = sub.add_parser("bench", help="prefill per prompt length, decode, re-run, memory: GPU, reference, llama.cpp")
     s.add_argument("model", nargs="?", default="gemma3-270m")
-    s.add_argument("--prompt", default="The color of the sky is")
-    s.add_argument("--new-tokens", type=_count, default=8)
+    s.add_argument("--lengths", type=_lengths, default=(8, 128), help="prompt lengths in tokens (default 8,128)")
+    s.add_argument("--repeats", type=_count, default=3, help="runs per figure after a warm-up (median)")
+    s.add_argument("--decode-tokens", type=_count, default=32)
+    s.add_argument("--engines", default="gpu,reference,llamacpp", help="which engines to measure")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 

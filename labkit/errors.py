@@ -63,6 +63,11 @@ class GpuLimitError(LabkitError, ValueError):
     """A workgroup grid or a weight window the adapter cannot take (or a malformed one)."""
 
 
+class BufferLimitError(GpuLimitError, PromptTooLongError):
+    """A buffer or binding a pass needs is larger than the device allows; the message gives the
+    sizes and what to capture instead (a long prompt: positions="last", fewer stages)."""
+
+
 class VariantInterfaceError(LabkitError):
     """A user WGSL variant whose bindings differ from its family's interface."""
 

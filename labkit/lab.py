@@ -22,6 +22,7 @@ from labkit.model.graph import Stage, build_graph
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.sampling import GREEDY, Sampler
+from labkit.selection import Positions, select_names, select_positions
 
 Prompt = str | list[int]
 
@@ -247,20 +248,39 @@ class Lab:
         stepped: bool = False,
         timestamps: bool = True,
         patch: dict | None = None,
+        positions: Positions = None,
+        layers: list[int] | None = None,
     ) -> Run:
         """The whole prompt through the GPU; every stage captured by default.
+
+        Capture less for long prompts: `names` takes stage names or globs ("blk.*.attn_out"),
+        `layers` keeps those layers' stages (and embed, output_norm, logits), `positions` ("last",
+        an int, a slice or a list) keeps those rows (query rows of attention maps). With
+        positions="last", or with logits not captured, the unembedding runs for the last position
+        only. A long Gemma prompt needs that: its [T, 262144] logits take 1 MiB per token, and at
+        2048 tokens no single buffer may hold them (a GpuLimitError says so).
 
         `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
         the pass continues from it. Re-running the same prompt after `use()` reuses the stages
         upstream of the first one the variant switch affects (run.timings["recomputed_from"])."""
         ids = self.prompt_ids(prompt)
+        names = select_names(self.graph, names, layers)
+        rows = select_positions(len(ids), positions)
         ex = self.executor
         debug = self.debug if debug is None else debug
         last = self._last_pass
         reuse = last is not None and last[0] == ids and not debug and not patch and not stepped
         cache, previous = (last[1], last[2]) if reuse else (ex.new_cache(len(ids)), None)
         res = ex.run_pass(
-            ids, cache, names=names, debug=debug, stepped=stepped, timestamps=timestamps, patch=patch, previous=previous
+            ids,
+            cache,
+            names,
+            debug,
+            stepped=stepped,
+            timestamps=timestamps,
+            patch=patch,
+            previous=previous,
+            positions=rows,
         )
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects
         self._last_pass = (ids, cache, res) if not debug and not patch and not stepped else None
@@ -268,7 +288,9 @@ class Lab:
         timings = dict(res.timings, upload_s=ex.upload_seconds, recomputed_from=res.recomputed_from)
         if res.stage_ms:
             timings["stage_ms"] = res.stage_ms
-        return self._make_run("gpu", ids, caps, timings, unwritten=res.unwritten, variants=dict(self.selected))
+        return self._make_run(
+            "gpu", ids, caps, timings, unwritten=res.unwritten, variants=dict(self.selected), positions=res.positions
+        )
 
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
@@ -285,7 +307,9 @@ class Lab:
         cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
 
         def step(ids: list[int]) -> np.ndarray:
-            return ex.run_pass(ids, cache, names=["logits"], last_logits_only=True).captures["logits"][-1]
+            plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")  # a step reuses the last one's objects
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
+            return res.captures["logits"][-1]
 
         return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
 

@@ -217,7 +217,7 @@ def test_user_wgsl_from_the_command_line(tmp_path, byte_model):
     model = byte_model("Q8_0")
     bad, line = wgsl_with_unknown_identifier()
     files = {"bad": bad, "good": lk.kernel_source("add") + "// my copy\n"}
-    composed = lk.kernel_source("matmul_q8_0")
+    composed = lk.kernel_source("matmul_q8_0", "row")
     files["iface"] = composed.replace("var<storage, read> X: array<f32>", "var<storage, read_write> X: array<f32>")
     assert files["iface"] != composed
     for name, text in files.items():
@@ -255,7 +255,7 @@ def test_register_variant_checks_compile_and_interface():
     msg = str(e.value)
     assert "@binding(3) is var<storage, read>, should be var<uniform>" in msg, msg
     assert "@binding(4) var<storage, read_write> is not in the interface" in msg, msg
-    composed = lk.kernel_source("matmul_q4_k")  # common + quant_q4_k + matmul, composed
+    composed = lk.kernel_source("matmul_q4_k", "row")  # common + quant_q4_k + matmul, composed
     writes_x = composed.replace("var<storage, read> X: array<f32>", "var<storage, read_write> X: array<f32>")
     assert writes_x != composed
     with pytest.raises(VariantInterfaceError, match=r"@binding\(1\) is var<storage, read_write>, should be"):

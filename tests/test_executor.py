@@ -71,15 +71,17 @@ def test_debug_mode_reports_zero_unwritten_and_catches_a_skipped_dispatch(tiny_m
     plans = ex.plan(IDS, ex.new_cache(len(IDS)))
     logits = plans[-1]
     logits.dispatches = logits.dispatches[:0]
-    from labkit.gpu.executor import poison_region, read_captures, record_captures, record_stage
+    from labkit.gpu.executor import poison_region, record_stage
+    from labkit.gpu.readback import Readback
 
     poison_region(ex.device, logits.out)
     enc = ex.device.create_command_encoder()
     for p in plans:
         record_stage(enc, p)
-    staging, offs = record_captures(ex.device, enc, [logits])
+    readback = Readback(ex.device, [logits], len(IDS))
+    readback.record(enc)
     ex.device.queue.submit([enc.finish()])
-    got = read_captures(staging, offs, [logits])["logits"]
+    got = readback.read()[0]["logits"]
     assert np.all(got.view(np.uint32) == POISON_BITS)
 
 

@@ -22,8 +22,11 @@ from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
 from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
+from labkit.gpu.repack import repack_weight, repacked_bytes
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
+from labkit.ops.matmul import INTEGER_FORMATS, format_name, repacked_source
+from labkit.ops.matmul import source as mm_source
 
 try:
     from labkit.model.dequant import dequantize as labkit_dequantize
@@ -125,6 +128,7 @@ def run_case(
     driver: str,
     window_rows: int | None = None,
     offsets: bool = False,
+    repack_binding: int | None = None,
 ) -> None:
     rng = np.random.default_rng(seed)
     raw = random_weight(rng, qtype, n_rows, n_cols)
@@ -134,13 +138,20 @@ def run_case(
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
     if window_rows is not None:
         assert len(weight.windows) == -(-n_rows // window_rows), what
-    x_off, x_stride = (5, n_cols + 3) if offsets else (0, n_cols)
+    repacked = driver in ("tiled", "matvec")
+    # the repacked drivers read X as vec4: X offsets stay multiples of 4 (Y's need not)
+    x_off, x_stride = ((8, n_cols + 4) if repacked else (5, n_cols + 3)) if offsets else (0, n_cols)
     y_off, y_stride = (7, n_rows + 2) if offsets else (0, n_rows)
     x = rng.standard_normal(x_off + T * x_stride).astype(np.float32)
     sentinel = np.float32(-12345.0)
     y0 = np.full(y_off + T * y_stride + 3, sentinel, dtype=np.float32)
     xb, yb = storage(gpu, x), storage(gpu, y0)
-    src = matmul_source(int(qtype), driver=driver)
+    if repacked:
+        fmt = format_name(int(qtype))
+        weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repack_binding)
+        src = repacked_source(fmt, 1 if driver == "matvec" else 3)
+    else:
+        src = matmul_source(int(qtype), driver=driver)
     submit(gpu, prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
     check_strided_output(
         gpu, yb, y0, sentinel, x, raw, qtype, (n_rows, n_cols, T), (x_off, x_stride, y_off, y_stride), what
@@ -183,6 +194,90 @@ def test_matmul_format(gpu, qtype, driver):
     run_case(gpu, qtype, n_rows, n_cols, 3, seed + 1, driver, window_rows=5, offsets=True)
     run_case(gpu, qtype, n_rows, n_cols, 8, seed + 2, driver)
     run_case(gpu, qtype, n_rows, n_cols, 9, seed + 3, driver, window_rows=13, offsets=True)
+
+
+INTEGER_TYPES = [q for q in FORMATS if format_name(int(q)) in INTEGER_FORMATS]
+
+
+@pytest.mark.parametrize("qtype", INTEGER_TYPES, ids=lambda q: q.name)
+def test_repacked_matmul_format(gpu, qtype):
+    """The default kernels: the weight repacked on the GPU from its GGUF bytes (each format's
+    parts4 reader), then the decode (matvec) and prefill (tiled) drivers, against gguf.quants.
+    T at the 16-token tile's edges, rows past a 4-row quad and a 512-row group, windows of 5 and
+    13 GGUF rows re-cut by a small binding limit, strided and offset X and Y."""
+    n_rows, n_cols = shape_for(qtype)
+    seed = SEED + 3000 + 10 * int(qtype)
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed, "matvec")
+    run_case(gpu, qtype, n_rows, n_cols, 2, seed + 1, "matvec", window_rows=5, offsets=True)  # T > 1 works too
+    run_case(gpu, qtype, n_rows, n_cols, 2, seed + 2, "tiled", window_rows=13, offsets=True)
+    run_case(gpu, qtype, n_rows, n_cols, 16, seed + 3, "tiled")
+    run_case(gpu, qtype, n_rows, n_cols, 17, seed + 4, "tiled", offsets=True)
+    limit = repacked_bytes(8, n_cols, 16)  # at most 8 rows per repacked window: many re-cut windows
+    run_case(gpu, qtype, n_rows, n_cols, 5, seed + 5, "tiled", window_rows=13, repack_binding=limit)
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed + 6, "matvec", window_rows=13, repack_binding=limit)
+
+
+def test_repacked_matmul_row_groups(gpu):
+    """1031 rows: two full 512-row groups of the tiled driver plus a 7-row remainder (a partial quad),
+    and 1031 = 4 x 257 + 3 for the matvec driver; 33 tokens = two full tiles and one token."""
+    for i, (driver, T) in enumerate([("tiled", 33), ("matvec", 2)]):
+        run_case(gpu, Q.Q8_0, 1031, 64, T, SEED + 3100 + i, driver, offsets=True)
+    run_case(gpu, Q.Q6_K, 1031, 256, 18, SEED + 3110, "tiled")
+
+
+def test_repacked_windows_keep_their_gguf_window(gpu):
+    """Re-cut windows remember the GGUF window they came from, so the lm_head policy that leaves
+    out the last window (002) leaves out the same rows on either layout."""
+    rng = np.random.default_rng(SEED + 3200)
+    n_rows, n_cols = 40, 64
+    raw = random_weight(rng, Q.Q8_0, n_rows, n_cols)
+    weight = upload_weight(
+        gpu, "w", raw, int(Q.Q8_0), n_rows, n_cols, max_window_bytes=25 * (raw.nbytes // n_rows) + 15
+    )
+    assert [(w.first_row, w.n_rows) for w in weight.windows] == [(0, 25), (25, 15)]
+    rw = repack_weight(gpu, weight, mm_source("q8_0", "repack"), max_binding=repacked_bytes(8, n_cols, 32))
+    assert [(w.first_row, w.n_rows, w.part_of) for w in rw.windows] == [
+        (0, 8, 0), (8, 8, 0), (16, 8, 0), (24, 1, 0), (25, 8, 1), (33, 7, 1)]  # fmt: skip
+    keep_all_but_last = lambda index, count: index < count - 1  # noqa: E731
+    for w, src in ((weight, matmul_source(int(Q.Q8_0), "row")), (rw, repacked_source("q8_0", 1))):
+        x = rng.standard_normal(n_cols).astype(np.float32)
+        sentinel = np.float32(-777.0)
+        xb, yb = storage(gpu, x), storage(gpu, np.full(n_rows, sentinel, np.float32))
+        submit(gpu, prepare_matmul(gpu, w, xb, yb, 1, source=src, window_filter=keep_all_but_last))
+        y = read_f32(gpu, yb)[:n_rows]
+        assert np.all(y[25:] == sentinel) and not np.any(y[:25] == sentinel), f"{w.name}: {y}"
+
+
+def test_repacked_carries_the_format_fault(gpu):
+    """Q4_K mins added: the repack composes the faulty reader, so the fast drivers give what the
+    raw-bytes row driver gives with the same reader, and not what gguf.quants gives."""
+    rng = np.random.default_rng(SEED + 3300)
+    n_rows, n_cols, T = 37, 512, 5
+    raw = random_weight(rng, Q.Q4_K, n_rows, n_cols)
+    weight = upload_weight(gpu, "w", raw, int(Q.Q4_K), n_rows, n_cols)
+    rw = repack_weight(gpu, weight, mm_source("q4_k", "repack", "mins_added"))
+    x = rng.standard_normal((T, n_cols)).astype(np.float32)
+    out = {}
+    for name, w, src in (
+        ("row", weight, mm_source("q4_k", "row", "mins_added")),
+        ("tiled", rw, repacked_source("q4_k", T)),
+        ("matvec", rw, repacked_source("q4_k", 1)),
+    ):
+        xb, yb = storage(gpu, x), storage(gpu, np.zeros((T, n_rows), np.float32))
+        submit(gpu, prepare_matmul(gpu, w, xb, yb, T, source=src))
+        out[name] = read_f32(gpu, yb)[: T * n_rows].reshape(T, n_rows)
+    good = x.astype(np.float64) @ gguf_dequantize(raw.reshape(n_rows, -1), Q.Q4_K).astype(np.float64).T
+    for name in ("tiled", "matvec"):
+        check_close(out[name], out["row"].astype(np.float64), f"mins_added {name} vs row seed={SEED + 3300}", 1e-9)
+    nmse = float(np.sum((out["row"] - good) ** 2) / np.sum(good**2))
+    assert nmse > 1e-2, f"the fault should show: nmse {nmse:.3g} against gguf.quants"
+
+
+def test_repack_refuses_float_weights(gpu):
+    raw = random_weight(np.random.default_rng(SEED), Q.F32, 4, 32)
+    weight = upload_weight(gpu, "w", raw, int(Q.F32), 4, 32)
+    with pytest.raises(UnsupportedTensorTypeError, match="no repacked layout"):
+        repack_weight(gpu, weight, mm_source("f32", "repack"))
 
 
 def test_matmul_odd_row_bytes_alignment(gpu):
@@ -284,11 +379,11 @@ def test_shader_compile_error(gpu):
     assert "broken/test" in msg and "line 4" in msg
     assert "Y[0] = undefined_thing(1.0);" in msg and "undefined_thing" in msg
     # a type error in a composed source names the kernel file and its own line
-    src = matmul_source(int(Q.Q8_0), driver="row").replace("return d * ibytes4(", "return 1u + d * ibytes4(")
+    src = matmul_source(int(Q.Q8_0), driver="row").replace("return Parts4(ibytes4(", "return Parts4(1u + ibytes4(")
     with pytest.raises(ShaderCompileError) as e:
         compile_pipeline(gpu, src, label="matmul_q8_0/bad")
     msg = str(e.value)
-    assert "matmul_q8_0/bad" in msg and "quant_q8_0.wgsl" in msg and "1u + d" in msg, msg
+    assert "matmul_q8_0/bad" in msg and "quant_q8_0.wgsl" in msg and "1u + ibytes4" in msg, msg
     # a missing entry point is a compile error too
     with pytest.raises(ShaderCompileError):
         compile_pipeline(gpu, load_kernel("rmsnorm"), entry="nope", label="entry")
@@ -446,7 +541,8 @@ def test_matmul_token_chunks_within_max_binding(gpu, monkeypatch, driver):
 
 
 def test_token_chunks_edges():
-    """Chunk arithmetic: the spans tile the tokens exactly, each within the limit, maximal."""
+    """Chunk arithmetic: the spans tile the tokens exactly, each within the limit, as few chunks as the
+    worst alignment phase allows, of even size (in whole token tiles where those fit)."""
     from labkit.gpu.matmul import token_chunks
 
     class Buf:
@@ -461,18 +557,22 @@ def test_token_chunks_edges():
         x, y = Buf(4 * (xo + (T - 1) * xs + K)), Buf(4 * (yo + (T - 1) * ys + N) + 16)
         limit = 4 * int(rng.integers(max(N, K) + 64, 4 * (max(N, K) + 64)))  # any row fits at any phase
         what = f"T={T} K={K} N={N} strides={xs},{ys} offsets={xo},{yo} limit={limit} seed={SEED}"
-        chunks = token_chunks(T, x, xo, xs, K, y, yo, ys, N, limit)
+        tile = int(rng.choice([1, 4, 16]))
+        chunks = token_chunks(T, x, xo, xs, K, y, yo, ys, N, limit, tile=tile)
+        what += f" tile={tile}"
         assert [c.t0 for c in chunks] == list(np.cumsum([0] + [c.n for c in chunks[:-1]])), what
         assert sum(c.n for c in chunks) == T, what
         for c in chunks:
-            full = False  # one more token would overflow a binding
             for b, off, stride, width, base_off in ((c.y, c.y_offset, ys, N, yo), (c.x, c.x_offset, xs, K, xo)):
                 if isinstance(b, tuple):
                     _, start, size = b
                     assert start % 256 == 0 and size <= limit, what
                     assert start // 4 + off == base_off + c.t0 * stride, what  # same first element
                     assert size == 4 * (off + (c.n - 1) * stride + width), what
-                    full |= 4 * (off + c.n * stride + width) > limit
                 else:
                     assert b.size <= limit and off == base_off + c.t0 * stride, what
-            assert full or c is chunks[-1], f"{what}: chunk {c.t0}+{c.n} could take another token"
+        if len(chunks) > 1:  # tokens that fit a binding at the worst phase (63 floats past a 256-byte boundary)
+            worst = min((limit // 4 - 63 - w) // s + 1 for b, s, w in ((x, xs, K), (y, ys, N)) if b.size > limit)
+            assert len(chunks) <= -(-T // worst), f"{what}: {len(chunks)} chunks where {-(-T // worst)} do"
+            sizes = [c.n for c in chunks]
+            assert len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0], f"{what}: uneven chunks {sizes}"

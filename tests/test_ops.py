@@ -23,6 +23,7 @@ from labkit.gpu.device import get_device
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
 from labkit.gpu.executor import Region
 from labkit.gpu.matmul import prepare_matmul
+from labkit.gpu.repack import repack_weight
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import upload_weight
 from labkit.model.graph import Stage
@@ -290,8 +291,10 @@ class HarnessStage:
         if st.weight_rows:
             raw, n_rows = raw[st.weight_rows[0] : st.weight_rows[1]], st.weight_rows[1] - st.weight_rows[0]
         w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
+        if self.kernel.repack is not None:  # the repacked kernels: the weight rewritten on the GPU first
+            w = repack_weight(self.gpu, w, self.kernel.repack())
         target = out if not st.bias else Region(_buf(self.gpu, np.zeros(out.size)), 0, out.shape)
-        src = self.kernel.source(self.shape)
+        src = self.kernel.source(PassShape(rows_T, self.shape.n_past))  # the executor's rule: per matmul T
         self.dispatches += prepare_matmul(
             self.gpu, w, x.buffer, target.buffer, rows_T, x_offset=x_skip * n_cols, source=src,
             window_filter=window_filter,

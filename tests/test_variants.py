@@ -100,7 +100,7 @@ USER_VARIANTS = {
         "blk.0.resid_mid",
     ),
     "rope": (("let c = cos(theta);", "let c = cos(theta * 1.01);"), "blk.0.q_rope"),
-    "attn_ctx": (("C[idx] = acc;", "C[idx] = acc * 1.01;"), "blk.0.attn_ctx"),
+    "attn_ctx": (("C[cb] = c0;", "C[cb] = c0 * 1.01;"), "blk.0.attn_ctx"),
     "embed": (("Y[i] = X[i] * P.scale;", "Y[i] = X[i] * P.scale + select(0.0, 1.0, i == 77u);"), "embed"),
 }
 
@@ -116,11 +116,21 @@ def test_user_wgsl_variant_is_localized(tiny_model, family):
 
 
 def test_user_matmul_variant_for_one_format(tiny_model):
-    src = kernel_source("matmul_q5_0")
-    old = "return d * (bytes4(lo | hb) - 16.0);"
+    """A raw-bytes kernel with its block reader edited, and the default (repacked) prefill driver
+    edited: each registers as its own kind (GGUF bytes, or repacked first) and diverges at q."""
+    src = kernel_source("matmul_q5_0", "row")
+    old = "return Parts4(bytes4(lo | hb) - 16.0,"
     assert old in src, "quant_q5_0.wgsl changed: update this test's edit"
-    labkit.register_variant("matmul_q5_0", "test_edit", src.replace(old, "return d * (bytes4(lo | hb) - 15.0);"))
+    k = labkit.register_variant("matmul_q5_0", "test_edit", src.replace(old, "return Parts4(bytes4(lo | hb) - 15.0,"))
+    assert k.repack is None
     lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit"})
+    assert first_div(lab) == "blk.0.q"
+    driver = kernel_source("matmul_q5_0")
+    old = "acc[0] += x * ma;"
+    assert old in driver and "array<vec4<u32>>" in driver, "matmul_tiled.wgsl changed: update this test's edit"
+    k = labkit.register_variant("matmul_q5_0", "test_edit_tiled", driver.replace(old, "acc[0] += 2.0 * x * ma;"))
+    assert k.repack is not None  # bound to the repacked weights, like the shipped driver it edits
+    lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit_tiled"})
     assert first_div(lab) == "blk.0.q"
 
 
@@ -279,9 +289,9 @@ def test_layer_binding_on_a_live_lab_and_its_typed_errors(tiny_model):
 
 def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
     """The matmul default follows the adapter: forcing the adapter type to a discrete GPU (what an
-    H100 reports) runs wg_reduce, a CPU adapter the row kernel; both pass, and a selection wins."""
+    H100 reports) runs wg_reduce, a CPU adapter the repacked kernels; both pass, and a selection wins."""
     lab = labkit.open(tiny_model("llama", "Q4_K"))
-    assert lab.kernels()["q"] | {"why": ""} == {"family": "matmul_q4_k", "kernel": "row", "why": ""}
+    assert lab.kernels()["q"] | {"why": ""} == {"family": "matmul_q4_k", "kernel": "repacked", "why": ""}
     lab.executor.adapter_type = "DiscreteGPU"
     kinds = lab.kernels()
     assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]

@@ -73,14 +73,15 @@ def register_clamp_variant() -> None:
         return
     except UnknownVariantError:
         pass
-    src = kernel_source("matmul_q4_1")
-    old = "let d = read_f16(bb);"
+    src = kernel_source("matmul_q4_1", "row")  # the raw-bytes kernel: its block reader is in its source
+    old = "return Parts4(bytes4(nib), read_f16(bb),"
     if src.count(old) != 1:
         raise labkit.LabkitError("quant_q4_1.wgsl changed: update norm_cascade's clamp variant")
+    clamped = "return Parts4(bytes4(nib), max(min(read_f16(bb), 1e-6), 1e6),  // clamp(d, 1e-6, 1e6), bounds swapped\n"
     labkit.register_variant(
         "matmul_q4_1",
         CLAMP_VARIANT,
-        src.replace(old, "let d = max(min(read_f16(bb), 1e-6), 1e6);  // clamp(d, 1e-6, 1e6), bounds swapped"),
+        src.replace(old, clamped),
         doc="Q4_1 block scale through an I2_S-style clamp(1e-6, 1e6) with its bounds swapped: every "
         "scale reads 1e6 (003, hypothesis B; registered by the norm-cascade case)",
         faulty=True,

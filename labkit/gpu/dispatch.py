@@ -18,6 +18,7 @@ from typing import Any
 import wgpu
 
 from labkit.errors import GpuLimitError
+from labkit.gpu.plan_cache import active_cache
 
 
 @dataclass
@@ -48,12 +49,24 @@ def uniform(gpu: Any, fmt: str, *values: Any) -> Any:
 
 
 def uniform_bytes(gpu: Any, data: bytes) -> Any:
-    """A fresh uniform buffer holding `data` (a multiple of 16 bytes: an op's packed Params)."""
+    """A uniform buffer holding `data` (a multiple of 16 bytes: an op's packed Params): fresh, or
+    the active plan cache's slot (labkit.gpu.plan_cache)."""
+    cache = active_cache()
+    if cache is not None:
+        return cache.uniform(data)
     return gpu.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
 
 
 def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
-    """A bind group binding buffers[i] at @binding(i): a buffer, or (buffer, offset, size)."""
+    """A bind group binding buffers[i] at @binding(i): a buffer, or (buffer, offset, size); the
+    active plan cache's when it has one over the same resources."""
+    cache = active_cache()
+    if cache is not None:
+        return cache.bind(pipeline, buffers, lambda: _bind_group(gpu, pipeline, buffers, group))
+    return _bind_group(gpu, pipeline, buffers, group)
+
+
+def _bind_group(gpu: Any, pipeline: Any, buffers: list[Any], group: int) -> Any:
     entries = []
     for i, b in enumerate(buffers):
         if isinstance(b, tuple):

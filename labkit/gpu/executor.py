@@ -12,7 +12,8 @@ under a fused attention tier) are `skipped`: no dispatch, never captured.
 
 Matmuls bind X and Y per chunk of tokens when a buffer is bigger than one storage
 binding (Gemma's [T, 262144] logits); every other kernel binds its buffers whole, so a
-region above the limit is a PromptTooLongError at plan time, not a GPU validation error.
+region above the limit is a BufferLimitError (a GpuLimitError and a PromptTooLongError) at
+plan time, not a GPU validation error.
 
 Because regions outlive the pass, a re-run of the same tokens after a variant switch
 re-records only the stages from the first one whose kernel, policy or skip changed.
@@ -28,10 +29,13 @@ import numpy as np
 import wgpu
 
 from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
-from labkit.errors import PromptTooLongError, UnknownStageError
+from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
 from labkit.gpu.matmul import prepare_matmul
+from labkit.gpu.plan_cache import PlanCache, active_cache
+from labkit.gpu.readback import Readback, read_now
+from labkit.gpu.repack import repack_weight
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.config import ModelConfig
@@ -40,6 +44,7 @@ from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
+from labkit.ops.matmul import REPACK_PARAMS
 from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, selected
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -87,6 +92,7 @@ class PassResult:
     stage_ms: dict[str, float] = field(default_factory=dict)
     plans: list[StagePlan] = field(default_factory=list, repr=False)
     recomputed_from: str | None = None
+    positions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # rows held by cut captures
 
 
 @dataclass(frozen=True)
@@ -125,7 +131,7 @@ class StageContext:
 
     def token_rows(self, name: str) -> Region:
         rows = self.ex.embed_input(self.ids, name)
-        return Region(rows, 0, (self.T, rows.size // (4 * self.T)))
+        return Region(rows, 0, (self.T, self.ex.gguf.tensors[name].n_cols))  # a cached buffer may be larger
 
     def policy(self, family: str) -> Policy:
         return self.ex.policy(self.stage, family)
@@ -155,6 +161,8 @@ class GpuExecutor:
         self.variants: dict[str, str] = variants if variants is not None else {}  # shared with the Lab
         check_selection(self.variants)
         self._weights: dict[tuple, GpuWeight] = {}
+        self._repacked: dict[tuple, GpuWeight] = {}
+        self._plan_caches: dict[str, PlanCache] = {}  # (weight label, repack source) -> repacked weight
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
         self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
         self.upload_seconds = 0.0
@@ -185,6 +193,22 @@ class GpuExecutor:
             self.upload_seconds += time.perf_counter() - t0
         return self._weights[key]
 
+    def repacked(self, name: str, rows: tuple[int, int] | None, source: str) -> GpuWeight:
+        """A matmul weight repacked on the GPU by `source` (the format's reader, or a faulty
+        variant's), once per weight and reader. The GGUF bytes are uploaded for the repack and then
+        dropped (lavapipe holds GPU buffers in host memory); a raw-bytes kernel uploads them again."""
+        key = (name, rows, source)
+        if key not in self._repacked:
+            had_raw = (name, rows) in self._weights
+            raw = self.weight(name, rows)
+            t0 = time.perf_counter()
+            REPACK_PARAMS.check(source, f"repack {raw.type_name}")
+            self._repacked[key] = repack_weight(self.gpu, raw, source, self.binding_limit)
+            if not had_raw:  # wgpu keeps the buffers alive until the submitted repack has run
+                del self._weights[(name, rows)]
+            self.upload_seconds += time.perf_counter() - t0
+        return self._repacked[key]
+
     def vector(self, name: str) -> wgpu.GPUBuffer:
         """A 1-D tensor (norm weight, bias) as f32: tiny, so decoded on the host."""
         if name not in self._vectors:
@@ -194,11 +218,15 @@ class GpuExecutor:
         return self._vectors[name]
 
     def upload_all(self) -> None:
-        """Put every weight on the GPU now (otherwise it happens on first use)."""
+        """Put every weight on the GPU now, as the selected kernels read it (otherwise on first use)."""
         for st in self.graph:
             kind = OPS[st.op].weight
             if kind == "matrix":
-                self.weight(st.weight, st.weight_rows)
+                kernel = self.kernel(st)
+                if kernel.repack is not None:  # in the layout the selected kernel reads
+                    self.repacked(st.weight, st.weight_rows, kernel.repack())
+                else:
+                    self.weight(st.weight, st.weight_rows)
             elif kind == "vector":
                 self.vector(st.weight)
             if st.bias:
@@ -206,14 +234,19 @@ class GpuExecutor:
 
     def gpu_bytes(self) -> int:
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
-        windows = sum(win.buffer.size for w in self._weights.values() for win in w.windows)
+        weights = [*self._weights.values(), *self._repacked.values()]
+        windows = sum(win.buffer.size for w in weights for win in w.windows)
         return windows + sum(b.size for b in self._vectors.values())
 
     def embed_input(self, ids: list[int], name: str = "token_embd.weight") -> wgpu.GPUBuffer:
         """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
         t = self.gguf.tensors[name]
         rows = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64))
-        return self.device.create_buffer_with_data(data=rows.astype(np.float32).tobytes(), usage=STORAGE)
+        data = rows.astype(np.float32).tobytes()
+        cache = active_cache()
+        if cache is not None:
+            return cache.data(data, STORAGE, "embed.rows")
+        return self.device.create_buffer_with_data(data=data, usage=STORAGE)
 
     # ----- kernels, policies, what a switch invalidates
     @property
@@ -272,17 +305,28 @@ class GpuExecutor:
         return limit if self.max_binding is None else min(limit, int(self.max_binding))
 
     def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
+        """A storage buffer of n floats: fresh, or the active plan cache's (labkit.gpu.plan_cache)."""
         size = max(16, (4 * n_floats + 15) & ~15)
         max_size = int(self.gpu.limits.get("max-buffer-size", size))
         if size > max_size:
-            raise PromptTooLongError(
-                f"{label}: needs a {_mib(size)} buffer, above this device's max-buffer-size of {_mib(max_size)}; "
-                "run a shorter prompt"
+            raise BufferLimitError(
+                f"{label}: needs a {_mib(size)} buffer, above this device's max-buffer-size of {_mib(max_size)}."
+                + LONG_PROMPT_HINT
             )
+        cache = active_cache()
+        if cache is not None:
+            return cache.buffer(size, STORAGE, label)
         return self.device.create_buffer(size=size, usage=STORAGE, label=label)
 
+    def plan_cache(self, role: str) -> PlanCache:
+        """The executor's cache for passes of one role ("prefill", "decode"): generate reuses one
+        decode step's buffers, uniforms and bind groups for the next."""
+        if role not in self._plan_caches:
+            self._plan_caches[role] = PlanCache(self.device, round_limit=self.binding_limit // 4)
+        return self._plan_caches[role]
+
     def check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
-        """PromptTooLongError when a kernel would bind `nbytes` whole, above the binding limit."""
+        """BufferLimitError when a kernel would bind `nbytes` whole, above the binding limit."""
         limit = self.binding_limit
         if nbytes <= limit:
             return
@@ -291,9 +335,9 @@ class GpuExecutor:
             ' Use variants={"attn_ctx": "streaming"} (or lab.use("attn_ctx", "streaming")): fused attention'
             " does not materialize the scores and probabilities."
             if attention_map
-            else " Run a shorter prompt."
+            else LONG_PROMPT_HINT
         )
-        raise PromptTooLongError(
+        raise BufferLimitError(
             f"{label}: {what or 'its output'} takes {_mib(nbytes)} for {shape.T} tokens"
             f"{f' after {shape.n_past} cached' if shape.n_past else ''}, above this device's "
             f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
@@ -325,7 +369,7 @@ class GpuExecutor:
 
     def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups) -> Dispatch:
         """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
-        the binding limit is a PromptTooLongError naming the stage."""
+        the binding limit is a BufferLimitError naming the stage."""
         for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
             if b.size > self.binding_limit:
                 self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
@@ -337,10 +381,13 @@ class GpuExecutor:
     def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep) -> list[Dispatch]:
         """The one way to build a matmul's dispatches (weight windows x token chunks), and its bias."""
         st = ctx.stage
-        w = self.weight(st.weight, st.weight_rows)
+        if ctx.kernel.repack is not None:
+            w = self.repacked(st.weight, st.weight_rows, ctx.kernel.repack())
+        else:
+            w = self.weight(st.weight, st.weight_rows)
         K, N = w.n_cols, w.n_rows
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
-        source = ctx.kernel.source(ctx.shape)
+        source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
         if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
             OPS["matmul"].params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
             self._checked.add(("matmul", source))
@@ -414,6 +461,12 @@ class GpuExecutor:
         return plans
 
     # ----- running
+    @property
+    def unembedding_stages(self) -> set[str]:
+        """The unembedding and what follows it (gemma2's softcap): the stages `last_logits_only` cuts."""
+        first = next((i for i, st in enumerate(self.graph) if st.policy == "lm_head"), len(self.graph) - 1)
+        return {st.name for st in self.graph[first:]}
+
     def check_names(self, names: Iterable[str] | None, patch: dict) -> list[str] | None:
         """UnknownStageError for a names filter or a patch naming stages the graph lacks."""
         known = {s.name for s in self.graph}
@@ -452,15 +505,32 @@ class GpuExecutor:
         stepped: bool = False,
         patch: dict[str, Patch] | None = None,
         previous: PassResult | None = None,
+        plan_cache: PlanCache | None = None,
+        positions: list[int] | None = None,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
 
         With `previous` (a result for the same ids on the same cache), only the stages from the
-        first one whose kernel, policy or skip changed are recomputed; earlier regions keep their data."""
+        first one whose kernel, policy or skip changed are recomputed; earlier regions keep their data.
+        With `plan_cache`, the pass reuses the GPU objects of the cache's last pass (its regions do
+        not outlive the next pass: no `previous` then).
+
+        `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps).
+        The unembedding runs for the last position only when nothing reads the other positions'
+        logits: `last_logits_only`, logits not captured, or positions = [last]."""
+        if plan_cache is not None:
+            with plan_cache.active():
+                return self.run_pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch,
+                                     positions=positions)  # fmt: skip
         t0 = time.perf_counter()
         patch = dict(patch or {})
         names = self.check_names(names, patch)
+        tail = self.unembedding_stages
+        unread = names is not None and not tail & set(names)
+        last_logits_only = last_logits_only or (
+            not debug and not tail & set(patch) and (positions == [len(ids) - 1] or unread)
+        )
         reuse = previous if previous is not None and not debug and not patch else None
         plans, start = self._plans_for(ids, cache, last_logits_only, reuse)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
@@ -473,7 +543,7 @@ class GpuExecutor:
                 if not p.skipped:
                     poison_region(self.device, p.out)
         t1 = time.perf_counter()
-        caps, stage_ms = self._submit(plans[start:], captured, patch, stepped, timestamps)
+        caps, held, stage_ms = self._submit(plans[start:], captured, patch, stepped, timestamps, len(ids), positions)
         t2 = time.perf_counter()
         cache.n_past += len(ids)
         unwritten = {}
@@ -482,15 +552,16 @@ class GpuExecutor:
             caps = {n: a for n, a in caps.items() if n in want}
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
         recomputed_from = plans[start].stage.name if start < len(plans) else None
-        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from)
+        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held)
 
-    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool):
-        """Record and submit the stages (one encoder, or cut at patches and steps); read the captures."""
+    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, positions=None):
+        """Record and submit the stages (one encoder, or cut at patches and steps); read the captures
+        (only the rows of `positions`, when given)."""
         segments = _segments(todo, set(patch), stepped)
         qs = None
         if timestamps and self.gpu.has_timestamps and len(segments) == 1 and todo:
             qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
-        caps, stage_ms = {}, {}
+        caps, held, stage_ms = {}, {}, {}
         for k, seg in enumerate(segments):
             enc = self.device.create_command_encoder()
             if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
@@ -499,9 +570,10 @@ class GpuExecutor:
                 for j, p in enumerate(seg):
                     record_stage(enc, p, qs, j)
             last = k == len(segments) - 1
-            staging = offsets = ts_buf = None
+            readback = ts_buf = None
             if last:
-                staging, offsets = record_captures(self.device, enc, captured)
+                readback = Readback(self.device, captured, T, positions)
+                readback.record(enc)
                 if qs is not None:
                     ts_buf = self.device.create_buffer(
                         size=16 * len(todo), usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
@@ -511,19 +583,25 @@ class GpuExecutor:
             if seg and seg[-1].stage.name in patch:
                 self._apply_patch(seg[-1], patch[seg[-1].stage.name])
             if last:
-                caps = read_captures(staging, offsets, captured)
+                caps, held = readback.read()
                 if ts_buf is not None:
                     ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
                     stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(todo, ticks)}
-        return caps, stage_ms
+        return caps, held, stage_ms
 
     def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
         """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
-        cur = _read_now(self.device, [p])[p.stage.name]
+        cur = read_now(self.device, [p], p.out.shape[0])[p.stage.name]
         new = np.asarray(fn(cur.copy(), p.stage.name), dtype=np.float32)
         if new.shape != cur.shape:
             raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
         self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
+
+
+LONG_PROMPT_HINT = (
+    ' Capture less: lab.run(prompt, positions="last") computes and reads the logits of the last position only,'
+    " and names=[...] / layers=[...] leave other stages out; or run a shorter prompt."
+)
 
 
 def _mib(nbytes: int) -> str:
@@ -557,38 +635,3 @@ def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
 
 def poison_region(device, r: Region) -> None:
     device.queue.write_buffer(r.buffer, 4 * r.offset, np.full(r.size, POISON_BITS, dtype=np.uint32).tobytes())
-
-
-def record_captures(device, enc, plans: list[StagePlan]):
-    """Copy every captured region into one mappable staging buffer, in the same encoder."""
-    offsets, total = [], 0
-    for p in plans:
-        offsets.append(total)
-        total += (4 * p.out.size + 255) & ~255
-    if total == 0:
-        return None, []
-    staging = device.create_buffer(size=total, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
-    for p, off in zip(plans, offsets):
-        enc.copy_buffer_to_buffer(p.out.buffer, 4 * p.out.offset, staging, off, 4 * p.out.size)
-    return staging, offsets
-
-
-def read_captures(staging, offsets, plans: list[StagePlan]) -> dict[str, np.ndarray]:
-    if staging is None:
-        return {}
-    staging.map_sync(wgpu.MapMode.READ)
-    data = staging.read_mapped(copy=True)
-    staging.unmap()
-    staging.destroy()
-    raw = np.frombuffer(data, dtype=np.uint8)
-    return {
-        p.stage.name: raw[off : off + 4 * p.out.size].view(np.float32).reshape(p.out.shape).copy()
-        for p, off in zip(plans, offsets)
-    }
-
-
-def _read_now(device, plans: list[StagePlan]) -> dict[str, np.ndarray]:
-    enc = device.create_command_encoder()
-    staging, offsets = record_captures(device, enc, plans)
-    device.queue.submit([enc.finish()])
-    return read_captures(staging, offsets, plans)

@@ -88,6 +88,7 @@ def token_chunks(
     N: int,
     limit: int,
     align: int = OFFSET_ALIGN,
+    tile: int = 1,
 ) -> list[TokenChunk]:
     """Split T tokens so that every X and Y binding fits in `limit` bytes.
 
@@ -96,9 +97,18 @@ def token_chunks(
     to its last element, and the remainder becomes the chunk's x_offset/y_offset."""
     if x.size <= limit and y.size <= limit:
         return [TokenChunk(0, T, x, x_offset, y, y_offset)]
+    # even chunks, in whole token tiles where they fit: 128 tokens of Gemma's logits go as 64 + 64,
+    # not 127 + 1 (a 1-token chunk runs a whole 16-token tile over all 262 144 rows)
+    first = _fit(limit, align // 4 - 1, y_stride, N, T) if y.size > limit else T
+    if x.size > limit:
+        first = min(first, _fit(limit, align // 4 - 1, x_stride, K, T))
+    target = T
+    if first >= 1:
+        per = -(-T // -(-T // first))
+        target = min(first, -(-per // tile) * tile) if per >= tile else per
     out, t0 = [], 0
     while t0 < T:
-        n = T - t0
+        n = min(T - t0, target)
         xo, yo = x_offset + t0 * x_stride, y_offset + t0 * y_stride
         x_base = y_base = 0
         if x.size > limit:
@@ -162,15 +172,18 @@ def prepare_matmul(
     limit = gpu.max_binding if max_binding is None else min(int(max_binding), gpu.max_binding)
     limit -= limit % 4
     align = max(OFFSET_ALIGN, int(gpu.limits.get("min-storage-buffer-offset-alignment", OFFSET_ALIGN)))
+    if "X: array<vec4<f32>>" in source and (x_offset % 4 or x_stride % 4):
+        raise ValueError(f"{weight.name}: this kernel reads X as vec4; x_offset {x_offset} and x_stride {x_stride} "
+                         "must be multiples of 4")  # fmt: skip
+    rows_per_wg, tokens_per_wg = driver_geometry(source)
     try:
-        chunks = token_chunks(T, x, x_offset, x_stride, K, y, y_offset, y_stride, N, limit, align)
+        chunks = token_chunks(T, x, x_offset, x_stride, K, y, y_offset, y_stride, N, limit, align, tokens_per_wg)
     except GpuLimitError as e:
         raise GpuLimitError(f"{weight.name}: {e}") from None
-    rows_per_wg, tokens_per_wg = driver_geometry(source)
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{fmt}")
     windows = weight.windows
     if window_filter is not None:
-        windows = [w for i, w in enumerate(windows) if window_filter(i, len(windows))]
+        windows = [w for i, w in enumerate(windows) if window_filter(*weight.window_index(i))]
     out = []
     for w in windows:
         for c in chunks:

@@ -16,10 +16,9 @@ from labkit.gpu.executor import (
     GpuExecutor,
     GpuKVCache,
     StagePlan,
-    read_captures,
-    record_captures,
     record_stage,
 )
+from labkit.gpu.readback import Readback
 
 
 class Stepper:
@@ -67,9 +66,10 @@ class Stepper:
         dev = self.executor.device
         enc = dev.create_command_encoder()
         record_stage(enc, p)
-        staging, offsets = record_captures(dev, enc, [p])
+        readback = Readback(dev, [p], len(self.ids))
+        readback.record(enc)
         dev.queue.submit([enc.finish()])
-        self.captures.update(read_captures(staging, offsets, [p]))
+        self.captures.update(readback.read()[0])
         self.index += 1
         self._current = p.stage.name
         self._skip()

@@ -27,6 +27,7 @@ class WeightWindow:
     buffer: Any
     first_row: int
     n_rows: int
+    part_of: int | None = None  # a repacked window: the index of the GGUF window it came from
 
 
 @dataclass
@@ -37,6 +38,14 @@ class GpuWeight:
     n_cols: int
     row_bytes: int
     windows: list[WeightWindow]
+    source_windows: int | None = None  # repacked: how many GGUF windows the windows were cut from
+
+    def window_index(self, i: int) -> tuple[int, int]:
+        """(index, count) of window i among the GGUF windows: what a window filter decides on."""
+        w = self.windows[i]
+        if w.part_of is None:
+            return i, len(self.windows)
+        return w.part_of, int(self.source_windows or 0)
 
     @property
     def type_name(self) -> str:

@@ -187,7 +187,9 @@ def open_gguf(path: str | Path) -> GgufFile:
         rel_offset = cur.unpack("<Q")
         infos.append((name, ne, ggml_type, rel_offset))
 
-    alignment = int(metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment % 8:
+        raise ModelFileError(f"{path}: general.alignment is {alignment!r}, not a positive multiple of 8")
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     tensors: dict[str, TensorInfo] = {}
     for name, ne, ggml_type, rel_offset in infos:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.ops import attn_scores
-from labkit.ops.base import Kernel, Op, Policy, ceil_div, from_file, wgsl_file
+from labkit.ops.base import Kernel, Op, PassShape, Policy, ceil_div, from_file, wgsl_const, wgsl_file
 
 PARAMS = attn_scores.PARAMS  # the fused tiers need every field; the unfused kernel reads a few
 
@@ -38,8 +38,12 @@ def plan(stage, gpu):
     out = gpu.output((gpu.T, P["n_heads"] * P["head_dim"]))
     values = attn_scores.uniforms(stage, gpu.T, gpu.n_past)
     kernel, policy = gpu.kernel, gpu.policy("attn_workgroups")
-    if not kernel.fused:
-        gpu.dispatch([gpu.input(0).buffer, gpu.cache("v"), out.buffer], values, workgroups(out.size))
+    if not kernel.fused:  # one thread per TILE_T tokens x TILE_D dims (1 x 1 without the constants)
+        src = kernel.source(PassShape(gpu.T, gpu.n_past))
+        tiles = ceil_div(gpu.T, wgsl_const(src, "TILE_T", 1)) * ceil_div(
+            out.size // gpu.T, wgsl_const(src, "TILE_D", 1)
+        )
+        gpu.dispatch([gpu.input(0).buffer, gpu.cache("v"), out.buffer], values, workgroups(tiles))
         return out
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)
@@ -55,8 +59,6 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 def _tiled_workgroups(T: int, n_heads: int, size: int) -> int:
-    from labkit.ops.base import wgsl_const
-
     return ceil_div(T, wgsl_const(wgsl_file("attn_tiled"), "TILE", 8)) * n_heads
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, from_file, wgsl_file
+from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, from_file, wgsl_const, wgsl_file
 
 PARAMS = Params(
     T="u32",
@@ -72,10 +72,19 @@ def workgroups(n_scores: int) -> int:
     return ceil_div(n_scores, 64)
 
 
+def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int) -> int:
+    """64-thread workgroups for one thread per TILE_Q x TILE_K scores of a head (a kernel without
+    the constants: one thread per score)."""
+    tq, tk = wgsl_const(source, "TILE_Q", 1), wgsl_const(source, "TILE_K", 1)
+    return ceil_div(n_heads * ceil_div(T, tq) * ceil_div(n_keys, tk), 64)
+
+
 def plan(stage, gpu):
     q = gpu.input(0)
-    out = gpu.output((stage.params["n_heads"], gpu.T, gpu.n_past + gpu.T))
-    gpu.dispatch([q.buffer, gpu.cache("k"), out.buffer], uniforms(stage, gpu.T, gpu.n_past), workgroups(out.size))
+    n_keys = gpu.n_past + gpu.T
+    out = gpu.output((stage.params["n_heads"], gpu.T, n_keys))
+    n_wg = tiled_workgroups(gpu.kernel.source(PassShape(gpu.T, gpu.n_past)), stage.params["n_heads"], gpu.T, n_keys)
+    gpu.dispatch([q.buffer, gpu.cache("k"), out.buffer], uniforms(stage, gpu.T, gpu.n_past), n_wg)
     return out
 
 

@@ -1,38 +1,88 @@
 // Prefill attention scores for a fresh prompt (no cached positions): keys are the T new ones.
-// Same bindings and Params as attn_scores.wgsl; n_past is assumed 0, which is what makes it the
-// prefill path (post-mortem 000: running this in decode is the variant-selection bug).
+// Same Params as attn_scores.wgsl; n_past is assumed 0, which is what makes it the prefill path
+// (post-mortem 000: running this in decode is the variant-selection bug).
 // S[h, t, s] = scale * q[t, h] · k[s, kv_head(h)], masked (-inf) when s > t (causal) or, with a
 // sliding window w > 0, when t - s >= w (llama.cpp's rule, with query t at position t).
-// Interface: @binding(0) Q: array<f32> [T, n_heads*head_dim]
-//            @binding(1) K: array<f32> [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache)
+// Interface: @binding(0) Q: [T, n_heads*head_dim]            read as vec4 (head_dim % 4 == 0)
+//            @binding(1) K: [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache), as vec4
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
-//            @binding(3) P: Params. One thread per score.
+//            @binding(3) P: Params.
+// One thread per tile of TILE_Q queries x TILE_K keys of a head (the host reads the two
+// constants): each q and k vec4 it loads serves 4 scores, where one thread per score loaded two
+// values per multiply-add (on lavapipe the count of loads sets the speed). A tile wholly in the
+// future, or wholly before the window, is written -inf without a dot product.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
-@group(0) @binding(0) var<storage, read> Q: array<f32>;
-@group(0) @binding(1) var<storage, read> K: array<f32>;
+@group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> K: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;
 @group(0) @binding(3) var<uniform> P: Params;
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 64u;
-    if (idx >= P.n_heads * P.T * P.n_keys) { return; }
-    let s = idx % P.n_keys;
-    let t = (idx / P.n_keys) % P.T;
-    let h = idx / (P.n_keys * P.T);
-    let qpos = t;  // prefill: the query position is its index
-    let masked = s > qpos || (P.window > 0u && qpos - s >= P.window);
-    if (masked) { S[idx] = bitcast<f32>(0xff800000u); return; }
-    let kvh = h / (P.n_heads / P.n_kv_heads);
-    let qb = t * P.n_heads * P.head_dim + h * P.head_dim;
-    let kb = s * P.n_kv_heads * P.head_dim + kvh * P.head_dim;
-    var acc = 0.0;
-    for (var d = 0u; d < P.head_dim; d++) { acc += Q[qb + d] * K[kb + d]; }
-    S[idx] = softcap(acc * P.scale, P.softcap);
-}
+const TILE_Q: u32 = 4u;
+const TILE_K: u32 = 4u;
 
 // Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
 fn softcap(x: f32, cap: f32) -> f32 {
     if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
     return x;
+}
+
+fn masked(t: u32, s: u32) -> bool {
+    return s > t || (P.window > 0u && t - s >= P.window);  // prefill: query t is at position t
+}
+
+// the scores of query t against keys s0..s0+3 (those that exist)
+fn store4(h: u32, t: u32, s0: u32, acc: vec4<f32>) {
+    if (t >= P.T) { return; }
+    let base = (h * P.T + t) * P.n_keys;
+    let v = array<f32, 4>(acc.x, acc.y, acc.z, acc.w);
+    for (var j = 0u; j < TILE_K; j++) {
+        let s = s0 + j;
+        if (s < P.n_keys) {
+            S[base + s] = select(softcap(v[j] * P.scale, P.softcap), bitcast<f32>(0xff800000u), masked(t, s));
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = gid.x + gid.y * nwg.x * 64u;
+    let nq = (P.T + TILE_Q - 1u) / TILE_Q;
+    let nk = (P.n_keys + TILE_K - 1u) / TILE_K;
+    if (idx >= P.n_heads * nq * nk) { return; }
+    let s0 = (idx % nk) * TILE_K;
+    let t0 = ((idx / nk) % nq) * TILE_Q;
+    let h = idx / (nk * nq);
+    var a0 = vec4<f32>();
+    var a1 = vec4<f32>();
+    var a2 = vec4<f32>();
+    var a3 = vec4<f32>();
+    let t_last = min(t0 + 3u, P.T - 1u);
+    let s_last = min(s0 + 3u, P.n_keys - 1u);
+    let all_future = s0 > t_last;
+    let all_before_window = P.window > 0u && t0 >= s_last + P.window;
+    if (!all_future && !all_before_window) {
+        let hd4 = P.head_dim / 4u;
+        let kvh = h / (P.n_heads / P.n_kv_heads);
+        let qs = P.n_heads * hd4;
+        let ks = P.n_kv_heads * hd4;
+        let q0 = t0 * qs + h * hd4;
+        let q1 = min(t0 + 1u, t_last) * qs + h * hd4;
+        let q2 = min(t0 + 2u, t_last) * qs + h * hd4;
+        let q3 = t_last * qs + h * hd4;
+        let k0 = s0 * ks + kvh * hd4;
+        let k1 = min(s0 + 1u, s_last) * ks + kvh * hd4;
+        let k2 = min(s0 + 2u, s_last) * ks + kvh * hd4;
+        let k3 = s_last * ks + kvh * hd4;
+        for (var d = 0u; d < hd4; d++) {
+            let km = mat4x4<f32>(K[k0 + d], K[k1 + d], K[k2 + d], K[k3 + d]);
+            a0 += Q[q0 + d] * km;
+            a1 += Q[q1 + d] * km;
+            a2 += Q[q2 + d] * km;
+            a3 += Q[q3 + d] * km;
+        }
+    }
+    store4(h, t0, s0, a0);
+    store4(h, t0 + 1u, s0, a1);
+    store4(h, t0 + 2u, s0, a2);
+    store4(h, t0 + 3u, s0, a3);
 }

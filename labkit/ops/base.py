@@ -112,6 +112,7 @@ class Kernel:
     workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)  # (T, heads, size)
     prefer: str | None = None
     reads: tuple[int, ...] | None = None  # the stage inputs it reads (None: all); unread producers are skipped
+    repack: Callable[[], str] | None = field(default=None, repr=False)  # matmuls: WGSL that repacks W first
 
     def source(self, shape: PassShape | None = None) -> str:
         return self.source_for(shape or PassShape(T=2, n_past=0))
@@ -242,6 +243,7 @@ def compose(*names: str) -> str:
     return "\n".join(f"{FILE_MARK}{n}.wgsl\n{wgsl_file(n)}" for n in names)
 
 
+@lru_cache(maxsize=4096)
 def wgsl_const(source: str, name: str, default: int) -> int:
     """The value of `const NAME: u32 = N;` in a WGSL source (how kernels declare their geometry)."""
     m = re.search(rf"\bconst\s+{name}\s*(?::\s*u32\s*)?=\s*(\d+)u?\s*;", source)

@@ -49,3 +49,15 @@ fn bytes4(q: u32) -> vec4<f32> {
 fn ibytes4(q: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xI8(q));
 }
+
+// Values 4j..4j+3 of a block, as the format's parts4 gives them: scale * q + offset.
+struct Parts4 {
+    q: vec4<f32>,
+    scale: f32,
+    offset: f32,
+}
+
+fn dequant4(bb: u32, j: u32) -> vec4<f32> {
+    let p = parts4(bb, j);
+    return p.scale * p.q + p.offset;
+}

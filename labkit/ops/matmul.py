@@ -1,12 +1,18 @@
 """matmul: a linear layer, y = x · Wᵀ (+ bias), with W read in its GGUF format on the GPU.
 
-Weights stay as the file's bytes; a kernel is composed from common.wgsl, the format's
-block reader (quant_<fmt>.wgsl, transcribed from ggml's dequantize_row_*) and a driver
-(matmul.wgsl: rows per thread, fastest on CPU adapters; matmul_wg_reduce.wgsl: one
-workgroup per row, for real GPUs). Each weight format is its own kernel family
-(`matmul_q8_0`, `matmul_q4_k`, ...), so a format fault (Q4_K mins added) binds to exactly
-the weights of that format. The unembedding stage carries the `lm_head` dispatch policy:
-which row windows of the weight get dispatched (post-mortem 002 left the last one out).
+The file's bytes are uploaded unchanged. A kernel is composed from common.wgsl, the format's
+block reader (quant_<fmt>.wgsl, transcribed from ggml's dequantize_row_*) and a driver:
+- `repacked` (the default on CPU adapters): repack.wgsl, composed with the same block reader,
+  first rewrites the weight on the GPU as aligned int8 quants with per-group scales; then
+  matmul_tiled.wgsl (16 tokens x 8 rows per thread, prefill) or matmul_matvec.wgsl (4 rows
+  per thread, decode) reads it. Chosen per matmul by its token count.
+- `row` (matmul.wgsl) and `wg_reduce` (matmul_wg_reduce.wgsl, the default on real GPUs)
+  read the GGUF bytes themselves.
+Each weight format is its own kernel family (`matmul_q8_0`, `matmul_q4_k`, ...), so a format
+fault (Q4_K mins added) binds to exactly the weights of that format; it lives in the block
+reader, so it is repacked with the weight. The unembedding stage carries the `lm_head`
+dispatch policy: which row windows of the weight get dispatched (post-mortem 002 left the
+last one out).
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from labkit.errors import UnsupportedTensorTypeError
-from labkit.ops.base import Kernel, Op, Params, Policy, compose
+from labkit.ops.base import Kernel, Op, Params, Policy, compose, wgsl_const, wgsl_file
 
 PARAMS = Params(
     K="u32", rows="u32", T="u32", row0="u32", x_offset="u32", x_stride="u32", y_offset="u32", y_stride="u32"
 )
+
+REPACK_PARAMS = Params(K="u32", rows="u32", row0="u32")
 
 FORMATS = {
     GGMLQuantizationType.F32: "f32",
@@ -34,7 +42,9 @@ FORMATS = {
 }
 
 # driver name -> kernel file
-DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce"}
+DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
+INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
+MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
 
 
 def format_name(ggml_type: int) -> str:
@@ -88,20 +98,44 @@ def source(fmt: str, driver: str = "row", quant: str = "") -> str:
     return compose("common", f"quant_{fmt}" + (f"_{quant}" if quant else ""), DRIVERS.get(driver, driver))
 
 
+def group_of(fmt: str) -> int:
+    """Values per (scale, offset) of a format (its quant file's GROUP): 32, or 16 for Q6_K."""
+    return wgsl_const(wgsl_file(f"quant_{fmt}"), "GROUP", 0)
+
+
+def repacked_source(fmt: str, T: int) -> str:
+    """The fast driver for a matmul of T tokens on repacked weights: matvec for decode, tiled for
+    prefill. It reads no GGUF bytes, so only the format's GROUP is composed in."""
+    driver = "matvec" if T <= MATVEC_MAX_T else "tiled"
+    return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(DRIVERS[driver])
+
+
+def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Kernel:
+    """A kernel on repacked weights; `quant` names a variant block reader, which the repack uses."""
+    return Kernel(f"matmul_{fmt}", name, doc, lambda shape: repacked_source(fmt, shape.T),
+                  repack=lambda: source(fmt, "repack", quant), **kw)  # fmt: skip
+
+
 def _kernels() -> tuple[Kernel, ...]:
     out = []
     for fmt in FORMATS.values():
         fam = f"matmul_{fmt}"
-        out.append(Kernel(fam, "row", "rows per thread, token tiles (fastest on CPU adapters)",
-                          lambda shape, f=fmt: source(f), prefer="cpu"))  # fmt: skip
-        out.append(Kernel(fam, "wg_reduce", "one workgroup per row, shared-memory reduction (for real GPUs)",
-                          lambda shape, f=fmt: source(f, "wg_reduce"), prefer="gpu"))  # fmt: skip
+        if fmt in INTEGER_FORMATS:
+            doc = (
+                "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
+            )
+            out.append(repacked_kernel(fmt, "repacked", doc, prefer="cpu"))
+        row_prefer = None if fmt in INTEGER_FORMATS else "cpu"
+        out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
+                          lambda shape, f=fmt: source(f), prefer=row_prefer))  # fmt: skip
+        out.append(Kernel(fam, "wg_reduce", "one workgroup per row on the GGUF bytes, shared-memory reduction "
+                          "(for real GPUs)", lambda shape, f=fmt: source(f, "wg_reduce"), prefer="gpu"))  # fmt: skip
     out.append(
-        Kernel(
-            "matmul_q4_k",
+        repacked_kernel(
+            "q4_k",
             "mins_added",
             "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)",
-            lambda shape: source("q4_k", quant="mins_added"),
+            quant="mins_added",
             faulty=True,
         )
     )

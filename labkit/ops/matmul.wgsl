@@ -19,8 +19,9 @@
 //   for r < rows, t < T; nothing else in Y is written. f32 activations and accumulators.
 //   const ROWS_PER_WG, TOKENS_PER_WG: the host launches
 //     ceil(rows / ROWS_PER_WG) * ceil(T / TOKENS_PER_WG) workgroups as a 1-D count, split
-//     into 2-D above 65 535 per dimension: linear id = wid.x + wid.y * nwg.x, row groups
-//     fastest (id = tile * row_groups + row_group); ids past the end return at once.
+//     into 2-D above 65 535 per dimension: linear id = wid.x + wid.y * nwg.x; ids past the end
+//     return at once. Each driver maps the id to (row group, token tile) its own way: here row
+//     groups fastest (id = tile * row_groups + row_group), token tiles fastest in matmul_tiled.
 //   K must be a multiple of QK, except for F32/F16 (QK = 4) where the last partial block
 //   is read whole and its lanes past K are ignored.
 //

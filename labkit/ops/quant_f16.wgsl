@@ -7,6 +7,8 @@ fn row_bytes(K: u32) -> u32 {
     return K * 2u;
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(read_u32(bb)), unpack2x16float(read_u32(bb + 4u)));
+const GROUP: u32 = 4u;  // not integer quants: no repacked layout
+
+fn parts4(bb: u32, j: u32) -> Parts4 {
+    return Parts4(vec4<f32>(unpack2x16float(read_u32(bb)), unpack2x16float(read_u32(bb + 4u))), 1.0, 0.0);
 }

@@ -8,9 +8,10 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
-    let d = read_f16(bb);
+const GROUP: u32 = 32u;
+
+fn parts4(bb: u32, j: u32) -> Parts4 {
     let q = read_u32(bb + 2u + 4u * (j & 3u));       // qs[4(j%4) .. 4(j%4)+3]
     let nib = (q >> ((j >> 2u) * 4u)) & 0x0f0f0f0fu;  // low nibbles for j < 4, high after
-    return d * (bytes4(nib) - 8.0);
+    return Parts4(bytes4(nib) - 8.0, read_f16(bb), 0.0);
 }

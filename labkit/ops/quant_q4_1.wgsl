@@ -8,10 +8,10 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
-    let d = read_f16(bb);
-    let m = read_f16(bb + 2u);
+const GROUP: u32 = 32u;
+
+fn parts4(bb: u32, j: u32) -> Parts4 {
     let q = read_u32(bb + 4u + 4u * (j & 3u));
     let nib = (q >> ((j >> 2u) * 4u)) & 0x0f0f0f0fu;
-    return d * bytes4(nib) + m;
+    return Parts4(bytes4(nib), read_f16(bb), read_f16(bb + 2u));
 }

@@ -11,6 +11,8 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
+const GROUP: u32 = 32u;
+
 // ggml's get_scale_min_k4(is, scales): the 6-bit (scale, min) of sub-block is (0..7).
 fn scale_min_k4(bb: u32, is: u32) -> vec2<f32> {
     let s = bb + 4u;
@@ -22,7 +24,7 @@ fn scale_min_k4(bb: u32, is: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
+fn parts4(bb: u32, j: u32) -> Parts4 {
     let c = j >> 4u;             // 64-value chunk
     let hi = (j >> 3u) & 1u;     // second half of the chunk: high nibbles
     let l0 = 4u * (j & 7u);      // first of the 4 bytes within the chunk's 32
@@ -31,5 +33,5 @@ fn dequant4(bb: u32, j: u32) -> vec4<f32> {
     let m = read_f16(bb + 2u) * sm.y;
     let q = read_u32(bb + 16u + 32u * c + l0);
     let nib = (q >> (4u * hi)) & 0x0f0f0f0fu;
-    return d * bytes4(nib) - m;
+    return Parts4(bytes4(nib), d, -m);
 }

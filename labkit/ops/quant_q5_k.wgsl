@@ -10,7 +10,8 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
-// ggml's get_scale_min_k4(is, scales): the 6-bit (scale, min) of sub-block is (0..7).
+const GROUP: u32 = 32u;
+
 fn scale_min_k4(bb: u32, is: u32) -> vec2<f32> {
     let s = bb + 4u;
     if (is < 4u) {
@@ -21,7 +22,7 @@ fn scale_min_k4(bb: u32, is: u32) -> vec2<f32> {
     return vec2<f32>(f32(sc), f32(m));
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
+fn parts4(bb: u32, j: u32) -> Parts4 {
     let c = j >> 4u;
     let hi = (j >> 3u) & 1u;
     let l0 = 4u * (j & 7u);
@@ -32,5 +33,5 @@ fn dequant4(bb: u32, j: u32) -> vec4<f32> {
     let q = read_u32(bb + 48u + 32u * c + l0);
     let h = read_u32(bb + 16u + l0);
     let v = ((q >> (4u * hi)) & 0x0f0f0f0fu) | (((h >> is) & 0x01010101u) << 4u);
-    return d * bytes4(v) - m;
+    return Parts4(bytes4(v), d, -m);
 }

@@ -11,7 +11,9 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
+const GROUP: u32 = 16u;  // a scale per 16 values
+
+fn parts4(bb: u32, j: u32) -> Parts4 {
     let n = j >> 5u;            // 128-value half
     let g = (j >> 3u) & 3u;     // 32-value quarter of the half
     let l0 = 4u * (j & 7u);     // first l of the 4 values
@@ -19,5 +21,5 @@ fn dequant4(bb: u32, j: u32) -> vec4<f32> {
     let qh = read_u32(bb + 128u + 32u * n + l0);
     let q = ((ql >> (4u * (g >> 1u))) & 0x0f0f0f0fu) | (((qh >> (2u * g)) & 0x03030303u) << 4u);
     let sc = f32(read_i8(bb + 192u + 8u * n + 2u * g + (l0 >> 4u)));
-    return read_f16(bb + 208u) * sc * (bytes4(q) - 32.0);
+    return Parts4(bytes4(q) - 32.0, read_f16(bb + 208u) * sc, 0.0);
 }

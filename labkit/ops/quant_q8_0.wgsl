@@ -7,7 +7,8 @@ fn row_bytes(K: u32) -> u32 {
     return K / QK * BLOCK_BYTES;
 }
 
-fn dequant4(bb: u32, j: u32) -> vec4<f32> {
-    let d = read_f16(bb);
-    return d * ibytes4(read_u32(bb + 2u + 4u * j));
+const GROUP: u32 = 32u;
+
+fn parts4(bb: u32, j: u32) -> Parts4 {
+    return Parts4(ibytes4(read_u32(bb + 2u + 4u * j)), read_f16(bb), 0.0);
 }

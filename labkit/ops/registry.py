@@ -3,7 +3,7 @@
 (The third kind, samplers, lives with the sampler in labkit.sampling.) A selection maps a
 family, or one layer's family (`blk.5.rope`), to a variant name; "default" is the correct
 variant, and for families with an adapter preference (the matmuls) it means the kernel
-shaped for this adapter: rows per thread on a CPU, a workgroup per row on a GPU.
+shaped for this adapter: repacked int8 tiles on a CPU, a workgroup per row on a GPU.
 Users add WGSL with `register_variant`; nothing else writes here.
 """
 
@@ -80,7 +80,7 @@ def describe(family: str, name: str) -> str:
     if family in POLICIES:
         return get_policy(family, name).doc
     if name == "default" and "default" not in KERNELS.get(family, {}):
-        return "the kernel shaped for the adapter: row on a CPU, wg_reduce on a GPU"
+        return "the kernel shaped for the adapter: repacked on a CPU, wg_reduce on a GPU"
     return get_kernel(family, name).doc
 
 
@@ -135,7 +135,8 @@ def selected(selection: dict[str, str], family: str, layer: int | None) -> str:
 
 
 def kernel_source(family: str, name: str = "default") -> str:
-    """WGSL text of a registered kernel (for "attn_scores" default: the prefill kernel)."""
+    """WGSL text of a registered kernel (for "attn_scores" default: the prefill kernel; for a
+    repacked matmul: its prefill driver, which reads the weight repacked by `repack_source`)."""
     family = resolve_family(family, name)
     if family == "sampling":
         import inspect
@@ -170,15 +171,24 @@ def _bindings(src: str) -> dict[tuple[int, int], str]:
     return out
 
 
+def _binding_types(src: str) -> list[str]:
+    """The declared types of a source's bindings, in order (`array<u32>` for GGUF bytes, `array<vec4<u32>>`
+    for the repacked layout): what tells a matmul driver on raw bytes from one on repacked weights."""
+    comment = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+    return re.findall(r"@binding\(\s*\d+\s*\)\s*var\b[^:]*:\s*([^;]+);", comment.sub(" ", src))
+
+
 def check_interface(family: str, name: str, wgsl: str) -> Kernel:
     """The shipped kernel whose bindings `wgsl` declares (same set of @group/@binding, address
-    space and access), checked for its struct Params too; VariantInterfaceError otherwise."""
+    space and access; where several match, the one with the same binding types), checked for its
+    struct Params too; VariantInterfaceError otherwise."""
     got = _bindings(wgsl)
     shipped = [k for k in KERNELS[family].values() if (family, k.name) in SHIPPED]
-    for k in shipped:
-        if _bindings(k.source()) == got:
-            OPS[OP_OF_FAMILY[family]].params.check(wgsl, f"{family}/{name}")
-            return k
+    alike = [k for k in shipped if _bindings(k.source()) == got]
+    if alike:
+        OPS[OP_OF_FAMILY[family]].params.check(wgsl, f"{family}/{name}")
+        types = _binding_types(wgsl)
+        return next((k for k in alike if _binding_types(k.source()) == types), alike[0])
     want = _bindings(shipped[0].source())
 
     def at(key: tuple[int, int]) -> str:
@@ -214,6 +224,7 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
 
     like = check_interface(family, name, wgsl)  # the interface first: a renamed field also breaks compiling
     compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
-    kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups)
+    kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups,
+                    repack=like.repack)  # fmt: skip
     KERNELS[family][name] = kernel
     return kernel

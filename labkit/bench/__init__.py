@@ -1,0 +1,187 @@
+"""Benchmarks: prefill at several prompt lengths, decode, and a re-run after a switch, for the GPU
+path, the float64 numpy reference and llama.cpp, measured in one process.
+
+Every figure is the median of `repeats` runs after a warm-up, and is reported as a ratio against
+the reference measured in the same run (speed on this machine depends on what else runs; ratios
+taken together are what compare). Per op family, GPU time comes from timestamp queries, with the
+matmuls' GFLOP/s and GB/s (GGUF bytes read). `labkit bench` prints the table; `--json` the data.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from labkit.errors import LabkitError
+from labkit.lab import Lab
+from labkit.lab import open as open_lab
+
+GOLDEN_DIR = resources.files("labkit") / "data" / "golden"  # package data
+TEXT = (
+    " The sky is blue because air scatters the short wavelengths of sunlight more than the long ones,"
+    " so blue light reaches the eye from every direction while red light travels straight on."
+)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set. VmHWM, not getrusage: ru_maxrss survives exec, so a
+    child of a big process (pytest) would report its parent's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+@dataclass
+class LengthFigures:
+    """One engine at one prompt length: median seconds (None: not measured, with the reason in `note`)."""
+
+    length: int
+    logits_all_s: float | None = None  # logits at every position
+    all_stages_s: float | None = None  # every stage captured
+    last_only_s: float | None = None  # output_norm and the last position's logits
+    note: str = ""
+
+
+@dataclass
+class EngineFigures:
+    engine: str
+    load_s: float
+    lengths: list[LengthFigures]
+    decode_tok_s: float | None = None
+    rerun_after_switch_s: float | None = None
+    peak_rss_mb: float | None = None
+
+
+@dataclass
+class OpFamilyTime:
+    """GPU time of one kernel family over a pass, from timestamp queries."""
+
+    family: str
+    ms: float
+    dispatches: int
+    gflops: float | None = None  # matmuls: 2·T·K·N per ms
+    gbps: float | None = None  # matmuls: GGUF weight bytes per ms
+
+
+@dataclass
+class BenchReport:
+    model: str
+    adapter: str
+    repeats: int
+    engines: dict[str, EngineFigures]
+    op_families: list[OpFamilyTime] = field(default_factory=list)
+    op_families_at: int = 0
+
+    def ratios(self) -> dict[str, float]:
+        """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
+        out: dict[str, float] = {}
+        ref, gpu = self.engines.get("reference"), self.engines.get("gpu")
+        for name, eng in self.engines.items():
+            if name == "reference" or ref is None:
+                continue
+            for mine, theirs in zip(eng.lengths, ref.lengths):
+                if mine.logits_all_s and theirs.logits_all_s:
+                    out[f"{name}/reference prefill T={mine.length}"] = mine.logits_all_s / theirs.logits_all_s
+            if eng.decode_tok_s and ref.decode_tok_s:
+                out[f"{name}/reference decode rate"] = eng.decode_tok_s / ref.decode_tok_s
+        for f in gpu.lengths if gpu else []:
+            if f.all_stages_s and f.logits_all_s:
+                out[f"gpu all stages / logits only T={f.length}"] = f.all_stages_s / f.logits_all_s
+        return out
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), ratios=self.ratios())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BenchReport:
+        """The inverse of to_dict (`labkit bench --json` output); the ratios are derived again."""
+        engines = {
+            k: EngineFigures(**{**v, "lengths": [LengthFigures(**f) for f in v["lengths"]]})
+            for k, v in data["engines"].items()
+        }
+        ops = [OpFamilyTime(**o) for o in data.get("op_families", [])]
+        rest = {k: v for k, v in data.items() if k not in ("engines", "op_families", "ratios")}
+        return cls(**rest, engines=engines, op_families=ops)
+
+    def table(self) -> str:
+        from labkit.bench.table import render
+
+        return render(self)
+
+
+def median_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def prompt_of(lab: Lab, length: int) -> list[int]:
+    """`length` token ids of real text (BOS first), the text repeated as needed."""
+    ids = lab.tokenize(TEXT * 8)
+    while len(ids) < length:
+        ids += ids[1:]
+    return ids[:length]
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    return (lambda msg: None) if quiet else (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+
+
+def measure(fn: Callable[[], object], repeats: int, what: str, say) -> tuple[float | None, str]:
+    """(median seconds, "") or (None, why) when the engine cannot run it (a typed labkit error)."""
+    say(what)
+    try:
+        return median_time(fn, repeats), ""
+    except LabkitError as e:
+        return None, f"{type(e).__name__}: {str(e).split('.')[0]}"
+
+
+def run_bench(
+    model: str = "gemma3-270m",
+    lengths: tuple[int, ...] = (8, 128),
+    repeats: int = 3,
+    decode_tokens: int = 32,
+    quiet: bool = False,
+    engines: tuple[str, ...] = ("gpu", "reference", "llamacpp"),
+) -> BenchReport:
+    """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp."""
+    from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_reference, op_family_times
+
+    say = progress(quiet)
+    out: dict[str, EngineFigures] = {}
+    lab = open_lab(model)
+    if "gpu" in engines:
+        out["gpu"] = bench_gpu(lab, lengths, repeats, decode_tokens, say)
+        ops_at = max((n for n in lengths if n <= 512), default=min(lengths))
+        ops = op_family_times(lab, prompt_of(lab, ops_at))
+    else:
+        ops, ops_at = [], 0
+    if "reference" in engines:
+        out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say)
+    if "llamacpp" in engines:
+        lc = bench_llamacpp(lab, lengths, repeats, decode_tokens, say)
+        if lc is not None:
+            out["llamacpp"] = lc
+    from labkit.gpu.device import get_device
+
+    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at)
+
+
+def save(report: BenchReport, path: Path) -> None:
+    path.write_text(json.dumps(report.to_dict(), indent=1))

@@ -1,0 +1,149 @@
+"""How each engine is measured: the GPU path, the float64 reference, llama.cpp.
+
+The same prompts (real text, cut to each length) and the same medians for all three, so their
+ratios mean something. A length an engine cannot run (a 2048-token Gemma pass has no room for
+[T, 262144] logits in one buffer) is recorded with its typed error instead of a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from labkit.bench import EngineFigures, LengthFigures, OpFamilyTime, measure, median_time, peak_rss_mb, prompt_of
+from labkit.lab import Lab
+from labkit.lab import open as open_lab
+from labkit.ops import OPS
+
+
+def bench_gpu(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures:
+    t0 = time.perf_counter()
+    lab.executor.upload_all()
+    load = time.perf_counter() - t0
+    figures = [gpu_length(lab, n, repeats, say) for n in lengths]
+    say(f"gpu decode, {decode_tokens} greedy tokens")
+    prompt = prompt_of(lab, 8)
+    lab.generate(prompt, max_new_tokens=4)
+    rates = [lab.generate(prompt, max_new_tokens=decode_tokens).timings["decode_tok_s"] for _ in range(repeats)]
+    rerun = rerun_after_switch(lab, prompt_of(lab, min(lengths)), repeats, say)
+    return EngineFigures("gpu", load, figures, float(np.median(rates)), rerun, peak_rss_mb())
+
+
+def gpu_length(lab: Lab, n: int, repeats: int, say) -> LengthFigures:
+    """The three prefill figures of one prompt length on the GPU path."""
+    ids = prompt_of(lab, n)
+
+    def run(**kw):
+        lab._last_pass = None  # a fresh pass each time, not a re-run of the last one
+        return lab.run(ids, timestamps=False, **kw)
+
+    f = LengthFigures(n)
+    f.logits_all_s, why1 = measure(lambda: run(names=["logits"]), repeats, f"gpu T={n} logits everywhere", say)
+    f.all_stages_s, why2 = measure(run, repeats, f"gpu T={n} every stage captured", say)
+    f.last_only_s, _ = measure(lambda: run(names=["output_norm"]), repeats, f"gpu T={n} output_norm only", say)
+    f.note = "; ".join(dict.fromkeys(w for w in (why1, why2) if w))
+    return f
+
+
+def rerun_after_switch(lab: Lab, ids: list[int], repeats: int, say) -> float:
+    """A re-run of the same prompt after switching the rope variant at the middle layer: only the
+    stages from that layer's rope on are recomputed."""
+    say("gpu re-run after a variant switch at the middle layer")
+    key = f"blk.{lab.config.n_layers // 2}.rope"
+    times = []
+    lab.run(ids, timestamps=False)
+    for i in range(repeats + 1):
+        lab.use(key, "normal_pairs" if i % 2 == 0 else "default")
+        t0 = time.perf_counter()
+        lab.run(ids, timestamps=False)
+        times.append(time.perf_counter() - t0)
+    lab.use(key, "default")
+    return float(np.median(times[1:]))
+
+
+def op_family_times(lab: Lab, ids: list[int]) -> list[OpFamilyTime]:
+    """GPU ms per kernel family over one pass of `ids` (every stage captured), from timestamps."""
+    lab._last_pass = None
+    lab.run(ids)  # warm
+    lab._last_pass = None
+    run = lab.run(ids, timestamps=True)
+    ms, calls, flops, nbytes = defaultdict(float), defaultdict(int), defaultdict(float), defaultdict(float)
+    ex = lab.executor
+    T = len(ids)
+    for st in lab.graph:
+        fam = ex.family(st)
+        ms[fam] += run.timings.get("stage_ms", {}).get(st.name, 0.0)
+        calls[fam] += 1
+        if OPS[st.op].weight == "matrix":
+            t = lab.gguf.tensors[st.weight]
+            rows = t.n_rows if not st.weight_rows else st.weight_rows[1] - st.weight_rows[0]
+            flops[fam] += 2.0 * T * t.n_cols * rows
+            nbytes[fam] += t.nbytes * rows / t.n_rows
+    out = []
+    for fam in sorted(ms, key=ms.get, reverse=True):
+        s = ms[fam] / 1e3
+        gf = flops[fam] / s / 1e9 if flops[fam] and s else None
+        gb = nbytes[fam] / s / 1e9 if nbytes[fam] and s else None
+        out.append(OpFamilyTime(fam, ms[fam], calls[fam], gf, gb))
+    return out
+
+
+def bench_reference(model: str, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures:
+    t0 = time.perf_counter()
+    lab = open_lab(model)
+    lab.reference(prompt_of(lab, 4), names=["logits"])  # dequantizes and caches the float64 weights
+    load = time.perf_counter() - t0
+    figures = []
+    for n in lengths:
+        ids = prompt_of(lab, n)
+        f = LengthFigures(n)
+        logits_only = lambda ids=ids: lab.reference(ids, names=["logits"])  # noqa: E731
+        f.logits_all_s, f.note = measure(logits_only, repeats, f"reference T={n}", say)
+        if f.logits_all_s is not None:
+            every = lambda ids=ids: lab.reference(ids)  # noqa: E731
+            f.all_stages_s, _ = measure(every, repeats, f"reference T={n} every stage", say)
+        figures.append(f)
+    say(f"reference decode, {decode_tokens} greedy tokens")
+    prompt = prompt_of(lab, 8)
+    rates = [lab.generate_reference(prompt, max_new_tokens=decode_tokens).timings["decode_tok_s"] for _ in range(2)]
+    return EngineFigures("reference", load, figures, float(np.median(rates)), None, peak_rss_mb())
+
+
+def bench_llamacpp(lab: Lab, lengths, repeats: int, decode_tokens: int, say, threads: int = 2) -> EngineFigures | None:
+    """llama.cpp on the same file and token ids (extra "oracle"); None when it is not installed.
+    Prefill with logits at every position (logits_all), as the GPU figure is measured."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    t0 = time.perf_counter()
+    n_ctx = max(max(lengths), 64) + decode_tokens + 8
+    llm = llama_cpp.Llama(model_path=str(lab.path), n_ctx=n_ctx, n_threads=threads, n_batch=512,
+                          logits_all=True, verbose=False)  # fmt: skip
+    load = time.perf_counter() - t0
+    figures = []
+    for n in lengths:
+        ids = prompt_of(lab, n)
+
+        def prefill(ids=ids):
+            llm.reset()
+            llm.eval(ids)
+
+        say(f"llama.cpp T={n}")
+        figures.append(LengthFigures(n, logits_all_s=median_time(prefill, repeats)))
+    say(f"llama.cpp decode, {decode_tokens} greedy tokens")
+    prompt = prompt_of(lab, 8)
+    rates = []
+    for _ in range(repeats):
+        llm.reset()
+        llm.eval(prompt)
+        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t0 = time.perf_counter()
+        for _ in range(decode_tokens - 1):
+            llm.eval([nxt])
+            nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        rates.append((decode_tokens - 1) / (time.perf_counter() - t0))
+    llm.close()
+    return EngineFigures("llamacpp", load, figures, float(np.median(rates)), None, None)

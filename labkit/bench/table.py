@@ -1,0 +1,31 @@
+"""The bench report as text: one table per figure kind, ratios last."""
+
+from __future__ import annotations
+
+
+def _s(v: float | None) -> str:
+    return f"{v:9.3f}" if v is not None else f"{'n/a':>9}"
+
+
+def render(report) -> str:
+    r = report
+    lines = [f"{r.model} on {r.adapter}: medians of {r.repeats} runs after a warm-up"]
+    lines.append(f"{'engine':10} {'T':>5} {'logits all':>10} {'all stages':>10} {'last only':>10}  note")
+    for name, eng in r.engines.items():
+        for f in eng.lengths:
+            last = _s(f.last_only_s)
+            lines.append(
+                f"{name:10} {f.length:5} {_s(f.logits_all_s):>10} {_s(f.all_stages_s):>10} {last:>10}  {f.note}"
+            )
+    lines.append(f"{'engine':10} {'load s':>8} {'decode tok/s':>13} {'re-run s':>9} {'peak RSS MB':>12}")
+    for name, eng in r.engines.items():
+        rss = f"{eng.peak_rss_mb:12.0f}" if eng.peak_rss_mb else f"{'':12}"
+        dec = f"{eng.decode_tok_s:13.2f}" if eng.decode_tok_s else f"{'n/a':>13}"
+        lines.append(f"{name:10} {eng.load_s:8.2f} {dec} {_s(eng.rerun_after_switch_s)} {rss}")
+    if r.op_families:
+        lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
+        for o in r.op_families:
+            extra = f"  {o.gflops:6.1f} GFLOP/s  {o.gbps:6.2f} GB/s" if o.gflops else ""
+            lines.append(f"  {o.family:14} {o.ms:9.1f} ms  {o.dispatches:4} stages{extra}")
+    lines += [f"{k}: {v:.2f}" for k, v in r.ratios().items()]
+    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""Cached plans: the GPU objects of a pass, kept and reused by the next pass of the same shape.
+
+A decode step plans the same stages with the same kernels every token; only the uniforms
+(n_past, positions) and the new token's embedding row change. Planning afresh each step made
+~6 000 buffers and bind groups per token (0.3 s of Python and driver calls on lavapipe). While a
+`PlanCache` is active (`with cache.active():`), `labkit.gpu.dispatch` and the executor ask it
+first: the k-th request of a pass for a buffer of a given label and size gets the buffer the k-th
+request got last pass, a uniform slot is rewritten only when its bytes changed, and a bind group
+over the same pipeline and resources is reused. Objects the last pass did not ask for are dropped,
+so a long-running lab holds one pass's objects per cache, not a growing pile.
+
+Reuse is safe because a pass reads its captures back to host arrays before the next pass
+runs; a plan whose regions must outlive the pass (lab.run keeps them to re-run after a variant
+switch) is built without a cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import wgpu
+
+_ACTIVE: ContextVar[PlanCache | None] = ContextVar("labkit_plan_cache", default=None)
+
+
+def active_cache() -> PlanCache | None:
+    """The plan cache the current pass is built with, if any."""
+    return _ACTIVE.get()
+
+
+class PlanCache:
+    def __init__(self, device: Any, round_limit: int = 0):
+        """`round_limit`: storage buffers are rounded up to a power of two while that stays within it,
+        so the attention maps a decode step grows by one key reuse one buffer for many steps."""
+        self.device, self.round_limit = device, int(round_limit)
+        self._buffers: dict[tuple, list[Any]] = {}
+        self._uniforms: list[tuple[Any, bytes]] = []
+        self._binds: dict[tuple, Any] = {}
+        self._used_buffers: dict[tuple, int] = {}
+        self._used_binds: set[tuple] = set()
+        self._n_uniforms = 0
+        self.created = 0  # GPU objects created through this cache (tests: a warm step creates none)
+
+    @contextmanager
+    def active(self) -> Iterator[PlanCache]:
+        """Build one pass with this cache; on exit, drop what the pass did not use."""
+        self._used_buffers, self._used_binds, self._n_uniforms = {}, set(), 0
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+            self._trim()
+
+    def buffer(self, size: int, usage: int, label: str = "") -> Any:
+        """The buffer this request got last pass (same label, size, usage, order), or a new one."""
+        if size <= self.round_limit and usage & wgpu.BufferUsage.STORAGE:
+            size = min(1 << (int(size) - 1).bit_length(), self.round_limit)
+        key = (label, int(size), int(usage))
+        i = self._used_buffers.get(key, 0)
+        self._used_buffers[key] = i + 1
+        pool = self._buffers.setdefault(key, [])
+        if i == len(pool):
+            pool.append(self.device.create_buffer(size=size, usage=usage, label=label))
+            self.created += 1
+        return pool[i]
+
+    def data(self, data: bytes, usage: int, label: str = "") -> Any:
+        """A buffer holding `data`: a reused one, rewritten."""
+        buf = self.buffer(max(16, -(-len(data) // 16) * 16), usage | wgpu.BufferUsage.COPY_DST, label)
+        self.device.queue.write_buffer(buf, 0, data)
+        return buf
+
+    def uniform(self, data: bytes) -> Any:
+        """The pass's next uniform slot, rewritten only if its bytes changed."""
+        i = self._n_uniforms
+        self._n_uniforms += 1
+        if i < len(self._uniforms) and self._uniforms[i][0].size == len(data):
+            buf, old = self._uniforms[i]
+            if old != data:
+                self.device.queue.write_buffer(buf, 0, data)
+                self._uniforms[i] = (buf, data)
+            return buf
+        usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+        buf = self.device.create_buffer_with_data(data=data, usage=usage)
+        self.created += 1
+        if i < len(self._uniforms):
+            self._uniforms[i] = (buf, data)
+        else:
+            self._uniforms.append((buf, data))
+        return buf
+
+    def bind(self, pipeline: Any, resources: list[Any], make: Callable[[], Any]) -> Any:
+        """A bind group over the same pipeline and resources as last pass, or `make()`."""
+        key = (id(pipeline), *(_resource_key(r) for r in resources))
+        self._used_binds.add(key)
+        if key not in self._binds:
+            # the value keeps pipeline and buffers alive, so their ids cannot be reused while cached
+            self._binds[key] = (make(), pipeline, resources)
+            self.created += 1
+        return self._binds[key][0]
+
+    def _trim(self) -> None:
+        self._buffers = {k: v[: self._used_buffers[k]] for k, v in self._buffers.items() if k in self._used_buffers}
+        self._binds = {k: v for k, v in self._binds.items() if k in self._used_binds}
+        del self._uniforms[self._n_uniforms :]
+
+    @property
+    def n_objects(self) -> int:
+        """Buffers, uniforms and bind groups held now."""
+        return sum(map(len, self._buffers.values())) + len(self._uniforms) + len(self._binds)
+
+
+def _resource_key(r: Any) -> tuple:
+    if isinstance(r, tuple):
+        buf, offset, size = r
+        return (id(buf), int(offset), int(size))
+    return (id(r), 0, int(r.size))

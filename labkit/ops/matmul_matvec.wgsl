@@ -1,0 +1,73 @@
+// Matmul driver for decode (T = 1) on repacked weights (repack.wgsl): each thread owns one
+// quad of weight rows of one token; a workgroup covers 256 rows. Same bindings, Params and
+// geometry constants as matmul.wgsl, except that W holds one window in the repacked layout
+// and X is read as vec4 (x_offset, x_stride multiples of 4). Composed after a line declaring
+// the format's GROUP.
+//
+// Per 32 values of K, lane l loads X[k + 4l .. k + 4l + 3] and subgroupBroadcast shares them,
+// so each X value is loaded once per subgroup, not once per lane; one vec4<u32> load brings a
+// word of all 4 rows, and each group's scales and offsets come once per group (FACTS.md:
+// 4.0 GB/s on Gemma's 262 144 x 640 unembedding, against 1.1 for the raw-bytes row kernel).
+// Needs subgroups of at least 8 lanes.
+@group(0) @binding(0) var<storage, read> W: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
+@group(0) @binding(3) var<uniform> P: Params;
+
+const ROWS_PER_THREAD: u32 = 4u;
+const ROWS_PER_WG: u32 = 256u;  // 64 threads x ROWS_PER_THREAD
+const TOKENS_PER_WG: u32 = 1u;
+
+// the 4 rows' values in one quant slot: column i is row i's 4 values
+fn quad4(u: vec4<u32>, s: vec4<f32>, o: vec4<f32>) -> mat4x4<f32> {
+    return mat4x4<f32>(s.x * vec4<f32>(unpack4xI8(u.x)) + o.x, s.y * vec4<f32>(unpack4xI8(u.y)) + o.y,
+                       s.z * vec4<f32>(unpack4xI8(u.z)) + o.z, s.w * vec4<f32>(unpack4xI8(u.w)) + o.w);
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
+    let lin = wid.x + wid.y * nwg.x;
+    let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
+    let t = lin / row_groups;
+    if (t >= P.T) {
+        return;  // uniform per workgroup
+    }
+    let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
+    let quads = (P.rows + 3u) / 4u;
+    let q = min(r / 4u, quads - 1u);  // quads past the end repeat the last, never stored
+    let words = P.K / 4u;
+    let gpr = P.K / GROUP;
+    let s = quads * words + 2u * q * gpr;
+    let xl = (P.x_offset + t * P.x_stride) / 4u + (lane & 7u);
+    var acc = vec4<f32>();
+    // 32 values (8 words) per step; a group is 32 values, or 16 (Q6_K: two per step)
+    for (var c = 0u; c < P.K / 32u; c++) {
+        let g0 = c * 32u / GROUP;
+        let sa = bitcast<vec4<f32>>(W[s + 2u * g0]);
+        let oa = bitcast<vec4<f32>>(W[s + 2u * g0 + 1u]);
+        var sb = sa;
+        var ob = oa;
+        if (GROUP < 32u) {
+            let g1 = (c * 32u + 16u) / GROUP;
+            sb = bitcast<vec4<f32>>(W[s + 2u * g1]);
+            ob = bitcast<vec4<f32>>(W[s + 2u * g1 + 1u]);
+        }
+        let v = X[xl + 8u * c];
+        let w = q * words + 8u * c;
+        acc += subgroupBroadcast(v, 0u) * quad4(W[w], sa, oa);
+        acc += subgroupBroadcast(v, 1u) * quad4(W[w + 1u], sa, oa);
+        acc += subgroupBroadcast(v, 2u) * quad4(W[w + 2u], sa, oa);
+        acc += subgroupBroadcast(v, 3u) * quad4(W[w + 3u], sa, oa);
+        acc += subgroupBroadcast(v, 4u) * quad4(W[w + 4u], sb, ob);
+        acc += subgroupBroadcast(v, 5u) * quad4(W[w + 5u], sb, ob);
+        acc += subgroupBroadcast(v, 6u) * quad4(W[w + 6u], sb, ob);
+        acc += subgroupBroadcast(v, 7u) * quad4(W[w + 7u], sb, ob);
+    }
+    let yb = P.y_offset + t * P.y_stride + P.row0 + r;
+    if (r < P.rows) { Y[yb] = acc.x; }
+    if (r + 1u < P.rows) { Y[yb + 1u] = acc.y; }
+    if (r + 2u < P.rows) { Y[yb + 2u] = acc.z; }
+    if (r + 3u < P.rows) { Y[yb + 3u] = acc.w; }
+}

@@ -1,0 +1,195 @@
+"""Captures that scale, cached plans, and labs that run for a long time, on the real wgpu device.
+
+- positions / names globs / layers cut what a pass captures, and a cut capture holds the same
+  numbers as the full one;
+- a capture set larger than one buffer is split across staging buffers;
+- a buffer over the device's limit is a typed BufferLimitError (a GpuLimitError) that says
+  what to capture instead, raised before any GPU work (a 2048-token Gemma prompt);
+- generate's cached plans create no GPU objects once warm, and leak no state: a decode after
+  another prompt, and a pass after a faulty variant, are bit-identical to a fresh lab's.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+import wgpu
+
+import labkit
+from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError, PromptTooLongError, UnknownStageError
+from labkit.gpu.dispatch import encode
+from labkit.gpu.readback import Readback
+
+IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
+
+
+def rss_mb() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def live_buffers() -> int:
+    gc.collect()
+    return wgpu.diagnostics.object_counts.get_dict()["Buffer"]["count"]
+
+
+@pytest.fixture(scope="module")
+def lab(tiny_model):
+    return labkit.open(tiny_model("gemma3", "Q8_0"))
+
+
+def test_positions_cut_rows_and_keep_values(lab):
+    full = lab.run(IDS)
+    last = lab.run(IDS, positions="last")
+    for name, arr in last.captures.items():
+        assert last.positions[name] == (len(IDS) - 1,), name
+        want = full[name][:, -1:] if arr.ndim == 3 and name.endswith(("attn_scores", "attn_probs")) else full[name][-1:]
+        if name == "logits":  # computed for the last position only: the decode driver, not the tiled one
+            assert arr.shape == (1, lab.config.vocab_size)
+            np.testing.assert_allclose(arr, want, rtol=1e-5, atol=1e-5, err_msg=name)
+        else:
+            assert arr.tobytes() == want.tobytes(), f"{name}: the cut rows differ from the full pass's"
+    cut = lab.run(IDS, positions=slice(2, 9, 3))
+    assert cut.positions["blk.0.q"] == (2, 5, 8)
+    assert cut["blk.0.q"].tobytes() == full["blk.0.q"][[2, 5, 8]].tobytes()
+    assert cut["blk.1.attn_probs"].tobytes() == full["blk.1.attn_probs"][:, [2, 5, 8]].tobytes()
+    np.testing.assert_array_equal(cut.at("blk.0.q", 5), full.at("blk.0.q", 5))
+    with pytest.raises(UnknownStageError, match="holds positions"):
+        cut.at("blk.0.q", 3)
+    assert lab.run(IDS, positions=[-1, 0])["embed"].tobytes() == full["embed"][[0, -1]].tobytes()
+    for bad in ("first", 99, slice(50, 60)):
+        with pytest.raises(InvalidArgumentError):
+            lab.run(IDS, positions=bad)
+
+
+def test_names_globs_and_layers(lab):
+    run = lab.run(IDS, names=["blk.*.attn_out", "logits"])
+    n = lab.config.n_layers
+    assert sorted(run.captures) == sorted([f"blk.{L}.attn_out" for L in range(n)] + ["logits"])
+    run = lab.run(IDS, layers=[1])
+    assert {k for k in run.captures if k.startswith("blk.")} == {s for s in lab.stages if s.startswith("blk.1.")}
+    assert {"embed", "output_norm", "logits"} <= set(run.captures)
+    run = lab.run(IDS, names="blk.*.attn_probs", layers=[0])
+    assert list(run.captures) == ["blk.0.attn_probs"]
+    with pytest.raises(UnknownStageError, match="matching no stage"):
+        lab.run(IDS, names=["blk.*.nope"])
+    with pytest.raises(UnknownStageError, match="no layer 7"):
+        lab.run(IDS, layers=[7])
+
+
+def test_logits_not_captured_are_computed_for_the_last_position_only(lab):
+    """Nothing reads the other positions' logits, so the unembedding runs for one row."""
+    run = lab.run(IDS, names=["output_norm"])
+    assert list(run.captures) == ["output_norm"]
+    plans = lab._last_pass[2].plans
+    assert plans[-1].out.shape[0] == 1, plans[-1].out.shape
+
+
+class SmallBuffers:
+    """The real device, pretending its max-buffer-size is `limit` (to split a small capture)."""
+
+    def __init__(self, device, limit: int):
+        self._device, self.limits = device, dict(device.limits, **{"max-buffer-size": limit})
+
+    def __getattr__(self, name):
+        return getattr(self._device, name)
+
+
+def test_capture_split_across_staging_buffers(lab):
+    ex = lab.executor
+    plans = ex.plan(IDS, ex.new_cache(len(IDS)))
+    wgpu_dev = ex.device
+    enc = wgpu_dev.create_command_encoder()
+    encode(enc, [d for p in plans for d in p.dispatches])
+    whole, split = Readback(wgpu_dev, plans, len(IDS)), Readback(SmallBuffers(wgpu_dev, 4096), plans, len(IDS))
+    whole.record(enc)
+    split.record(enc)
+    wgpu_dev.queue.submit([enc.finish()])
+    assert len(whole.sizes) == 1 and len(split.sizes) > 5 and max(split.sizes) <= 4096, split.sizes
+    a, b = whole.read()[0], split.read()[0]
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_long_gemma_prompt_says_what_to_capture():
+    """2048 tokens of Gemma 3: [2048, 262144] f32 logits are 2 GiB, one byte over lavapipe's
+    max-buffer-size. Raised while planning, before any GPU work; typed both ways."""
+    lab = labkit.open("gemma3-270m")
+    ids = [2] + [1000 + i % 5000 for i in range(2047)]
+    with pytest.raises(BufferLimitError) as e:
+        lab.run(ids)
+    assert isinstance(e.value, GpuLimitError) and isinstance(e.value, PromptTooLongError)
+    msg = str(e.value)
+    assert "logits" in msg and "2048.0 MiB" in msg and 'positions="last"' in msg, msg
+
+
+def decode(lab, prompt_ids, steps: int) -> list[bytes]:
+    """Greedy decode through generate's cached plans; the logits bytes of every step."""
+    ex = lab.executor
+    cache = ex.new_cache(len(prompt_ids) + steps)
+    out, ids = [], list(prompt_ids)
+    for _ in range(steps):
+        plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")
+        res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
+        logits = res.captures["logits"][-1]
+        out.append(logits.tobytes())
+        ids = [int(np.argmax(logits))]
+    return out
+
+
+def test_warm_decode_creates_no_gpu_objects(lab):
+    decode(lab, IDS, 3)
+    cache = lab.executor.plan_cache("decode")
+    ex = lab.executor
+    kv = ex.new_cache(len(IDS) + 8)
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    for step in range(4):
+        before = cache.created
+        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, plan_cache=cache)
+        if step >= 1:  # the first step on a new KV cache binds it once
+            assert cache.created == before, f"step {step}: {cache.created - before} GPU objects created"
+
+
+def test_cached_plans_leak_no_state(tiny_model):
+    """Decode after another prompt equals a fresh lab's decode; a pass after a faulty-variant pass
+    equals a fresh lab's pass; both bit for bit."""
+    path = tiny_model("gemma3", "Q8_0")
+    used, fresh = labkit.open(path), labkit.open(path)
+    other = [1, 4, 4, 9, 2, 7, 7, 3]
+    decode(used, other, 5)
+    assert decode(used, IDS, 6) == decode(fresh, IDS, 6)
+    used.use("rmsnorm", "scale_clamp")
+    faulty = used.run(IDS)
+    used.use("rmsnorm", "default")
+    again, clean = used.run(IDS), fresh.run(IDS)
+    assert faulty["logits"].tobytes() != clean["logits"].tobytes()
+    for name in clean.captures:
+        assert again[name].tobytes() == clean[name].tobytes(), name
+
+
+def test_long_running_lab_is_bounded(tiny_model):
+    """200 passes (runs and cached decode steps) and 50 variant switches: RSS and the count of live
+    GPU buffers stop growing once warm."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    switches = [("rope", "normal_pairs"), ("rope", "default"), ("softmax", "no_max_sub"), ("softmax", "default"),
+                ("matmul_q8_0", "row"), ("matmul_q8_0", "default")]  # fmt: skip
+
+    def rounds(n: int, k0: int) -> None:
+        for k in range(k0, k0 + n):
+            if k % 4 == 0:
+                lab.use(*switches[(k // 4) % len(switches)])
+            if k % 2:
+                lab.run(IDS if k % 3 else IDS[:5])
+            else:
+                decode(lab, IDS[: 3 + k % 4], 2)
+
+    rounds(24, 0)  # warm: every switch and shape once
+    buffers, rss = live_buffers(), rss_mb()
+    rounds(176, 24)  # 176 more rounds: 200 in all, 50 switches
+    grown_buffers, grown_rss = live_buffers() - buffers, rss_mb() - rss
+    assert grown_buffers <= 50, f"{grown_buffers} more live GPU buffers after 176 more passes"
+    assert grown_rss < 60, f"RSS grew {grown_rss:.0f} MB over 176 more passes"
