@@ -399,3 +399,25 @@ def test_non_editable_install_runs_a_case(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     report = json.loads(p.stdout)
     assert report["passed"] and report["first_divergence"] == "blk.0.attn_norm"
+
+
+def test_bench_lengths_json(tiny_model):
+    """`labkit bench --lengths --json`: every engine at every length (llama.cpp cannot load a tiny
+    file and is left out), the re-run and per-op figures, ratios derived again on load."""
+    from labkit.bench import BenchReport
+
+    model = tiny_model("llama", "Q8_0")
+    p = labkit("bench", str(model), "--lengths", "3,17", "--repeats", "1", "--decode-tokens", "3", "--json")
+    assert p.returncode == 0, p.stderr
+    assert "bench:" not in p.stderr  # --json is quiet
+    report = BenchReport.from_dict(json.loads(p.stdout))
+    assert set(report.engines) == {"gpu", "reference"}
+    gpu = report.engines["gpu"]
+    assert [f.length for f in gpu.lengths] == [3, 17]
+    assert all(f.logits_all_s and f.all_stages_s and f.last_only_s for f in gpu.lengths)
+    assert gpu.decode_tok_s > 0 and gpu.rerun_after_switch_s > 0 and gpu.peak_rss_mb > 0
+    fams = {o.family: o for o in report.op_families}
+    assert fams["matmul_q8_0"].gflops > 0 and fams["matmul_q8_0"].gbps > 0
+    assert "gpu/reference prefill T=17" in report.ratios()
+    assert_one_line_error(labkit("bench", str(model), "--lengths", "3,x"), "--lengths")
+    assert_one_line_error(labkit("bench", str(model), "--engines", "gpu,vllm"), "vllm")

@@ -120,8 +120,12 @@ def bench_llamacpp(lab: Lab, lengths, repeats: int, decode_tokens: int, say, thr
         return None
     t0 = time.perf_counter()
     n_ctx = max(max(lengths), 64) + decode_tokens + 8
-    llm = llama_cpp.Llama(model_path=str(lab.path), n_ctx=n_ctx, n_threads=threads, n_batch=512,
-                          logits_all=True, verbose=False)  # fmt: skip
+    try:
+        llm = llama_cpp.Llama(model_path=str(lab.path), n_ctx=n_ctx, n_threads=threads, n_batch=512,
+                              logits_all=True, verbose=False)  # fmt: skip
+    except ValueError as e:  # a file llama.cpp will not load: the report goes on without it
+        say(f"llama.cpp cannot load {lab.path.name}: {e}")
+        return None
     load = time.perf_counter() - t0
     figures = []
     for n in lengths:
