@@ -56,7 +56,9 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     for model in args.models:  # one process per model: peak RSS is per process
         cmd = [sys.executable, "-m", "labkit.cli", "bench", model, "--lengths", args.lengths, "--repeats", args.repeats]
-        out = subprocess.run(cmd + ["--json"], capture_output=True, text=True, check=True)
+        out = subprocess.run(cmd + ["--json"], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(f"{model}: labkit bench failed ({out.returncode}):\n{out.stderr[-3000:]}")
         report = BenchReport.from_dict(json.loads(out.stdout))
         print(report.table(), end="\n\n")
         (OUT / f"{model}.json").write_text(json.dumps(report.to_dict(), indent=1))

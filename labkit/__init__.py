@@ -1,6 +1,7 @@
 """labkit: a Jupyter-first lab for LLM inference on WebGPU, one named stage at a time."""
 
 from labkit import cases as _cases_package  # the package stays importable as `labkit.cases` (sys.modules)
+from labkit import sweep as _sweep_package  # noqa: F401 (likewise `labkit.sweep`: the attribute is the function)
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
 from labkit.dumps import load_dumps
@@ -11,6 +12,7 @@ from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.ops.registry import kernel_source, register_variant
 from labkit.runfile import load_run
 from labkit.sampling import Sampler
+from labkit.sweep import reduce_prompt, sweep
 
 
 def cases() -> list:
@@ -38,4 +40,6 @@ __all__ = [
     "kernel_source",
     "register_variant",
     "open",
+    "reduce_prompt",
+    "sweep",
 ]

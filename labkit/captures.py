@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -138,15 +139,13 @@ class Stats:
         return _stats_html(self)
 
 
-@dataclass(frozen=True)
-class TopToken:
+class TopToken(NamedTuple):
+    """One of `run.top(k)`: indexable and unpackable (`piece, id, logit, prob = t`), named too."""
+
     piece: str
     id: int
     logit: float
     prob: float
-
-    def __iter__(self):  # so `piece, id, logit, prob = t` works
-        return iter((self.piece, self.id, self.logit, self.prob))
 
 
 @dataclass

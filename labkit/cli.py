@@ -275,6 +275,39 @@ def _lengths(text: str) -> tuple[int, ...]:
     return out
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from labkit.sweep import parse_selection, read_prompts, sweep, throughput
+
+    prompts = read_prompts(args.prompts)
+    selections = [parse_selection(v) for v in args.variant] or [{}]
+    df = sweep(args.models, prompts, selections, args.against, scheduler=args.scheduler, out=args.out,
+               progress=not args.json, n_workers=args.workers)  # fmt: skip
+    rate = throughput(df)
+    data = {"config": df.attrs["labkit.sweep"], "throughput": rate, "rows": json.loads(df.to_json(orient="records"))}
+    cols = ["model", "n_tokens", "variants", "first_divergence", "first_divergence_position", "top1_agree", "error"]
+
+    def text() -> str:
+        table = df[[c for c in cols if c in df]].to_string(index=False, max_colwidth=40)
+        saved = f"\nsaved to {args.out}" if args.out else ""
+        pace = f"{rate['tasks_per_min']:.1f} per minute, {100 * rate['open_share']:.0f}% of task time opening labs"
+        return f"{table}\n{int(rate['tasks'])} pass pairs on {int(rate['workers'])} worker(s): {pace}{saved}"
+
+    _emit(args, data, text)
+    return 0
+
+
+def cmd_reduce(args: argparse.Namespace) -> int:
+    from labkit.sweep import parse_selection, reduce_prompt
+
+    prompt = _tokens(args.tokens) if args.tokens else args.prompt
+    if prompt is None:
+        raise InvalidArgumentError("give --prompt TEXT or --tokens IDS")
+    sel = parse_selection(",".join(args.variant)) if args.variant else {}
+    red = reduce_prompt(args.model, prompt, sel, args.against, scheduler=args.scheduler, n_workers=args.workers)
+    _emit(args, {k: v for k, v in vars(red).items()}, red.summary)
+    return 0
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
@@ -351,6 +384,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("b", metavar="B.gguf")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_diff_weights)
+
+    s = sub.add_parser("sweep", help="prompts x variant selections x models on Dask, one row per pass pair")
+    s.add_argument("models", nargs="+", metavar="MODEL")
+    s.add_argument("--prompts", required=True, metavar="FILE", help=".txt (one per line) or .jsonl")
+    s.add_argument("--variant", action="append", default=[], metavar="OP=NAME[,OP=NAME]",
+                   help="one selection to sweep (repeat for more; commas join ops into one)")  # fmt: skip
+    s.add_argument("--against", choices=["reference", "llamacpp", "default"], default="reference")
+    s.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a running Dask scheduler (default: local)")
+    s.add_argument("--workers", type=_count, default=None, help="local worker processes (default: one per core)")
+    s.add_argument("--out", metavar="RESULTS.parquet")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_sweep)
+
+    s = sub.add_parser("reduce", help="the shortest prompt that still diverges at the same stage kind (ddmin)")
+    s.add_argument("model")
+    s.add_argument("--prompt")
+    s.add_argument("--tokens", help="comma-separated token ids instead of --prompt")
+    s.add_argument("--variant", action="append", default=[], metavar="OP=NAME[,OP=NAME]")
+    s.add_argument("--against", choices=["reference", "llamacpp", "default"], default="reference")
+    s.add_argument("--scheduler", metavar="tcp://HOST:PORT")
+    s.add_argument("--workers", type=_count, default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_reduce)
 
     s = sub.add_parser("cases", help="list the post-mortem cases")
     s.add_argument("--json", action="store_true")

@@ -83,7 +83,7 @@ class Comparison:
         for r in self.rows:
             if only_failed and r.passed:
                 continue
-            mark = "ok" if r.passed else "FAIL " + _reason(r)
+            mark = "ok" if r.passed else "FAIL " + failure_reason(r)
             lines.append(f"{r.stage:28} {r.nmse:10.3e} {r.threshold:8.0e} {r.max_abs:10.3e}  {mark}")
         if self.missing:
             lines.append("not compared: " + ", ".join(self.missing))
@@ -93,7 +93,7 @@ class Comparison:
         rows = "".join(
             f"<tr style='color:{'inherit' if r.passed else '#c00'}'><td>{r.stage}</td><td>{r.nmse:.3e}</td>"
             f"<td>{r.threshold:.0e}</td><td>{r.max_abs:.3e}</td>"
-            f"<td>{'ok' if r.passed else 'FAIL ' + _reason(r)}</td></tr>"
+            f"<td>{'ok' if r.passed else 'FAIL ' + failure_reason(r)}</td></tr>"
             for r in self.rows
         )
         missing = f"<p>not compared: {', '.join(self.missing)}</p>" if self.missing else ""
@@ -117,9 +117,13 @@ class Comparison:
         }
 
 
-def _reason(r: StageComparison) -> str:
-    """The failure as people read it: `nmse 3.1e-02 > 1e-05`, `12 NaN`, `inf mismatch`, ..."""
-    return f"nmse {r.nmse:.3e} > {r.threshold:.0e}" if r.reason == "nmse" else r.reason
+def failure_reason(r: StageComparison) -> str:
+    """The failure as people read it: `nmse 3.1e-02 > 1e-05`, or the reason that is not the NMSE
+    with the NMSE beside it (`inf mismatch (nmse 3.111e-14, threshold 1e-05)`): a ">" only where
+    the NMSE really is above its threshold."""
+    if r.reason == "nmse":
+        return f"nmse {r.nmse:.3e} > {r.threshold:.0e}"
+    return f"{r.reason} (nmse {r.nmse:.3e}, threshold {r.threshold:.0e})"
 
 
 def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritten: int = 0) -> str:

@@ -7,6 +7,7 @@ weights and the GPU executor are each built on first use.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from labkit.captures import Run
-from labkit.errors import InvalidArgumentError, PromptTooLongError
+from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
 from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.gguf_file import GgufFile, open_gguf
 from labkit.model.graph import Stage, build_graph
@@ -58,6 +59,7 @@ class Lab:
         # {family or blk.L.family: variant}, aliases resolved; shared with the executor
         self.selected: dict[str, str] = check_selection(dict(variants or {}))
         self._last_pass = None
+        self._listeners: list[weakref.ref] = []  # called with the selection after every use()
         self.debug = debug
         self.window_bytes = window_bytes  # split weights into row windows of at most this many bytes
         self.load_seconds = time.perf_counter() - t0
@@ -71,6 +73,15 @@ class Lab:
 
     def tokenize(self, text: str, add_bos: bool | None = None) -> list[int]:
         return self.tokenizer.encode(text, add_bos=add_bos)
+
+    def token_id(self, text: str) -> int:
+        """The id of a text that is one token (`lab.token_id(" blue")`, no BOS); a TokenizerError
+        naming the pieces when it is not one token."""
+        ids = self.tokenize(text, add_bos=False)
+        if len(ids) != 1:
+            pieces = [self.piece(i) for i in ids]
+            raise TokenizerError(f"{text!r} is {len(ids)} tokens, not one: {list(zip(ids, pieces))}")
+        return ids[0]
 
     def detokenize(self, ids: list[int]) -> str:
         return self.tokenizer.decode(list(ids))
@@ -203,7 +214,19 @@ class Lab:
             self.selected.pop(key, None)
         else:
             self.selected[key] = name
+        for ref in list(self._listeners):
+            fn = ref()
+            if fn is None:
+                self._listeners.remove(ref)
+            else:
+                fn(dict(self.selected))
         return self
+
+    def on_variants_changed(self, method) -> None:
+        """Call a bound method with the selection after each `use()` (a widget that shows the
+        selection stays true to it when another cell switches). Held weakly: a widget that is gone
+        is not kept alive by the lab."""
+        self._listeners.append(weakref.WeakMethod(method))
 
     def kernels(self) -> dict[str, dict[str, str]]:
         """For each stage kind: which kernel runs it and why (selected, or the default for this adapter).

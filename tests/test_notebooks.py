@@ -75,3 +75,19 @@ def test_diagnose_your_engine_localizes_llamacpps_corrupted_tensor(tmp_path):
     assert "holds positions (5,)" in cells["load-run"]
     saved = next(c for c in code if c.id == "save-load")  # the reopened run, in the stage stepper
     assert any(WIDGET in o.get("data", {}) for o in saved.get("outputs", []))
+
+
+@pytest.mark.slow
+def test_sweeps_notebook_runs_on_a_local_cluster():
+    """05_sweeps: a Dask LocalCluster of 2 processes sweeps SmolLM2, plots, and reduces a prompt."""
+    nb = nbformat.read(ROOT / "notebooks" / "05_sweeps.ipynb", as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    code = {c.id: c for c in nb.cells if c.cell_type == "code"}
+    assert not [o for c in code.values() for o in c.get("outputs", []) if o.output_type == "error"]
+    assert "dashboard: http://" in cell_text(code["cluster"])
+    plots = cell_text(code["plots"])
+    assert "never diverge:" in plots and "rope=normal_pairs" in plots and "attn_scores=decode_uses_prefill" in plots
+    assert "rmsnorm=scale_clamp" not in plots.split("never diverge:")[1]
+    assert any("image/png" in o.get("data", {}) for o in code["plots"].outputs)
+    red = cell_text(code["reduce"])
+    assert "64 -> 1 token in" in red and "(attn_norm)" in red, red  # SmolLM2 adds no BOS: one token is enough

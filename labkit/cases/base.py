@@ -18,7 +18,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from labkit.compare import Comparison
+from labkit.compare import Comparison, failure_reason
 from labkit.errors import LabkitError
 
 POSTMORTEMS = resources.files("labkit.cases") / "postmortems"  # copies of the originals, package data
@@ -259,7 +259,7 @@ class CaseReport:
         if self.comparison is not None:
             failed = [r for r in self.comparison.rows if not r.passed]
             for r in failed[:3]:
-                lines.append(f"  {r.stage:26} nmse {r.nmse:.3e} > {r.threshold:.0e} {r.reason}")
+                lines.append(f"  {r.stage:26} {failure_reason(r)}")
             if len(failed) > 3:
                 lines.append(f"  ... {len(failed) - 3} more failing stages of {len(self.comparison.rows)}")
         lines += ["", "checklist (the post-mortem's, as checks: must pass after the fix)"]
@@ -292,6 +292,8 @@ def _jsonable(x: Any) -> Any:
 
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}
+    if hasattr(x, "_asdict"):  # a NamedTuple (TopToken): its fields by name
+        return _jsonable(x._asdict())
     if isinstance(x, list | tuple):
         return [_jsonable(v) for v in x]
     if isinstance(x, np.ndarray):

@@ -107,7 +107,7 @@ def repacked_source(fmt: str, T: int) -> str:
     """The fast driver for a matmul of T tokens on repacked weights: matvec for decode, tiled for
     prefill. It reads no GGUF bytes, so only the format's GROUP is composed in."""
     driver = "matvec" if T <= MATVEC_MAX_T else "tiled"
-    return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(DRIVERS[driver])
+    return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose("repacked", DRIVERS[driver])
 
 
 def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Kernel:

@@ -19,12 +19,6 @@ const ROWS_PER_THREAD: u32 = 4u;
 const ROWS_PER_WG: u32 = 256u;  // 64 threads x ROWS_PER_THREAD
 const TOKENS_PER_WG: u32 = 1u;
 
-// the 4 rows' values in one quant slot: column i is row i's 4 values
-fn quad4(u: vec4<u32>, s: vec4<f32>, o: vec4<f32>) -> mat4x4<f32> {
-    return mat4x4<f32>(s.x * vec4<f32>(unpack4xI8(u.x)) + o.x, s.y * vec4<f32>(unpack4xI8(u.y)) + o.y,
-                       s.z * vec4<f32>(unpack4xI8(u.z)) + o.z, s.w * vec4<f32>(unpack4xI8(u.w)) + o.w);
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {

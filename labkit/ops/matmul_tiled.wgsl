@@ -23,12 +23,6 @@ const ROWS_PER_THREAD: u32 = 8u;
 const ROWS_PER_WG: u32 = 512u;  // 64 threads x ROWS_PER_THREAD
 const TOKENS_PER_WG: u32 = 16u;
 
-// the 4 rows' values in one quant slot: column i is row i's 4 values
-fn quad4(u: vec4<u32>, s: vec4<f32>, o: vec4<f32>) -> mat4x4<f32> {
-    return mat4x4<f32>(s.x * vec4<f32>(unpack4xI8(u.x)) + o.x, s.y * vec4<f32>(unpack4xI8(u.y)) + o.y,
-                       s.z * vec4<f32>(unpack4xI8(u.z)) + o.z, s.w * vec4<f32>(unpack4xI8(u.w)) + o.w);
-}
-
 // Y row for one token: the 8 rows r.. that exist
 fn store8(yb: u32, r: u32, lo: vec4<f32>, hi: vec4<f32>) {
     let n = P.rows - min(r, P.rows);

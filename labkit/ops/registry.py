@@ -80,7 +80,8 @@ def describe(family: str, name: str) -> str:
     if family in POLICIES:
         return get_policy(family, name).doc
     if name == "default" and "default" not in KERNELS.get(family, {}):
-        return "the kernel shaped for the adapter: repacked on a CPU, wg_reduce on a GPU"
+        cpu, gpu = (getattr(preferred(family, kind), "name", "?") for kind in ("cpu", "gpu"))
+        return f"the kernel shaped for the adapter: {cpu} on a CPU, {gpu} on a GPU"
     return get_kernel(family, name).doc
 
 

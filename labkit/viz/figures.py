@@ -31,19 +31,30 @@ def histogram(run: Run, stage: str, pos: int | None = -1, bins: int = 80, ax=Non
 
 
 def attention_map(run: Run, layer: int, head: int = 0, probs: bool = True, ax=None, labels: list[str] | None = None):
-    """[q_pos, k_pos] attention probabilities (or masked scores) of one head."""
+    """[q_pos, k_pos] attention probabilities (or masked scores) of one head.
+
+    Rows are labeled with their real query positions (a decode step's one row is position
+    n_past, not 0), and with token pieces where the run knows them: `labels` (one per key
+    position), else the run's own tokens when they are all the keys (a prompt pass)."""
     ax = ax or plt.subplots(figsize=(4, 4))[1]
     name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
     m = run[name][head]
     m = np.where(np.isfinite(m), m, np.nan)
-    im = ax.imshow(m, cmap="viridis", interpolation="nearest")
+    im = ax.imshow(m, cmap="viridis", interpolation="nearest", aspect="auto")
     ax.figure.colorbar(im, ax=ax, fraction=0.046)
     ax.set_title(f"{name} head {head}")
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
-    if labels:
-        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    q_pos = [run.n_past + p for p in run.rows(name)]
+    keys = labels
+    if keys is None and run.piece is not None and run.n_past == 0 and len(run.tokens) == m.shape[1]:
+        keys = [run.piece(t) for t in run.tokens]
+    named = keys is not None and len(keys) == m.shape[1]
+    if m.shape[1] <= 64:
+        ax.set_xticks(range(m.shape[1]), [f"{k} {keys[k]!r}" if named else str(k) for k in range(m.shape[1])],
+                      rotation=90, fontsize=7)  # fmt: skip
+    if len(q_pos) <= 64:
+        ax.set_yticks(range(len(q_pos)), [f"{p} {keys[p]!r}" if named else str(p) for p in q_pos], fontsize=7)
     return ax
 
 

@@ -254,7 +254,8 @@ class VariantSwitcher(_Panel):
     auto=True, any change) calls `rerun({family: variant, ...})` (the notebook wires the lab in) and
     shows the top-k tokens against the reference's, the first divergence, the run's
     timings["recomputed_from"] and total_s, and figures.divergence. `docs[family][name]` goes into
-    the option labels, `faulty[family]` names get a ⚠ mark.
+    the option labels, `faulty[family]` names get a ⚠ mark. Given `lab=`, the dropdowns follow the
+    lab's selection when another cell switches it (`lab.use`), and the shown result says it is stale.
 
     `selection` is always complete ({family: variant} for every dropdown, "default" included), so
     the callback can apply it as is. `select({...})` sets the dropdowns and runs, from code."""
@@ -270,6 +271,7 @@ class VariantSwitcher(_Panel):
         faulty: Mapping[str, Iterable[str]] | None = None,
         auto: bool = False,
         k: int = 5,
+        lab=None,
     ):
         self.rerun, self.reference, self.k = rerun, reference, k
         self.reference_top = _top_k(reference, k)
@@ -299,6 +301,8 @@ class VariantSwitcher(_Panel):
             self.dropdowns[fam] = dd
         if not self.dropdowns:
             raise ValueError("no op family has more than one variant: nothing to switch")
+        if lab is not None:  # follow switches made elsewhere (another cell's lab.use)
+            lab.on_variants_changed(self.follow)
         self.button = W.Button(description="re-run", icon="play", button_style="primary")
         self.button.on_click(lambda _: self._run_safely())
         self.reset = W.Button(description="all defaults", icon="undo")
@@ -342,6 +346,28 @@ class VariantSwitcher(_Panel):
             self._quiet = False
         self.refresh()
         return self.run() if run else None
+
+    def follow(self, selected: Mapping[str, str]) -> None:
+        """The lab's selection changed outside the widget: show it in the dropdowns (families not
+        in it back to default), and mark the result below as from another selection."""
+        new = {f: selected.get(f, "default") for f in self.dropdowns}
+        if new == self.selection:
+            return
+        self._quiet = True
+        try:
+            for fam, dd in self.dropdowns.items():
+                if new[fam] in [v for _, v in dd.options]:
+                    dd.value = new[fam]
+        finally:
+            self._quiet = False
+        self.refresh()
+        if self.last_run is not None:
+            self.status.value = _message(
+                "the lab's variants changed since the result below (now "
+                + html.escape(_fmt_selection(self.selection))
+                + "): re-run to see them",
+                "#b60",
+            )
 
     def run(self) -> Run:
         """Call `rerun(self.selection)`, compare its Run with the reference and show the result."""
@@ -473,8 +499,15 @@ class StageStepper(_Panel):
         self.comparison = compare(run, reference) if reference is not None else None
         self.index = W.IntSlider(value=0, min=0, max=len(self.names) - 1, description="stage", readout=False)
         self.index.layout.width = "420px"
-        self.play = W.Play(min=0, max=len(self.names) - 1, interval=600)
-        W.jslink((self.play, "value"), (self.index, "value"))
+        # play/pause on the kernel side: pausing keeps the stage (ipywidgets' Play has a stop that
+        # rewinds to the first stage), and the speed is a control of its own
+        self.play = W.ToggleButton(value=False, description="play", icon="play", layout=W.Layout(width="80px"))
+        self.speed = W.FloatLogSlider(
+            value=4.0, base=10, min=-0.5, max=1.5, description="stages/s", readout_format=".1f"
+        )
+        self.speed.layout.width = "260px"
+        self.play.observe(self._toggled, names="value")
+        self._task = None
         self.prev = W.Button(description="◀", layout=W.Layout(width="40px"))
         self.next = W.Button(description="▶", layout=W.Layout(width="40px"))
         self.prev.on_click(lambda _: self.step(-1))
@@ -482,10 +515,38 @@ class StageStepper(_Panel):
         self.title = W.HTML()
         self.body = W.HTML()
         self.index.observe(self.refresh, names="value")
-        super().__init__([W.HBox([self.play, self.prev, self.index, self.next, self.title]), self.body])
+        controls = W.HBox([self.play, self.prev, self.index, self.next, self.speed])
+        super().__init__([controls, self.title, self.body])
 
     def step(self, delta: int) -> None:
         self.index.value = int(np.clip(self.index.value + delta, 0, len(self.names) - 1))
+
+    def tick(self) -> bool:
+        """One step of play: the next stage; False (and paused) at the last one."""
+        if self.index.value >= len(self.names) - 1:
+            self.play.value = False
+            return False
+        self.step(+1)
+        return True
+
+    def _toggled(self, change) -> None:
+        self.play.description, self.play.icon = ("pause", "pause") if change["new"] else ("play", "play")
+        if change["new"] and self.index.value >= len(self.names) - 1:
+            self.index.value = 0  # play from the end starts over
+        if change["new"]:
+            import asyncio
+
+            try:
+                loop = asyncio.get_running_loop()  # the kernel's loop (none outside Jupyter: drive tick())
+            except RuntimeError:
+                return
+            self._task = loop.create_task(self._play())
+
+    async def _play(self) -> None:
+        import asyncio
+
+        while self.play.value and self.tick():
+            await asyncio.sleep(1.0 / self.speed.value)
 
     def go(self, name: str) -> None:
         self.index.value = self.names.index(name)
