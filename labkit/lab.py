@@ -315,6 +315,10 @@ class Lab:
             "gpu", ids, caps, timings, unwritten=res.unwritten, variants=dict(self.selected), positions=res.positions
         )
 
+    def forget_last_pass(self) -> None:
+        """The next run plans afresh instead of re-running the kept pass (timing a full pass)."""
+        self._last_pass = None
+
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
         from labkit.gpu.stepper import Stepper

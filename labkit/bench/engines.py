@@ -36,7 +36,7 @@ def gpu_length(lab: Lab, n: int, repeats: int, say) -> LengthFigures:
     ids = prompt_of(lab, n)
 
     def run(**kw):
-        lab._last_pass = None  # a fresh pass each time, not a re-run of the last one
+        lab.forget_last_pass()  # a fresh pass each time, not a re-run of the last one
         return lab.run(ids, timestamps=False, **kw)
 
     f = LengthFigures(n)
@@ -65,9 +65,9 @@ def rerun_after_switch(lab: Lab, ids: list[int], repeats: int, say) -> float:
 
 def op_family_times(lab: Lab, ids: list[int]) -> list[OpFamilyTime]:
     """GPU ms per kernel family over one pass of `ids` (every stage captured), from timestamps."""
-    lab._last_pass = None
+    lab.forget_last_pass()
     lab.run(ids)  # warm
-    lab._last_pass = None
+    lab.forget_last_pass()
     run = lab.run(ids, timestamps=True)
     ms, calls, flops, nbytes = defaultdict(float), defaultdict(int), defaultdict(float), defaultdict(float)
     ex = lab.executor

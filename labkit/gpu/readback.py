@@ -111,12 +111,12 @@ class Readback:
         usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
         cache = active_cache()
         for i, size in enumerate(self.sizes):
-            if size:
-                make = cache.buffer if cache else None
-                buf = make(size, usage, f"staging.{i}") if make else self.device.create_buffer(size=size, usage=usage)
-                self.staging.append(buf)
-            else:
+            if not size:
                 self.staging.append(None)
+            elif cache is not None:
+                self.staging.append(cache.buffer(size, usage, f"staging.{i}"))
+            else:
+                self.staging.append(self.device.create_buffer(size=size, usage=usage))
         for s in self.selections:
             for pc in s.pieces:
                 if pc.nbytes:

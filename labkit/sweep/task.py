@@ -65,7 +65,7 @@ def pass_pair(lab: Lab, prompt, variants: dict[str, str], against: str):
         return run, other, time.perf_counter() - t1, t1 - t0
     select(lab, variants)
     t0 = time.perf_counter()
-    lab._last_pass = None
+    lab.forget_last_pass()
     run = lab.run(prompt, timestamps=False)
     t1 = time.perf_counter()
     other = lab.reference(prompt) if against == "reference" else lab.oracle(prompt)
