@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -161,6 +161,10 @@ class Run:
     unwritten: dict[str, int] = field(default_factory=dict)
     variants: dict[str, str] = field(default_factory=dict)
     piece: Callable[[int], str] | None = field(default=None, repr=False)
+    # stage name → what it computes (labkit.ops.base.Explanation), for widgets; set by the lab
+    explain: Callable[[str], Any] | None = field(default=None, repr=False)
+    # hidden [n, d_model] → logits [n, vocab] through the final norm and unembedding (logit lens)
+    unembed: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     n_past: int = 0  # positions before this pass (KV cache) — 0 for a prompt pass
     # "float64", "float32", "float16", "bfloat16" or "int8-activations" (labkit.precision);
     # empty: from the engine (reference float64, llamacpp int8-activations, else float32)
@@ -257,6 +261,12 @@ class Run:
 
     def probs(self, pos: int = -1) -> np.ndarray:
         return _softmax(self.logits(pos))
+
+    def logit_lens(self, kind: str = "resid_out", positions=None):
+        """Every layer's `kind` through the final norm and unembedding (labkit.lens.LogitLens)."""
+        from labkit.lens import logit_lens
+
+        return logit_lens(self, kind, positions)
 
     def top(self, k: int = 5, pos: int = -1) -> list[TopToken]:
         """The k highest logits at `pos`: (piece, id, logit, prob), prob from a full-vocab softmax.

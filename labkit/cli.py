@@ -9,8 +9,10 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
+from labkit import progress
 from labkit.errors import InputFileError, InvalidArgumentError, LabkitError, ToolNotFoundError, UnknownVariantError
 
 EXIT_ERROR = 2
@@ -435,6 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _no_bars(args: argparse.Namespace) -> bool:
+    """Progress bars only where someone watches: not under --json (stdout is the JSON alone, stderr
+    stays empty) and not when stderr is a pipe or a file (a log, a test: errors stay one line)."""
+    tty = getattr(sys.stderr, "isatty", None)
+    return bool(getattr(args, "json", False)) or not (tty and tty())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -443,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return args.fn(args)
+        with progress.quiet() if _no_bars(args) else nullcontext():
+            return args.fn(args)
     except LabkitError as e:
         _fail(str(e))
         return EXIT_ERROR

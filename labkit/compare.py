@@ -46,6 +46,9 @@ class Comparison:
     rows: list[StageComparison]
     missing: list[str] = field(default_factory=list)
     thresholds_used: str = ""  # which table, and why (the two precisions, or the caller's)
+    model: str = ""  # the compared runs' model (a's), for titles
+    a_variants: dict[str, str] = field(default_factory=dict)  # the kernel variants each run used
+    b_variants: dict[str, str] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -244,4 +247,4 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
         x, y = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
-    return Comparison(a.engine, b.engine, rows, missing, used)
+    return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants))

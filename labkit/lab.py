@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from labkit import progress
 from labkit.captures import Run
 from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
 from labkit.model.config import ModelConfig, config_from_metadata
@@ -136,6 +137,8 @@ class Lab:
             captures=caps,
             timings=timings,
             piece=self.piece,
+            explain=self.explain,
+            unembed=lambda hidden: self.reference_engine.unembed(hidden),
             **kw,
         )
 
@@ -146,24 +149,28 @@ class Lab:
         def step(ids: list[int]) -> np.ndarray:
             return engine.forward(ids, cache, capture=["logits"])["logits"][-1]
 
-        return self._decode(prompt, max_new_tokens, sampler or GREEDY, step)
+        return self._decode(prompt, max_new_tokens, sampler or GREEDY, step, desc="generate (reference)")
 
-    def _decode(self, prompt: Prompt, max_new_tokens: int, pick, step) -> Generation:
+    def _decode(self, prompt: Prompt, max_new_tokens: int, pick, step, desc: str = "generate") -> Generation:
         """The one decode loop: `step(ids)` runs a pass and returns the last position's logits,
-        `pick(logits)` chooses the next token; stops at EOS or after max_new_tokens."""
+        `pick(logits)` chooses the next token; stops at EOS or after max_new_tokens. A bar over the
+        new tokens (labkit.progress) shows the rate and the latest piece."""
         if max_new_tokens < 0:
             raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         ids = self.prompt_ids(prompt, extra=max_new_tokens)
-        t0 = time.perf_counter()
-        logits = step(ids)
-        t1 = time.perf_counter()
         out: list[int] = []
-        while len(out) < max_new_tokens:
-            out.append(pick(logits))
-            if out[-1] == self.config.eos_id or len(out) == max_new_tokens:
-                break
-            logits = step([out[-1]])
-        t2 = time.perf_counter()
+        with progress.bar(max_new_tokens, desc, unit="tok") as bar:
+            t0 = time.perf_counter()
+            logits = step(ids)
+            t1 = time.perf_counter()
+            while len(out) < max_new_tokens:
+                out.append(pick(logits))
+                bar.set_postfix_str(repr(self.piece(out[-1])), refresh=False)
+                bar.update(1)
+                if out[-1] == self.config.eos_id or len(out) == max_new_tokens:
+                    break
+                logits = step([out[-1]])
+            t2 = time.perf_counter()
         n_dec = max(len(out) - 1, 1)
         return Generation(
             ids,
@@ -252,6 +259,7 @@ class Lab:
         op = OPS[st.op]
         shapes, out = op.shapes(st)
         names = list(st.inputs) + [n for n in (st.weight, st.bias) if n]
+        shapes = [sh[len(n) :].strip() if sh.startswith(n) else sh for n, sh in zip(names, shapes, strict=False)]
         inputs = tuple(zip(names, shapes, strict=False)) if st.inputs else tuple((s, "") for s in shapes)
         kv = {"k": "writes K at n_past", "v": "writes V at n_past"}.get(st.kv_write or "", "")
         if st.kv_read:
@@ -261,7 +269,7 @@ class Lab:
                 + " and ".join(k.upper() for k in st.kv_read)
                 + " of every position"
             )
-        return Explanation(st.name, op.name, op.what, op.formula, inputs, out, kv)
+        return Explanation(st.name, op.name, op.what, op.formula, inputs, out, kv, op.roles.get(st.kind, ""))
 
     def run(
         self,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.progress import track
+
 PROMPTS = [
     "The color of the sky is",
     "def fibonacci(n):\n    if n < 2:\n        return n\n    return",
@@ -35,7 +37,7 @@ def golden_for(model: str, path: Path, prompts: list[str]) -> dict:
         "file": path.name,
         "prompts": [],
     }
-    for text in prompts:
+    for text in track(prompts, f"{model}: prompts", unit="prompt"):
         ids = llm.tokenize(text.encode(), add_bos=True, special=False)
         llm.reset()
         t0 = time.perf_counter()

@@ -1,6 +1,8 @@
 """JupyterLab in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright):
-the walkthrough opens, its cells run (Run → Run All Cells), the widgets and figures render, and the
-widgets answer clicks (the variant switcher re-runs the model through its callback).
+each lesson opens, its cells run (Run → Run All Cells), its exercise checks pass, the widgets and
+figures render, a moved widget changes its explanation and its figure, and hovering a plotly figure
+shows a tooltip naming what is under the mouse (both tokens of an attention map). The variant
+switcher re-runs the model through its callback. Screenshots go to tests/artifacts/.
 
 JupyterLab serves a copy of the notebook with its outputs cleared: saved outputs must not satisfy a
 wait, and running cells in the browser (and its autosave) must not rewrite the repository's notebook."""
@@ -21,6 +23,8 @@ import pytest
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants"]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",
@@ -59,11 +63,15 @@ def jupyter(tmp_path_factory):
     home = tmp_path_factory.mktemp("jupyter-home")
     served = tmp_path_factory.mktemp("served")
     (served / "notebooks").mkdir()
-    nb = nbformat.read(ROOT / "notebooks" / "01_walkthrough.ipynb", as_version=4)
-    for cell in nb.cells:  # saved outputs would satisfy every wait below before a cell has run
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    nbformat.write(nb, served / "notebooks" / "01_walkthrough.ipynb")
+    for name in LESSONS:
+        nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+        for cell in nb.cells:  # saved outputs would satisfy every wait below before a cell has run
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+        nb.metadata.pop("widgets", None)
+        nbformat.write(nb, served / "notebooks" / f"{name}.ipynb")
+    # and one as committed, with its outputs and widget state, for what a reader sees before running
+    shutil.copy(ROOT / "notebooks" / "04_kernel_variants.ipynb", served / "notebooks" / "saved.ipynb")
     settings = home / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
@@ -117,48 +125,12 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{jupyter}/lab/tree/notebooks/01_walkthrough.ipynb")
-        page.wait_for_selector(".jp-Notebook", timeout=120_000)
-        n_cells = len(nbformat.read(ROOT / "notebooks" / "01_walkthrough.ipynb", as_version=4).cells)
-        page.wait_for_function(
-            "(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n", arg=n_cells, timeout=120_000
-        )
-        # the kernel is connected and idle (the toolbar's execution indicator says idle before that,
-        # and a cell run then is dropped)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
-            timeout=120_000,
-        )
-        page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-        page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-        # fail fast on a cell error instead of waiting out the timeout
-        page.wait_for_function(
-            "() => document.querySelector('.widget-slider') || "
-            "[...document.querySelectorAll('.jp-OutputArea-output')].some(e => e.innerText.includes('Traceback'))",
-            timeout=600_000,
-        )
-        tracebacks = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
-        assert not tracebacks, tracebacks[0][-600:]
-        page.wait_for_selector(".widget-slider", timeout=600_000)
-        page.wait_for_selector(".jp-OutputArea-output img", timeout=600_000)
-        page.wait_for_function(
-            "() => [...document.querySelectorAll('.jp-OutputArea-output')]"
-            ".some(e => e.innerText.includes(\"' blue'\"))",
-            timeout=600_000,
-        )
-        # the notebook finishes: the last cell (generation) prints its text
-        page.wait_for_function(
-            "() => { const c = [...document.querySelectorAll('.jp-Notebook .jp-Cell')]; "
-            "const last = c[c.length - 1]; return last && last.querySelector('.jp-OutputArea-output'); }",
-            timeout=600_000,
-        )
-        tracebacks = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
-        assert not tracebacks, tracebacks[0][-600:]
-        errors = page.locator(
-            ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
-        ).all_inner_texts()
-        assert not [e for e in errors if "Error" in e and "XDG_RUNTIME_DIR" not in e], errors
-        artifacts = ROOT / "tests" / "artifacts"
+        run_all(page, jupyter, "01_walkthrough")
+        page.wait_for_selector(".widget-slider", timeout=60_000)
+        page.wait_for_selector(".jp-OutputArea-output img", timeout=60_000)
+        assert "' blue'" in page.locator(".jp-Notebook").inner_text()
+        checks_pass(page, "01_walkthrough")
+        artifacts = ARTIFACTS
         shot = artifacts / "walkthrough.png"
         page.screenshot(path=str(shot), full_page=False)
         assert shot.stat().st_size > 10_000
@@ -181,6 +153,14 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
             timeout=60_000,
         )
 
+        # moving a widget changes its explanation and its figure: the stage explorer's stage dropdown
+        moved = move_stage_explorer(page, "logits")
+        assert "unembedding" in moved, moved
+        # hovering the plotly attention map names the query token, the key token and the probability
+        tip = hover_plotly(page, "01_walkthrough", "attn")
+        assert "query" in tip and "key" in tip and "probability" in tip and "'" in tip, tip
+        page.screenshot(path=str(artifacts / "walkthrough-hover.png"), full_page=False)
+
         # the variant switcher: the notebook's own run (rope=normal_pairs) shows, then a click re-runs
         sw = page.locator(".labkit-variant-switcher")
         sw.scroll_into_view_if_needed()
@@ -200,4 +180,146 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
         # the live lab re-ran only the stage the switch affects
         shows(page, ".labkit-variant-switcher", "ran all defaults · ")
         shows(page, ".labkit-variant-switcher", "recomputed from logits")
+        browser.close()
+
+
+def run_all(page, jupyter: str, name: str) -> None:
+    """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last cell's
+    output (failing fast, with the traceback, on a cell error)."""
+    page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb")
+    page.wait_for_selector(".jp-Notebook", timeout=120_000)
+    n_cells = len(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells)
+    page.wait_for_function(
+        "(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n", arg=n_cells, timeout=120_000
+    )
+    # the kernel is connected and idle (a cell run before that is dropped)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
+        timeout=120_000,
+    )
+    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
+    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
+    page.wait_for_function(
+        "() => { const o = [...document.querySelectorAll('.jp-OutputArea-output')]; "
+        "if (o.some(e => e.innerText.includes('Traceback'))) return true; "
+        "const c = [...document.querySelectorAll('.jp-Notebook .jp-Cell')]; const last = c[c.length - 1]; "
+        "return last && last.querySelector('.jp-OutputArea-output'); }",
+        timeout=600_000,
+    )
+    tracebacks = [t for t in page.locator(".jp-OutputArea-output").all_inner_texts() if "Traceback" in t]
+    assert not tracebacks, tracebacks[0][-800:]
+    stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    assert not [e for e in stderr if "Error" in e and "XDG_RUNTIME_DIR" not in e], stderr
+
+
+def checks_pass(page, name: str) -> None:
+    """Every exercise check cell shows ✓, none ✗."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    n = sum(1 for c in nb.cells if c.id.endswith("-check"))
+    page.wait_for_function("(n) => document.querySelectorAll('.labkit-check').length === n", arg=n, timeout=60_000)
+    shown = page.locator(".labkit-check").all_inner_texts()
+    assert len(shown) >= 2 and all(t.startswith("✓") for t in shown), shown
+
+
+def cell(page, name: str, cell_id: str):
+    """The rendered cell of a notebook cell id (cells render in order, windowing is off)."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    index = next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
+    return page.locator(".jp-Notebook .jp-Cell").nth(index)
+
+
+def hover_plotly(page, name: str, cell_id: str) -> str:
+    """Move the mouse over the middle of a cell's plotly plot area; return the tooltip's text."""
+    plot = cell(page, name, cell_id).locator(".js-plotly-plot").first
+    plot.scroll_into_view_if_needed()
+    plot.wait_for(timeout=60_000)
+    area = plot.locator(".nsewdrag").first
+    box = area.bounding_box()
+    for fx, fy in ((0.3, 0.7), (0.5, 0.5), (0.2, 0.9), (0.7, 0.8)):
+        page.mouse.move(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
+        try:
+            page.wait_for_function(
+                "(el) => el.querySelector('.hoverlayer .hovertext')", arg=plot.element_handle(), timeout=5_000
+            )
+        except Exception:  # a masked (blank) cell has no tooltip: try another point
+            continue
+        return plot.locator(".hoverlayer .hovertext").first.text_content()
+    raise AssertionError(f"{name}/{cell_id}: no plotly tooltip appeared")
+
+
+def move_stage_explorer(page, stage: str) -> str:
+    """Pick a stage in the (first) stage explorer's dropdown; wait until its explanation and its
+    histogram both change; return the new explanation's text."""
+    ex = page.locator(".labkit-stage-explorer").first
+    ex.scroll_into_view_if_needed()
+    before_text = ex.locator(".labkit-explain").inner_text()
+    before_img = ex.locator("img").first.get_attribute("src")
+    ex.locator(".widget-dropdown select").first.select_option(label=stage)
+    page.wait_for_function(
+        "([t, src]) => { const e = document.querySelector('.labkit-stage-explorer'); "
+        "const x = e.querySelector('.labkit-explain'); const i = e.querySelector('img'); "
+        "return x && x.innerText !== t && i && i.getAttribute('src') !== src; }",
+        arg=[before_text, before_img],
+        timeout=60_000,
+    )
+    return ex.locator(".labkit-explain").inner_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.parametrize("name", LESSONS[1:])
+def test_lesson_in_jupyterlab(jupyter, name):
+    """Lessons 02–04: run, checks pass, a widget moves its explanation and figure, plotly hovers."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        run_all(page, jupyter, name)
+        checks_pass(page, name)
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
+        if name == "02_attention":
+            attn = page.locator(".labkit-attention-explorer")
+            attn.scroll_into_view_if_needed()
+            text, src = attn.locator(".labkit-explain").inner_text(), attn.locator("img").get_attribute("src")
+            attn.locator("button", has_text="scores").click()
+            page.wait_for_function(
+                "([t, s]) => { const e = document.querySelector('.labkit-attention-explorer'); "
+                "return e.querySelector('.labkit-explain').innerText !== t && e.querySelector('img').src !== s; }",
+                arg=[text, src],
+                timeout=60_000,
+            )
+            assert "attn_scores" in attn.locator(".labkit-explain").inner_text()
+            tip = hover_plotly(page, name, "one-head")
+            assert "query" in tip and "key" in tip and "probability" in tip, tip
+        else:
+            moved = move_stage_explorer(page, "attn_probs")
+            assert "attention pattern" in moved, moved
+            cell_id, words = (
+                ("lens", ("input", "top")) if name == "03_logit_lens" else ("heat-norm", ("NMSE", "threshold"))
+            )
+            tip = hover_plotly(page, name, cell_id)
+            assert all(w in tip for w in words), tip
+        page.screenshot(path=str(ARTIFACTS / f"{name}-hover.png"), full_page=False)
+        browser.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
+def test_committed_notebook_shows_its_figures_and_widgets_before_running(jupyter):
+    """Opened as committed, without running a cell: the plotly figures draw, the widgets render from
+    their saved state (or as their still), and no widget shows as `HBox(…` text."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{jupyter}/lab/tree/notebooks/saved.ipynb")
+        page.wait_for_selector(".jp-Notebook .jp-OutputArea-output", timeout=120_000)
+        page.wait_for_selector(".js-plotly-plot .nsewdrag", timeout=120_000)
+        page.wait_for_selector(".labkit-stage-explorer, .labkit-stage-explorer-still", timeout=120_000)
+        text = page.locator(".jp-Notebook").inner_text()
+        assert "children=(" not in text and "HBox(" not in text
+        assert page.locator(".labkit-check").count() == 3
+        page.screenshot(path=str(ARTIFACTS / "saved-notebook.png"), full_page=False)
         browser.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from notebook_outputs import assert_outputs_match, assert_shippable, execute
 
 from labkit.cases import cases
 
@@ -39,16 +40,14 @@ def test_every_case_has_a_valid_notebook_of_its_own():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_case_notebook_runs_in_a_real_kernel(name, python3_kernel):
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(ROOT / "notebooks" / f"case_{name}.ipynb", as_version=4)
     # run from notebooks/, as JupyterLab would: the first cell finds labkit one level up
-    NotebookClient(
-        nb, timeout=900, kernel_name=python3_kernel, resources={"metadata": {"path": str(ROOT / "notebooks")}}
-    ).execute()
+    committed, nb, _ = execute(f"case_{name}", cwd=ROOT / "notebooks")
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert images, "the figures should render inline"
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert f"case {name} " in text and "\nPASSED" in text, "the notebook should end with the passed case report"
+    # shipped with its outputs (GitHub and a fresh JupyterLab show them), still matching its code
+    assert_outputs_match(committed, nb)
+    assert_shippable(f"case_{name}")

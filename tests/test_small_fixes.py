@@ -13,7 +13,7 @@ import labkit
 from labkit.captures import Run
 from labkit.compare import StageComparison, failure_reason
 from labkit.errors import TokenizerError
-from labkit.viz import figures
+from labkit.viz import figures, static
 
 
 def test_top_tokens_index_unpack_and_name():
@@ -43,13 +43,18 @@ def test_attention_map_of_a_decode_step_labels_its_real_position():
     probs = rng.dirichlet(np.ones(7), size=(4, 1)).astype(np.float32)  # [heads, 1 query, 7 keys]
     run = Run("m", "gpu", [42], ["blk.0.attn_probs"], {"blk.0.attn_probs": probs}, n_past=6)
     labels = ["<bos>", "The", " color", " of", " the", " sky", " is"]
-    ax = figures.attention_map(run, 0, head=1, labels=labels)
+    ax = static.attention_map(run, 0, head=1, labels=labels)
     ys = [t.get_text() for t in ax.get_yticklabels()]
     assert ys == ["6 ' is'"], ys
     xs = [t.get_text() for t in ax.get_xticklabels()]
     assert xs[0] == "0 '<bos>'" and xs[-1] == "6 ' is'" and len(xs) == 7
-    ax = figures.attention_map(run, 0)  # no labels: positions only
+    ax = static.attention_map(run, 0)  # no labels: positions only
     assert [t.get_text() for t in ax.get_yticklabels()] == ["6"]
+    fig = figures.attention_map(run, 0, head=1, labels=labels)  # plotly: the same rows and columns
+    heat = fig.data[0]
+    assert list(heat.y) == ["6 ' is'"] and list(heat.x) == xs, (heat.y, heat.x)
+    np.testing.assert_allclose(np.asarray(heat.z, float)[0], probs[1, 0], rtol=1e-6)
+    assert list(figures.attention_map(run, 0).data[0].y) == ["6"]
 
 
 def test_variant_switcher_follows_the_lab(tiny_model):

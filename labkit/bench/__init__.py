@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from labkit import progress as bars
 from labkit.errors import LabkitError, TokenizerError
 from labkit.lab import Lab
 from labkit.lab import open as open_lab
@@ -143,8 +144,39 @@ def prompt_of(lab: Lab, length: int) -> list[int]:
     return ids[:length]
 
 
-def progress(quiet: bool) -> Callable[[str], None]:
-    return (lambda msg: None) if quiet else (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+class Steps:
+    """`say(what)` at the start of each measurement: a bar over the measurements (labkit.progress),
+    the current one as its postfix; `bench: what` lines on stderr instead when bars are off
+    (LABKIT_PROGRESS=0, or the CLI's stderr is a pipe or a file); nothing when quiet (--json)."""
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.started = False
+        self.bar = bars.bar(0 if quiet else total, "bench", "step")
+        self.lines = not quiet and not bars.enabled()
+
+    def __call__(self, msg: str) -> None:
+        if self.lines:
+            print(f"bench: {msg}", file=sys.stderr, flush=True)
+        self.bar.set_postfix_str(msg, refresh=not self.started)
+        if self.started:
+            self.bar.update(1)  # the previous measurement is done (this redraws, at most every 0.1 s)
+        self.started = True
+
+    def close(self) -> None:
+        if self.started:
+            self.bar.update(1)
+        self.bar.close()
+
+
+def n_steps(engines: tuple[str, ...], lengths: tuple[int, ...]) -> int:
+    """How many times run_bench says what it measures (at most: a length the reference cannot
+    run skips its every-stage figure)."""
+    per = {"gpu": 3 * len(lengths) + 4, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1}
+    return sum(per.get(e, 0) for e in engines)
+
+
+def progress(quiet: bool, total: int = 0) -> Steps:
+    return Steps(total, quiet)
 
 
 def measure(fn: Callable[[], object], repeats: int, what: str, say) -> tuple[float | None, str]:
@@ -167,21 +199,26 @@ def run_bench(
     """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp."""
     from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_reference, op_family_times
 
-    say = progress(quiet)
+    say = progress(quiet, n_steps(engines, lengths))
     out: dict[str, EngineFigures] = {}
     lab = open_lab(model)
-    if "gpu" in engines:
-        out["gpu"] = bench_gpu(lab, lengths, repeats, decode_tokens, say)
-        ops_at = max((n for n in lengths if n <= 512), default=min(lengths))
-        ops = op_family_times(lab, prompt_of(lab, ops_at))
-    else:
-        ops, ops_at = [], 0
-    if "reference" in engines:
-        out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say)
-    if "llamacpp" in engines:
-        lc = bench_llamacpp(lab, lengths, repeats, decode_tokens, say)
-        if lc is not None:
-            out["llamacpp"] = lc
+    try:
+        with bars.quiet():  # one bar: the measured generates and passes show none of their own
+            if "gpu" in engines:
+                out["gpu"] = bench_gpu(lab, lengths, repeats, decode_tokens, say)
+                ops_at = max((n for n in lengths if n <= 512), default=min(lengths))
+                say(f"gpu time per op family, T={ops_at}")
+                ops = op_family_times(lab, prompt_of(lab, ops_at))
+            else:
+                ops, ops_at = [], 0
+            if "reference" in engines:
+                out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say)
+            if "llamacpp" in engines:
+                lc = bench_llamacpp(lab, lengths, repeats, decode_tokens, say)
+                if lc is not None:
+                    out["llamacpp"] = lc
+    finally:
+        say.close()
     from labkit.gpu.device import get_device
 
     return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at)

@@ -19,6 +19,7 @@ from labkit.ops import OPS
 
 
 def bench_gpu(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures:
+    say("gpu weight upload")
     t0 = time.perf_counter()
     lab.executor.upload_all()
     load = time.perf_counter() - t0
@@ -91,6 +92,7 @@ def op_family_times(lab: Lab, ids: list[int]) -> list[OpFamilyTime]:
 
 
 def bench_reference(model: str, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures:
+    say("reference load (float64 dequantization of every weight)")
     t0 = time.perf_counter()
     lab = open_lab(model)
     lab.reference(prompt_of(lab, 4), names=["logits"])  # dequantizes and caches the float64 weights

@@ -7,25 +7,59 @@
     report.passed, report.text(), report.to_dict()
 
 `run_case(name, lab=)` reuses a live Lab opened on the case's model (see `Case.open_lab()`); the
-Lab's variant selection is put back as it was afterwards.
+Lab's variant selection is put back as it was afterwards. A progress bar follows its steps
+(`labkit.progress`; off under `labkit case NAME --json`).
+
+A notebook takes the same steps one at a time, by keyword, and reads the evidence by name:
+
+    case = get_case("sky-kaw")
+    lab = case.open_lab()
+    ref = case.reference(lab)
+    bad = case.observe(lab, side="faulty", reference=ref)   # "fixed": the fix instead
+    where = case.localize(lab, faulty=bad, reference=ref)  # Localization(stage, comparison)
+    bad.sky_step.top(5), bad.tier_logits.streaming_count
 """
 
 from __future__ import annotations
 
-from labkit.cases.base import Case, CaseLabError, CaseReport, Check, Evidence, UnknownCaseError
+from typing import TYPE_CHECKING
+
+from labkit.cases.base import (
+    SIDES,
+    Case,
+    CaseLabError,
+    CaseReport,
+    Check,
+    Evidence,
+    Localization,
+    UnknownCaseError,
+    UnknownEvidenceError,
+    UnknownSideError,
+    selection,
+)
 from labkit.cases.base import Timer as _Timer
+from labkit.progress import bar
+
+if TYPE_CHECKING:
+    from labkit.lab import Lab
 
 __all__ = [
+    "SIDES",
     "Case",
     "CaseLabError",
     "CaseReport",
     "Check",
     "Evidence",
+    "Localization",
     "UnknownCaseError",
+    "UnknownEvidenceError",
+    "UnknownSideError",
     "cases",
     "get_case",
     "run_case",
 ]
+
+STEPS = ("open", "reference", "faulty", "localize", "fixed", "checks")  # run_case's, in order
 
 
 def _registry() -> dict[str, Case]:
@@ -47,53 +81,44 @@ def get_case(name: str) -> Case:
     return reg[name]
 
 
-def _select(lab, variants: dict[str, str]) -> None:
-    for family, name in variants.items():
-        lab.use(family, name)
-
-
-def run_case(name: str, lab=None) -> CaseReport:
+def run_case(name: str, lab: Lab | None = None) -> CaseReport:
     """Run a case end to end on its real model and return the report (see CaseReport.passed)."""
     case = get_case(name)
-    timer = _Timer()
-    with timer("open"):
-        case.prepare()
-        if lab is None:
-            lab = case.open_lab()
-        else:
-            case.check_lab(lab)
-    saved = dict(lab.selected)
-    try:
-        for family in list(lab.selected):  # start from the defaults
-            lab.use(family, "default")
-        with timer("reference"):
-            ref = case.reference(lab)
-        with timer("faulty"):
-            _select(lab, case.fault)
-            faulty = case.observe(lab, "faulty", dict(case.fault), ref)
-        with timer("localize"):
-            stage, comparison = case.localize(lab, faulty, ref)
-        with timer("fixed"):
-            _select(lab, case.fix)
-            fixed = case.observe(lab, "fixed", dict(case.fix), ref)
-        with timer("checks"):
-            report = CaseReport(
-                case=case,
-                symptoms_faulty=case.symptoms(faulty, ref, faulty),
-                symptoms_fixed=case.symptoms(fixed, ref, faulty),
-                first_divergence=stage,
-                expected_divergence=case.root_cause_stage,
-                checklist_faulty=case.checklist(faulty, ref, faulty),
-                checklist_fixed=case.checklist(fixed, ref, faulty),
-                clues_faulty=case.clues(faulty, ref, faulty) if case.clues else [],
-                clues_fixed=case.clues(fixed, ref, faulty) if case.clues else [],
-                comparison=comparison,
-                evidence={"faulty": faulty, "fixed": fixed, "reference": ref},
-            )
-    finally:
-        for family in list(lab.selected):
-            lab.use(family, "default")
-        _select(lab, saved)
+    with bar(len(STEPS), f"case {name}", unit="step") as progress:
+        timer = _Timer(progress)
+        with timer("open"):
+            case.prepare()
+            if lab is None:
+                lab = case.open_lab()
+            else:
+                case.check_lab(lab)
+        with selection(lab, {}):  # from the defaults; the lab's own selection back afterwards
+            report = _run_steps(case, lab, timer)
     report.timings = dict(timer.timings)
     report.timings["total"] = sum(timer.timings.values())
     return report
+
+
+def _run_steps(case: Case, lab: Lab, timer: _Timer) -> CaseReport:
+    with timer("reference"):
+        ref = case.reference(lab)
+    with timer("faulty"):
+        faulty = case.observe(lab, "faulty", reference=ref)
+    with timer("localize"):
+        stage, comparison = case.localize(lab, faulty=faulty, reference=ref)
+    with timer("fixed"):
+        fixed = case.observe(lab, "fixed", reference=ref)
+    with timer("checks"):
+        return CaseReport(
+            case=case,
+            symptoms_faulty=case.symptoms(faulty, ref, faulty),
+            symptoms_fixed=case.symptoms(fixed, ref, faulty),
+            first_divergence=stage,
+            expected_divergence=case.root_cause_stage,
+            checklist_faulty=case.checklist(faulty, ref, faulty),
+            checklist_fixed=case.checklist(fixed, ref, faulty),
+            clues_faulty=case.clues(faulty, ref, faulty) if case.clues else [],
+            clues_fixed=case.clues(fixed, ref, faulty) if case.clues else [],
+            comparison=comparison,
+            evidence={"faulty": faulty, "fixed": fixed, "reference": ref},
+        )

@@ -7,19 +7,31 @@ in `expected`; it must hold under the fault and not hold after the fix. The post
 verification checklist is a second list of checks that must all pass after the fix. `clues`
 are the post-mortem's misleading observations: they hold with *and* without the fault, which
 is exactly why they misled.
+
+A notebook drives the same steps by keyword and reads what they measured by name:
+
+    ref = case.reference(lab)
+    bad = case.observe(lab, side="faulty", reference=ref)   # the case's fault selected for the pass
+    where = case.localize(lab, faulty=bad, reference=ref)  # where.stage, where.comparison
+    bad.sky_step, bad.tier_logits.streaming_count          # each case's Evidence has named fields
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import InitVar, dataclass, field, fields
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from labkit.captures import Run
 from labkit.compare import Comparison, failure_reason
 from labkit.errors import LabkitError
+
+if TYPE_CHECKING:
+    from labkit.lab import Lab
 
 POSTMORTEMS = resources.files("labkit.cases") / "postmortems"  # copies of the originals, package data
 
@@ -30,6 +42,17 @@ class UnknownCaseError(LabkitError):
 
 class CaseLabError(LabkitError):
     """The Lab handed to a case does not fit it (another model, or other weight windows)."""
+
+
+class UnknownSideError(LabkitError, ValueError):
+    """A side other than "faulty" or "fixed" asked of `Case.observe`."""
+
+
+class UnknownEvidenceError(LabkitError, LookupError):
+    """A name that a side's evidence does not hold (see `Evidence.runs` and `Evidence.values`)."""
+
+
+SIDES = ("faulty", "fixed")  # what Case.observe runs: the fault selected, or the fix
 
 
 @dataclass
@@ -55,32 +78,82 @@ class Check:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Evidence:
-    """What one side measured. `runs` holds the captured passes (for notebooks and figures);
-    `values` the numbers the checks read; `variants` the selection in force."""
+    """What one side measured, by name.
+
+    Each case module subclasses it with named fields: the passes it captured (`Run`s, for
+    notebooks and figures) and the numbers its checks read. A notebook reads `ev.sky_step` or
+    `ev.tier_logits.streaming_count`; `runs` and `values` list the fields by kind."""
 
     side: str  # "faulty", "fixed" or "reference"
-    variants: dict[str, str] = field(default_factory=dict)
-    runs: dict[str, Any] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
+    variants: dict[str, str] = field(default_factory=dict)  # the selection in force
+
+    def _named(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("side", "variants")}
+
+    @property
+    def runs(self) -> dict[str, Run]:
+        """The captured passes, by field name."""
+        return {k: v for k, v in self._named().items() if isinstance(v, Run)}
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every other measurement, by field name."""
+        return {k: v for k, v in self._named().items() if not isinstance(v, Run)}
+
+    def run(self, name: str) -> Run:
+        """One captured pass by name (`ev.run("sky_step")` is `ev.sky_step`)."""
+        runs = self.runs
+        if name not in runs:
+            raise UnknownEvidenceError(f"the {self.side} side captured no run {name!r}; runs: {', '.join(runs)}")
+        return runs[name]
 
     def __getitem__(self, key: str) -> Any:
+        """A value by name, as before the named fields (`ev["greedy"]` is `ev.greedy`)."""
         return self.values[key]
 
 
-Observe = Callable[[Any, str, dict[str, str], Evidence], Evidence]
+class Localization(NamedTuple):
+    """Where the faulty side first leaves the reference; unpacks as `stage, comparison`."""
+
+    stage: str | None  # the first divergent stage (or a step after the pass, e.g. "sampling"); None: none
+    comparison: Comparison | None  # the stage-by-stage comparison it was read from
+
+
+Observe = Callable[[Any, str, dict[str, str], Evidence | None], Evidence]
 Judge = Callable[[Evidence, Evidence, Evidence], list[Check]]  # (side, reference, faulty side)
 Localize = Callable[[Any, Evidence, Evidence], tuple[str | None, Comparison | None]]
 
 
+@contextmanager
+def selection(lab: Lab, variants: dict[str, str]) -> Iterator[None]:
+    """Every family on its default except `variants` inside the block; the lab's own selection after."""
+    saved = dict(lab.selected)
+    try:
+        _reset(lab)
+        for family, name in variants.items():
+            lab.use(family, name)
+        yield
+    finally:
+        _reset(lab)
+        for family, name in saved.items():
+            lab.use(family, name)
+
+
+def _reset(lab: Lab) -> None:
+    for family in list(lab.selected):
+        lab.use(family, "default")
+
+
 @dataclass
-class Case:
-    """A post-mortem, runnable.
+class CaseSpec:
+    """A post-mortem as its module declares it (see Case for the steps a notebook calls).
 
     `symptoms`, `checklist` and `clues` are called as fn(side, reference, faulty): the side being
     judged, the reference, and the faulty side (so a check of the fixed run can name, say, the
-    garbage token the fault produced)."""
+    garbage token the fault produced). `reference`, `observe` and `localize` are the module's
+    step functions; Case calls them through its methods of the same names."""
 
     name: str
     postmortem: str  # file id in labkit/cases/postmortems, e.g. "001"
@@ -93,15 +166,25 @@ class Case:
     symptoms: Judge
     checklist: Judge
     lesson: str
-    reference: Callable[[Any], Evidence]  # lab -> the reference side, measured once
-    observe: Observe  # (lab, side, variants, reference) -> that side's evidence
-    localize: Localize  # (lab, faulty, reference) -> (first divergent stage, comparison)
+    reference: InitVar[Callable[[Any], Evidence]]  # lab -> the reference side, measured once
+    observe: InitVar[Observe]  # (lab, side, variants, reference or None) -> that side's evidence
+    localize: InitVar[Localize]  # (lab, faulty, reference) -> (first divergent stage, comparison)
     clues: Judge | None = None
     story: str = ""  # the post-mortem's story in a paragraph (notebooks, `text()`)
     notes: list[str] = field(default_factory=list)  # what does not reproduce, and why
     extra_faults: list[dict[str, str]] = field(default_factory=list)  # also run under the fault
     setup: Callable[[], None] | None = None  # registers case-specific variants
     open_kwargs: dict[str, Any] = field(default_factory=dict)  # labkit.open(model, **open_kwargs)
+    _reference: Callable[[Any], Evidence] = field(init=False, repr=False, compare=False)
+    _observe: Observe = field(init=False, repr=False, compare=False)
+    _localize: Localize = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self, reference: Callable[[Any], Evidence], observe: Observe, localize: Localize) -> None:
+        self._reference, self._observe, self._localize = reference, observe, localize
+
+
+class Case(CaseSpec):
+    """A post-mortem, runnable: `reference`, `observe` each side, `localize`, as `run_case` does."""
 
     @property
     def postmortem_path(self) -> Traversable | None:
@@ -128,6 +211,32 @@ class Case:
             raise CaseLabError(
                 f"case {self.name} needs labkit.open({self.model!r}, window_bytes={want}); use case.open_lab()"
             )
+
+    def variants(self, side: str) -> dict[str, str]:
+        """The selection a side runs under: the case's fault ("faulty") or its fix ("fixed")."""
+        if side not in SIDES:
+            raise UnknownSideError(f"case {self.name} has no side {side!r}; sides: {', '.join(SIDES)}")
+        return dict(self.fault if side == "faulty" else self.fix)
+
+    def reference(self, lab: Lab) -> Evidence:
+        """The reference side (the float64 engine; the GPU pass, where a case reads one, on defaults)."""
+        self.check_lab(lab)
+        with selection(lab, {}):
+            return self._reference(lab)
+
+    def observe(self, lab: Lab, side: str, *, reference: Evidence | None = None) -> Evidence:
+        """One side measured on `lab`: "faulty" with the case's fault selected, "fixed" with its fix,
+        every other family on its default; the lab's own selection is put back afterwards.
+        `reference` is the reference side, for the cases whose measurements start from it."""
+        variants = self.variants(side)
+        self.check_lab(lab)
+        self.prepare()
+        with selection(lab, variants):
+            return self._observe(lab, side, variants, reference)
+
+    def localize(self, lab: Lab, *, faulty: Evidence, reference: Evidence) -> Localization:
+        """The first stage where the faulty side leaves the reference, with the comparison."""
+        return Localization(*self._localize(lab, faulty, reference))
 
     def summary(self) -> dict:
         return {
@@ -309,22 +418,24 @@ def _jsonable(x: Any) -> Any:
 
 
 class Timer:
-    """Collects named wall-clock durations: `with timer("faulty"): ...`."""
+    """Collects named wall-clock durations: `with timer("faulty"): ...`. Given a progress bar
+    (labkit.progress.bar), each step shows its name on it and advances it once done."""
 
-    def __init__(self) -> None:
+    def __init__(self, bar: Any = None) -> None:
         self.timings: dict[str, float] = {}
+        self.bar = bar
 
-    def __call__(self, name: str):
-        timer = self
-
-        class _T:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.timings[name] = timer.timings.get(name, 0.0) + time.perf_counter() - self.t0
-
-        return _T()
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.bar is not None:
+            self.bar.set_postfix_str(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t0
+        if self.bar is not None:
+            self.bar.update(1)
 
 
 # ----- helpers for writing checks ----------------------------------------------------------

@@ -22,12 +22,15 @@ so the naive argmax lands on row 47 971 (" insensitive") at every step. Measured
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
 import labkit
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence
-from labkit.model.reference import KVCache
+from labkit.cases.base import Case, Check, Evidence, Localization
+from labkit.cases.tools import GreedyReference, greedy_reference
 
 PROMPT = "The color of the sky is"
 WINDOW_BYTES = 4 << 20  # 612-byte Q8_0 rows: 6853 rows per window, 8 windows
@@ -51,18 +54,38 @@ def _unwritten_rows(z: np.ndarray) -> np.ndarray:
     return np.flatnonzero(z.view(np.uint32) == POISON_BITS)
 
 
-def reference(lab) -> Evidence:
-    ids = lab.prompt_ids(PROMPT, extra=N_NEW)
-    eng = lab.reference_engine
-    cache = KVCache()
-    run = Run(lab.name, "reference", ids, lab.stages, eng.forward(ids, cache), piece=lab.piece)
-    out = [int(np.argmax(run.logits()))]
-    while len(out) < N_NEW:
-        out.append(int(np.argmax(eng.forward([out[-1]], cache, capture=["logits"])["logits"][-1])))
-    return Evidence("reference", {}, {"prompt": run}, {"greedy": out, "text": lab.detokenize(out)})
+class DecodeStep(NamedTuple):
+    """One step of the post-mortem's loop: np.argmax over the raw logits buffer (debug poison on)."""
+
+    argmax: int  # the token np.argmax picked, fed to the next step
+    unwritten: int  # logits still holding the poison after the pass
+    ranges: list[tuple[int, int]]  # those rows as [first, last] ranges
 
 
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
+class RowWindow(NamedTuple):
+    """One row window of the tied head, as the GPU binds it."""
+
+    first_row: int
+    n_rows: int
+
+
+@dataclass(kw_only=True)
+class LmHeadEvidence(Evidence):
+    """One side: a debug (poisoned) and a normal prompt pass, the argmax decode loop, the head's windows."""
+
+    prompt: Run  # debug=True: outputs poisoned before the pass, `prompt.unwritten` counts what stayed
+    plain: Run  # debug=False, logits only: what a normal run shows
+    steps: list[DecodeStep]
+    greedy: list[int]  # the argmax of each step
+    text: str
+    windows: list[RowWindow]
+
+
+def reference(lab) -> GreedyReference:
+    return greedy_reference(lab, PROMPT, N_NEW)
+
+
+def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> LmHeadEvidence:
     ids = lab.prompt_ids(PROMPT, extra=N_NEW)
     prompt = lab.run(PROMPT, debug=True)  # poison first: unwritten = still poison afterwards
     plain = lab.run(PROMPT, names=["logits"], debug=False)  # what a normal run shows
@@ -70,47 +93,46 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence
     ex = lab.executor
     cache = ex.new_cache(len(ids) + N_NEW)
     res = ex.run_pass(ids, cache, names=["logits"], debug=True, last_logits_only=True)
-    steps = []
+    steps: list[DecodeStep] = []
     while True:
         z = res.captures["logits"][-1]
         rows = _unwritten_rows(z)
-        steps.append({"argmax": int(np.argmax(z)), "unwritten": int(rows.size), "ranges": _ranges(rows)})
+        steps.append(DecodeStep(int(np.argmax(z)), int(rows.size), _ranges(rows)))
         if len(steps) == N_NEW:
             break
-        res = ex.run_pass([steps[-1]["argmax"]], cache, names=["logits"], debug=True, last_logits_only=True)
-    greedy = [s["argmax"] for s in steps]
-    return Evidence(
-        side,
-        variants,
-        {"prompt": prompt, "plain": plain},
-        {
-            "steps": steps,
-            "greedy": greedy,
-            "text": lab.detokenize(greedy),
-            "windows": [(w.first_row, w.n_rows) for w in ex.weight("token_embd.weight").windows],
-        },
+        res = ex.run_pass([steps[-1].argmax], cache, names=["logits"], debug=True, last_logits_only=True)
+    greedy = [s.argmax for s in steps]
+    return LmHeadEvidence(
+        side=side,
+        variants=variants,
+        prompt=prompt,
+        plain=plain,
+        steps=steps,
+        greedy=greedy,
+        text=lab.detokenize(greedy),
+        windows=[RowWindow(w.first_row, w.n_rows) for w in ex.weight("token_embd.weight").windows],
     )
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
+def localize(lab, faulty: LmHeadEvidence, ref: GreedyReference) -> Localization:
     with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: casting it warns
-        cmp = labkit.compare(faulty.runs["prompt"], ref.runs["prompt"])
-    return cmp.first_divergence, cmp
+        cmp = labkit.compare(faulty.prompt, ref.prompt)
+    return Localization(cmp.first_divergence, cmp)
 
 
 def _describe_rows(ranges: list[tuple[int, int]]) -> str:
     return ", ".join(f"{a}-{b}" for a, b in ranges) or "none"
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run = ev.runs["prompt"]
+def symptoms(ev: LmHeadEvidence, ref: GreedyReference, faulty: LmHeadEvidence) -> list[Check]:
+    run = ev.prompt
     z = run["logits"][-1]
     rows = _unwritten_rows(z)
     ranges = _ranges(rows)
     n = int(run.unwritten.get("logits", 0))
     others = {k: v for k, v in run.unwritten.items() if v and k != "logits"}
     top = int(np.argmax(z))
-    greedy = ev["greedy"]
+    greedy = ev.greedy
     return [
         Check(
             "poison detection names unwritten logits",
@@ -130,22 +152,22 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         Check(
             "the same token repeats",
             f"greedy decode with np.argmax: all {N_NEW} tokens identical",
-            f"{ev['text']!r} {greedy}",
+            f"{ev.text!r} {greedy}",
             len(set(greedy)) == 1,
             greedy,
         ),
     ]
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run = ev.runs["prompt"]
-    steps = ev["steps"]
-    unwritten = int(run.unwritten.get("logits", 0)) + sum(s["unwritten"] for s in steps)
+def checklist(ev: LmHeadEvidence, ref: GreedyReference, faulty: LmHeadEvidence) -> list[Check]:
+    run = ev.prompt
+    steps = ev.steps
+    unwritten = int(run.unwritten.get("logits", 0)) + sum(s.unwritten for s in steps)
     z = run["logits"][-1]
     rows = set(_unwritten_rows(z).tolist())
     top = int(np.argmax(z))
-    ref_top = int(np.argmax(ref.runs["prompt"].logits()))
-    greedy = ev["greedy"]
+    ref_top = int(np.argmax(ref.prompt.logits()))
+    greedy = ev.greedy
     runs3 = any(greedy[i] == greedy[i + 1] == greedy[i + 2] for i in range(len(greedy) - 2))
     return [
         Check(
@@ -165,27 +187,27 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         Check(
             "diverse tokens, no repetition loop",
             f"no token 3 times in a row and >= 3 distinct tokens among the {N_NEW} greedy tokens",
-            f"{len(set(greedy))} distinct: {ev['text']!r}",
+            f"{len(set(greedy))} distinct: {ev.text!r}",
             not runs3 and len(set(greedy)) >= 3,
             len(set(greedy)),
         ),
         Check(
             "output matches the reference",
-            f"greedy tokens equal the reference's {ref['text']!r}",
-            f"{ev['text']!r}",
-            greedy == ref["greedy"],
+            f"greedy tokens equal the reference's {ref.text!r}",
+            f"{ev.text!r}",
+            greedy == ref.greedy,
             greedy,
         ),
     ]
 
 
-def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    plain = ev.runs["plain"]
+def clues(ev: LmHeadEvidence, ref: GreedyReference, faulty: LmHeadEvidence) -> list[Check]:
+    plain = ev.plain
     z = plain["logits"][-1]
     zeros = int(np.sum(z == 0.0))
     top = int(np.argmax(z))
-    ref_top = int(np.argmax(ref.runs["prompt"].logits()))
-    windows = ev["windows"]
+    ref_top = int(np.argmax(ref.prompt.logits()))
+    windows = ev.windows
     return [
         Check(
             "without poison the bug hides",

@@ -38,10 +38,14 @@ std=NaN" is not a fault at all: the causal mask's -inf entries give that in a co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import labkit
-from labkit.cases.base import Case, Check, Evidence, fmt
+from labkit.captures import Run
+from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.compare import Comparison
 
 PROMPT = "The color of the sky is"
 CLAMP_VARIANT = "scale_clamp_swapped"
@@ -100,7 +104,22 @@ def _unmasked(scores: np.ndarray) -> np.ndarray:
     return s[np.isfinite(s)]
 
 
-def reference(lab) -> Evidence:
+@dataclass(kw_only=True)
+class NormCascadeReference(Evidence):
+    """The float64 reference's prompt pass, and hypothesis C (eps outside the sqrt) tried against it."""
+
+    prompt: Run
+    eps_outside: Comparison  # the GPU pass under rmsnorm=eps_outside alone, against the reference
+
+
+@dataclass(kw_only=True)
+class NormCascadeEvidence(Evidence):
+    """One side: the GPU's prompt pass."""
+
+    prompt: Run
+
+
+def reference(lab) -> NormCascadeReference:
     ref = lab.reference(PROMPT)
     # hypothesis C on its own, once: eps added outside the square root
     lab.use("rmsnorm", "eps_outside")
@@ -108,24 +127,24 @@ def reference(lab) -> Evidence:
         eps = labkit.compare(lab.run(PROMPT), ref)
     finally:
         lab.use("rmsnorm", "default")
-    return Evidence("reference", {}, {"prompt": ref}, {"eps_outside": eps})
+    return NormCascadeReference(side="reference", prompt=ref, eps_outside=eps)
 
 
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
-    return Evidence(side, variants, {"prompt": lab.run(PROMPT)}, {})
+def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> NormCascadeEvidence:
+    return NormCascadeEvidence(side=side, variants=variants, prompt=lab.run(PROMPT))
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
-    cmp = labkit.compare(faulty.runs["prompt"], ref.runs["prompt"])
-    return cmp.first_divergence, cmp
+def localize(lab, faulty: NormCascadeEvidence, ref: NormCascadeReference) -> Localization:
+    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    return Localization(cmp.first_divergence, cmp)
 
 
 def _qkv_max(run) -> float:
     return max(float(np.max(np.abs(run[f"blk.0.{k}"]))) for k in ("q", "k", "v"))
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run = ev.runs["prompt"]
+def symptoms(ev: NormCascadeEvidence, ref: NormCascadeReference, faulty: NormCascadeEvidence) -> list[Check]:
+    run = ev.prompt
     norm_rms = run.stats("blk.0.attn_norm").rms
     q = run.stats("blk.0.q")
     qkv = _qkv_max(run)
@@ -184,8 +203,8 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     ]
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run = ev.runs["prompt"]
+def checklist(ev: NormCascadeEvidence, ref: NormCascadeReference, faulty: NormCascadeEvidence) -> list[Check]:
+    run = ev.prompt
     norm = run.stats("blk.0.attn_norm")
     q = run.stats("blk.0.q")
     sc = _unmasked(run["blk.0.attn_scores"])
@@ -248,12 +267,12 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     ]
 
 
-def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    sc = np.asarray(ev.runs["prompt"]["blk.0.attn_scores"], dtype=np.float64)
+def clues(ev: NormCascadeEvidence, ref: NormCascadeReference, faulty: NormCascadeEvidence) -> list[Check]:
+    sc = np.asarray(ev.prompt["blk.0.attn_scores"], dtype=np.float64)
     with np.errstate(invalid="ignore"):
         mean, std = float(np.mean(sc)), float(np.std(sc))
     n_inf = int(np.sum(np.isinf(sc)))
-    eps = ref["eps_outside"]
+    eps = ref.eps_outside
     worst = max(eps.rows, key=lambda r: r.nmse / r.threshold)
     return [
         Check(

@@ -18,11 +18,14 @@ post-mortem describes. The top-5 turn into のだろう, flatable, gelopen, pó�
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import labkit
-from labkit.cases.base import Case, Check, Evidence, fmt
-from labkit.cases.tools import first_tensor_of_type, latin_script, weight_roundtrip
+from labkit.captures import Run, TopToken
+from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.cases.tools import RoundTrip, first_tensor_of_type, latin_script, weight_roundtrip
 
 PROMPT = "The color of the sky is"
 Q4K_TENSOR = "blk.0.attn_output.weight"  # the first Q4_K weight in stage order
@@ -46,33 +49,50 @@ def _rms(a: np.ndarray) -> float:
     return float(np.sqrt(np.mean(a[np.isfinite(a)] ** 2)))
 
 
-def reference(lab) -> Evidence:
+@dataclass(kw_only=True)
+class Q4kSignReference(Evidence):
+    """The float64 reference's prompt pass and its top-10."""
+
+    prompt: Run
+    top: list[TopToken]
+
+
+@dataclass(kw_only=True)
+class Q4kSignEvidence(Evidence):
+    """One side: the GPU's prompt pass, its top-10, and the first Q4_K weight read back through the kernel."""
+
+    prompt: Run
+    top: list[TopToken]
+    roundtrip: RoundTrip  # Q4K_TENSOR through the selected Q4_K matmul
+
+
+def reference(lab) -> Q4kSignReference:
     ref = lab.reference(PROMPT)
-    return Evidence("reference", {}, {"prompt": ref}, {"top": ref.top(10)})
+    return Q4kSignReference(side="reference", prompt=ref, top=ref.top(10))
 
 
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
+def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> Q4kSignEvidence:
     run = lab.run(PROMPT)
     rt = weight_roundtrip(lab, Q4K_TENSOR)
-    return Evidence(side, variants, {"prompt": run}, {"top": run.top(10), "roundtrip": rt})
+    return Q4kSignEvidence(side=side, variants=variants, prompt=run, top=run.top(10), roundtrip=rt)
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
-    cmp = labkit.compare(faulty.runs["prompt"], ref.runs["prompt"])
-    return cmp.first_divergence, cmp
+def localize(lab, faulty: Q4kSignEvidence, ref: Q4kSignReference) -> Localization:
+    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    return Localization(cmp.first_divergence, cmp)
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence | None = None) -> list[Check]:
-    run, r = ev.runs["prompt"], ref.runs["prompt"]
+def symptoms(ev: Q4kSignEvidence, ref: Q4kSignReference, faulty: Q4kSignEvidence | None = None) -> list[Check]:
+    run, r = ev.prompt, ref.prompt
     attn = _max_abs(run["blk.0.attn_out"])
     down = _max_abs(run["blk.0.ffn_down"])
     growth = _rms(run["blk.0.ffn_down"]) / _rms(r["blk.0.ffn_down"])
     post = _rms(run["blk.0.post_ffn_norm"]) / _rms(r["blk.0.post_ffn_norm"])
-    top5 = ev["top"][:5]
-    ref10 = {t.id for t in ref["top"]}
+    top5 = ev.top[:5]
+    ref10 = {t.id for t in ref.top}
     strangers = [t.piece for t in top5 if t.id not in ref10]
     non_latin = [t.piece for t in top5 if not latin_script(t.piece)]
-    rt = ev["roundtrip"]
+    rt = ev.roundtrip
     return [
         Check(
             "first Q4_K matmul explodes",
@@ -121,14 +141,14 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence | None = None) -> lis
     ]
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence | None = None) -> list[Check]:
-    run = ev.runs["prompt"]
+def checklist(ev: Q4kSignEvidence, ref: Q4kSignReference, faulty: Q4kSignEvidence | None = None) -> list[Check]:
+    run = ev.prompt
     n = lab_layers(run)
     down = max(_max_abs(run[f"blk.{L}.ffn_down"]) for L in range(n))
-    top = ev["top"][0]
-    top5 = ev["top"][:5]
-    cmp = labkit.compare(run, ref.runs["prompt"])
-    rt = ev["roundtrip"]
+    top = ev.top[0]
+    top5 = ev.top[:5]
+    cmp = labkit.compare(run, ref.prompt)
+    rt = ev.roundtrip
     return [
         Check(
             "FFN down projection values are bounded",

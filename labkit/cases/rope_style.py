@@ -18,12 +18,14 @@ the greedy continuation only parts from the reference at its third token.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import labkit
-from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, fmt
-from labkit.model.reference import KVCache
+from labkit.captures import Run, TopToken
+from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.cases.tools import GreedyReference, greedy_reference
 
 PROMPT = "The color of the sky is"
 BLUE = 3730
@@ -44,30 +46,33 @@ def per_position(run: Run, ref: Run, stage: str) -> list[float]:
     return [_nmse(run[stage][i], ref[stage][i]) for i in range(len(run.tokens))]
 
 
-def reference(lab) -> Evidence:
-    ids = lab.prompt_ids(PROMPT, extra=N_NEW)
-    eng = lab.reference_engine
-    cache = KVCache()
-    run = Run(lab.name, "reference", ids, lab.stages, eng.forward(ids, cache), piece=lab.piece)
-    out = [int(np.argmax(run.logits()))]
-    while len(out) < N_NEW:
-        out.append(int(np.argmax(eng.forward([out[-1]], cache, capture=["logits"])["logits"][-1])))
-    return Evidence("reference", {}, {"prompt": run}, {"greedy": out, "text": lab.detokenize(out)})
+@dataclass(kw_only=True)
+class RopeStyleEvidence(Evidence):
+    """One side: the prompt pass, its top tokens and the GPU's greedy continuation."""
+
+    prompt: Run  # every stage of the prompt pass
+    greedy: list[int]  # lab.generate's greedy token ids
+    text: str
+    top: list[TopToken]  # the prompt pass's top-5
 
 
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
+def reference(lab) -> GreedyReference:
+    return greedy_reference(lab, PROMPT, N_NEW)
+
+
+def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> RopeStyleEvidence:
     run = lab.run(PROMPT)
     gen = lab.generate(PROMPT, N_NEW)
-    return Evidence(side, variants, {"prompt": run}, {"greedy": gen.ids, "text": gen.text, "top": run.top(5)})
+    return RopeStyleEvidence(side=side, variants=variants, prompt=run, greedy=gen.ids, text=gen.text, top=run.top(5))
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
-    cmp = labkit.compare(faulty.runs["prompt"], ref.runs["prompt"])
-    return cmp.first_divergence, cmp
+def localize(lab, faulty: RopeStyleEvidence, ref: GreedyReference) -> Localization:
+    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    return Localization(cmp.first_divergence, cmp)
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run, r = ev.runs["prompt"], ref.runs["prompt"]
+def symptoms(ev: RopeStyleEvidence, ref: GreedyReference, faulty: RopeStyleEvidence) -> list[Check]:
+    run, r = ev.prompt, ref.prompt
     q = per_position(run, r, "blk.0.q_rope")
     z = per_position(run, r, "logits")
     return [
@@ -87,16 +92,16 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         ),
         Check(
             "the continuation departs from the reference",
-            f"the {N_NEW} greedy tokens differ from the reference's {ref['text']!r}",
-            f"{ev['text']!r}",
-            ev["greedy"] != ref["greedy"],
-            ev["greedy"],
+            f"the {N_NEW} greedy tokens differ from the reference's {ref.text!r}",
+            f"{ev.text!r}",
+            ev.greedy != ref.greedy,
+            ev.greedy,
         ),
     ]
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    run, r = ev.runs["prompt"], ref.runs["prompt"]
+def checklist(ev: RopeStyleEvidence, ref: GreedyReference, faulty: RopeStyleEvidence) -> list[Check]:
+    run, r = ev.prompt, ref.prompt
     cmp = labkit.compare(run, r)
     n_layers = sum(1 for s in run.stages if s.endswith(".resid_out"))
     worst = max(max(per_position(run, r, f"blk.{L}.{k}")) for L in range(n_layers) for k in ("q_rope", "k_rope"))
@@ -124,22 +129,22 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         ),
         Check(
             "the model generates the reference's continuation",
-            f"greedy tokens equal the reference's {ref['text']!r}",
-            f"{ev['text']!r}",
-            ev["greedy"] == ref["greedy"],
-            ev["greedy"],
+            f"greedy tokens equal the reference's {ref.text!r}",
+            f"{ev.text!r}",
+            ev.greedy == ref.greedy,
+            ev.greedy,
         ),
     ]
 
 
-def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    top = ev["top"]
+def clues(ev: RopeStyleEvidence, ref: GreedyReference, faulty: RopeStyleEvidence) -> list[Check]:
+    top = ev.top
     return [
         Check(
             "the output still looks right",
             "top-1 is the reference's and ' blue' is in the top-3",
             "top-3 " + ", ".join(f"{t.piece!r} {t.prob:.1%}" for t in top[:3]),
-            top[0].id == int(np.argmax(ref.runs["prompt"].logits())) and BLUE in [t.id for t in top[:3]],
+            top[0].id == int(np.argmax(ref.prompt.logits())) and BLUE in [t.id for t in top[:3]],
         ),
     ]
 

@@ -30,12 +30,15 @@ bit-identical and the garbage in place.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import NamedTuple
+
 import numpy as np
 
 import labkit
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, fmt
-from labkit.cases.tools import logit_lens, sign_readout, weight_roundtrip
+from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.cases.tools import LogitLens, RoundTrip, logit_lens, sign_readout, weight_roundtrip
 from labkit.model.reference import KVCache
 
 PROMPT = "The color of the sky is"
@@ -50,11 +53,41 @@ MIXED = (0.3, 0.7)  # negative fraction of a hidden state counted as "mixed sign
 TIER_NMSE = 1e-8  # tiled vs unfused attention: accumulation order only
 
 
+class TierLogits(NamedTuple):
+    """The prompt pass's last-position logits with attn_ctx=tiled, under each attn_workgroups count."""
+
+    streaming_count: np.ndarray  # T x heads workgroups: the post-mortem's wrong count
+    default: np.ndarray  # ceil(T/8) x heads: the fixed count
+
+
+@dataclass(kw_only=True)
+class SkyKawReference(Evidence):
+    """The float64 reference's sky step and greedy continuation."""
+
+    sky_step: Run  # "The color of the sky" prefilled, " is" decoded on its cache
+    greedy: list[int]  # the greedy token ids after the prompt
+    text: str
+
+
+@dataclass(kw_only=True)
+class SkyKawEvidence(Evidence):
+    """One side on the GPU: the prompt pass, the sky step, the greedy continuation, the logit lens of
+    the sky step, the tier-dispatch logits and the first Q4_K weight read back through the kernel."""
+
+    prompt: Run  # the prompt pass, as any engine runs it
+    sky_step: Run  # the prompt's prediction through the decode path
+    greedy: list[int]
+    text: str
+    lens: LogitLens  # each layer of the sky step through the final norm and the unembedding
+    tier_logits: TierLogits
+    roundtrip: RoundTrip  # Q4K_TENSOR through the selected Q4_K matmul
+
+
 def _run(lab, engine: str, ids: list[int], caps: dict, n_past: int = 0) -> Run:
-    return Run(lab.name, engine, list(ids), lab.stages, caps, piece=lab.piece, n_past=n_past)
+    return Run(lab.name, engine, list(ids), lab.stages, caps, piece=lab.piece, explain=lab.explain, n_past=n_past)
 
 
-def reference(lab) -> Evidence:
+def reference(lab) -> SkyKawReference:
     """The reference's sky step (prefix, then " is" decoded on its cache) and greedy continuation."""
     ids = lab.prompt_ids(PROMPT, extra=N_NEW)
     eng = lab.reference_engine
@@ -65,10 +98,10 @@ def reference(lab) -> Evidence:
     while len(out) < N_NEW:
         z = eng.forward([out[-1]], cache, capture=["logits"])["logits"][-1]
         out.append(int(np.argmax(z)))
-    return Evidence("reference", {}, {"sky_step": step}, {"greedy": out, "text": lab.detokenize(out)})
+    return SkyKawReference(side="reference", sky_step=step, greedy=out, text=lab.detokenize(out))
 
 
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
+def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> SkyKawEvidence:
     ids = lab.prompt_ids(PROMPT, extra=N_NEW)
     ex = lab.executor
     # the prompt pass, as any engine runs it
@@ -82,43 +115,46 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence
     while len(out) < N_NEW:
         res = ex.run_pass([out[-1]], cache, names=["logits"], last_logits_only=True)
         out.append(int(np.argmax(res.captures["logits"][-1])))
-    # the post-mortem's phase 2: the tiled attention tier dispatched with the streaming workgroup
-    # count (T x heads instead of ceil(T/8) x heads), then "fixed"; the prompt pass under both
+    return SkyKawEvidence(
+        side=side,
+        variants=variants,
+        prompt=prompt,
+        sky_step=step,
+        greedy=out,
+        text=lab.detokenize(out),
+        lens=logit_lens(lab, step),
+        tier_logits=tier_logits(lab, ids),
+        roundtrip=weight_roundtrip(lab, Q4K_TENSOR),
+    )
+
+
+def tier_logits(lab, ids: list[int]) -> TierLogits:
+    """The post-mortem's phase 2: the tiled attention tier dispatched with the streaming workgroup
+    count (T x heads instead of ceil(T/8) x heads), then "fixed"; the prompt pass under both."""
+    ex = lab.executor
     before = {f: lab.selected.get(f, "default") for f in ("attn_ctx", "attn_workgroups")}
     tiers = {}
     try:
         lab.use("attn_ctx", "tiled")
-        for name in ("streaming_count", "default"):  # the wrong workgroup count, then the fixed one
+        for name in TierLogits._fields:  # the wrong workgroup count, then the fixed one
             lab.use("attn_workgroups", name)
-            tcache = ex.new_cache(len(ids))
-            res = ex.run_pass(ids, tcache, names=["logits"], last_logits_only=True)
+            res = ex.run_pass(ids, ex.new_cache(len(ids)), names=["logits"], last_logits_only=True)
             tiers[name] = np.asarray(res.captures["logits"][-1], dtype=np.float64)
     finally:
         for family, name in before.items():
             lab.use(family, name)
-    return Evidence(
-        side,
-        variants,
-        {"prompt": prompt, "sky_step": step},
-        {
-            "greedy": out,
-            "text": lab.detokenize(out),
-            "lens": logit_lens(lab, step),
-            "tier_logits": tiers,
-            "roundtrip": weight_roundtrip(lab, Q4K_TENSOR),
-        },
-    )
+    return TierLogits(**tiers)
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
+def localize(lab, faulty: SkyKawEvidence, ref: SkyKawReference) -> Localization:
     """Compare a decode step, not the prompt pass: the prompt pass agrees with the reference."""
-    cmp = labkit.compare(faulty.runs["sky_step"], ref.runs["sky_step"])
-    return cmp.first_divergence, cmp
+    cmp = labkit.compare(faulty.sky_step, ref.sky_step)
+    return Localization(cmp.first_divergence, cmp)
 
 
-def garbage_winner(faulty: Evidence, ref: Evidence) -> tuple[int | None, int | None]:
+def garbage_winner(faulty: SkyKawEvidence, ref: SkyKawReference) -> tuple[int | None, int | None]:
     """(step, token): the first greedy token where the faulty continuation leaves the reference's."""
-    for i, (a, b) in enumerate(zip(faulty["greedy"], ref["greedy"])):
+    for i, (a, b) in enumerate(zip(faulty.greedy, ref.greedy)):
         if a != b:
             return i, a
     return None, None
@@ -133,23 +169,23 @@ def _rank(z: np.ndarray, token: int) -> int:
     return int(np.sum(z > z[token]))
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    step, prompt = ev.runs["sky_step"], ev.runs["prompt"]
+def symptoms(ev: SkyKawEvidence, ref: SkyKawReference, faulty: SkyKawEvidence) -> list[Check]:
+    step, prompt = ev.sky_step, ev.prompt
     z = step.logits()
     nmse = _nmse(z, prompt.logits())
     blue = _rank(z, BLUE)
     probs = step["blk.0.attn_probs"]  # [heads, 1, keys]
     beyond = float(np.max(np.sum(probs[:, 0, 1:], axis=-1)))
-    same = ev["greedy"] == ref["greedy"]
-    lens_blue = ev["lens"].ranks(BLUE)
+    same = ev.greedy == ref.greedy
+    lens_blue = ev.lens.ranks(BLUE)
     junk = garbage_winner(faulty, ref)[1]
     return [
         Check(
             "greedy continuation departs from the reference",
-            f"the {N_NEW} greedy tokens differ from the reference's {ref['text']!r}",
-            f"{ev['text']!r} {ev['greedy']}",
+            f"the {N_NEW} greedy tokens differ from the reference's {ref.text!r}",
+            f"{ev.text!r} {ev['greedy']}",
             not same,
-            ev["greedy"],
+            ev.greedy,
         ),
         Check(
             "decode disagrees with prefill",
@@ -173,7 +209,7 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
             f"> {BLUE_LOST_RANK} at every layer (tracked with the garbage winner)",
             f"best rank {min(lens_blue)} (layer {int(np.argmin(lens_blue))}); last layers {lens_blue[-3:]}",
             min(lens_blue) > BLUE_LOST_RANK,
-            ev["lens"].table([BLUE] + ([junk] if junk is not None else [])),
+            ev.lens.table([BLUE] + ([junk] if junk is not None else [])),
         ),
         Check(
             "the decoded token attends to position 0 only",
@@ -185,16 +221,16 @@ def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     ]
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    step = ev.runs["sky_step"]
-    n_layers = len(ev["lens"].stages)
+def checklist(ev: SkyKawEvidence, ref: SkyKawReference, faulty: SkyKawEvidence) -> list[Check]:
+    step = ev.sky_step
+    n_layers = len(ev.lens.stages)
     last = np.asarray(step[f"blk.{n_layers - 1}.resid_out"][-1])
     neg = float(np.mean(last < 0))
     z = step.logits()
     at, junk = garbage_winner(faulty, ref)
     junk_piece = step.piece(junk) if junk is not None else None
     per_layer = [float(np.mean(np.asarray(step[f"blk.{L}.resid_out"][-1]) < 0)) for L in range(n_layers)]
-    rt = ev["roundtrip"]
+    rt = ev.roundtrip
     blue_vs = (
         Check(
             "' blue' has a higher logit than the garbage token",
@@ -222,10 +258,10 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         blue_vs,
         Check(
             "the model generates a sensible continuation",
-            f"greedy continuation equals the reference's {ref['text']!r}",
-            f"{ev['text']!r}",
-            ev["greedy"] == ref["greedy"],
-            ev["greedy"],
+            f"greedy continuation equals the reference's {ref.text!r}",
+            f"{ev.text!r}",
+            ev.greedy == ref.greedy,
+            ev.greedy,
         ),
         Check(
             "no positive bias accumulates through the layers",
@@ -244,9 +280,9 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
     ]
 
 
-def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    prompt = ev.runs["prompt"]
-    n_layers = len(ev["lens"].stages)
+def clues(ev: SkyKawEvidence, ref: SkyKawReference, faulty: SkyKawEvidence) -> list[Check]:
+    prompt = ev.prompt
+    n_layers = len(ev.lens.stages)
     final = f"blk.{n_layers - 1}.resid_out"
     v = np.asarray(prompt[final][-1], dtype=np.float64)
     sr = sign_readout(v, 5)
@@ -260,8 +296,7 @@ def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         for pos in (0, -1)
     }
     mixed_everywhere = all(lo < 0 < hi for pts in traj.values() for lo, hi in pts)
-    tiers = ev["tier_logits"]
-    wrong, right = tiers["streaming_count"], tiers["default"]
+    wrong, right = ev.tier_logits
     tier_nmse = _nmse(wrong, right)
     tier_vs_unfused = _nmse(right, prompt.logits())
     return [

@@ -1,4 +1,5 @@
-"""Measurements the cases share: a logit lens, GPU weight read-back, sign windows, chi-square.
+"""Measurements the cases share: a logit lens, GPU weight read-back, sign windows, chi-square,
+the reference's greedy continuation.
 
 Pure computation on captures and weights (no figures: labkit.viz draws what these return).
 """
@@ -7,74 +8,23 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from labkit.captures import Run
-from labkit.ops.rmsnorm import rmsnorm
+from labkit.cases.base import Evidence
+from labkit.lens import LogitLens
 
 # ----- logit lens ---------------------------------------------------------------------------
 
 
-@dataclass
-class LogitLens:
-    """Each layer's hidden state at one position read through the final norm and the unembedding.
-
-    `Z[L]` holds layer L's lens logits over the whole vocabulary (float32); `rank(t, L)` is how
-    many vocabulary entries score above token t at layer L (0 = top-1)."""
-
-    stages: list[str]
-    position: int
-    Z: np.ndarray = field(repr=False)  # [layers, vocab]
-    piece: Callable[[int], str] = field(repr=False, default=str)
-    final_nmse: float = 0.0  # last layer's lens logits against the run's own logits (sanity)
-
-    def rank(self, token: int, layer: int = -1) -> int:
-        z = self.Z[layer]
-        return int(np.sum(z > z[token]))
-
-    def ranks(self, token: int) -> list[int]:
-        return [self.rank(token, L) for L in range(len(self.stages))]
-
-    def logits(self, token: int) -> list[float]:
-        return [float(x) for x in self.Z[:, token]]
-
-    def top(self) -> list[tuple[int, str, float]]:
-        """The winning (id, piece, lens logit) at each layer."""
-        ids = np.argmax(self.Z, axis=1)
-        return [(int(i), self.piece(int(i)), float(self.Z[L, i])) for L, i in enumerate(ids)]
-
-    def table(self, tokens: list[int]) -> dict:
-        """{piece: {"id", "ranks", "logits"}} for tracked tokens, JSON-able."""
-        return {
-            self.piece(t): {"id": t, "ranks": self.ranks(t), "logits": [round(x, 3) for x in self.logits(t)]}
-            for t in tokens
-        }
-
-
-def unembedding(lab) -> np.ndarray:
-    """The output matrix [vocab, d] in float64 (the tied embedding when the model ties it)."""
-    name = "token_embd.weight" if lab.config.tied_embeddings else "output.weight"
-    return lab.reference_engine.weight(name)
-
-
 def logit_lens(lab, run: Run, pos: int = -1, kind: str = "resid_out") -> LogitLens:
-    """Apply output_norm (the file's weight and eps) and the unembedding to every layer's
-    `kind` capture at position `pos` of a run."""
-    cfg = lab.config
-    E = unembedding(lab)
-    w = lab.reference_engine.weight("output_norm.weight")
-    stages = [f"blk.{L}.{kind}" for L in range(cfg.n_layers)]
-    H = np.stack([np.asarray(run[s][pos], dtype=np.float64) for s in stages])  # [layers, d]
-    Z = rmsnorm(H, w, cfg.rms_eps, cfg.d_model) @ E.T  # [layers, vocab]
-    final = float("nan")
-    if "logits" in run.captures and kind == "resid_out":
-        ref = np.asarray(run["logits"][pos], dtype=np.float64)
-        if np.all(np.isfinite(ref)) and np.all(np.isfinite(Z[-1])):
-            final = float(np.sum((Z[-1] - ref) ** 2) / max(np.sum(ref**2), 1e-30))
-    return LogitLens(stages, pos, Z.astype(np.float32), run.piece or lab.piece, final)
+    """The logit lens (labkit.lens) of a run at one position, through this lab's final norm and
+    unembedding (a run built by a case, not by the lab, gets the lab's)."""
+    if run.unembed is None:
+        run = replace(run, unembed=lab.reference_engine.unembed)
+    return run.logit_lens(kind, positions=pos)
 
 
 # ----- weights read back from the GPU --------------------------------------------------------
@@ -179,6 +129,32 @@ def sign_readout(v: np.ndarray, window: int = 5) -> SignReadout:
     c = np.concatenate([[0], np.cumsum(pos)])
     starts = [int(i) for i in np.flatnonzero(c[window:] - c[:-window] == window)]
     return SignReadout(v.size, float(np.mean(v < 0)), [float(x) for x in v[:window]], window, starts)
+
+
+# ----- the reference's greedy continuation ----------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class GreedyReference(Evidence):
+    """The float64 reference's prompt pass and its greedy continuation (KV-cached decode)."""
+
+    prompt: Run  # every stage of the prompt pass
+    greedy: list[int]  # the greedy token ids after the prompt
+    text: str  # the same tokens as text
+
+
+def greedy_reference(lab, prompt: str, n_new: int) -> GreedyReference:
+    """The reference side of a case that compares a prompt pass and `n_new` greedy tokens."""
+    from labkit.model.reference import KVCache
+
+    ids = lab.prompt_ids(prompt, extra=n_new)
+    eng = lab.reference_engine
+    cache = KVCache()
+    run = Run(lab.name, "reference", ids, lab.stages, eng.forward(ids, cache), piece=lab.piece, explain=lab.explain)
+    out = [int(np.argmax(run.logits()))]
+    while len(out) < n_new:
+        out.append(int(np.argmax(eng.forward([out[-1]], cache, capture=["logits"])["logits"][-1])))
+    return GreedyReference(side="reference", prompt=run, greedy=out, text=lab.detokenize(out))
 
 
 # ----- text ---------------------------------------------------------------------------------

@@ -23,11 +23,15 @@ either bug, a misleading clue kept below.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 import labkit
-from labkit.cases.base import Case, Check, Evidence, fmt
+from labkit.captures import Run
+from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import ChiSquare, chi_square
+from labkit.compare import Comparison
 
 PROMPT = "The color of the sky is"
 FAULT = "top_p_before_softmax"
@@ -69,7 +73,45 @@ def accumulated(variant: str, logits: np.ndarray, temperature: float) -> np.ndar
     return e / e.sum()
 
 
-def _sample(lab, logits: np.ndarray, variant: str, settings: dict) -> dict:
+@dataclass
+class Sampling:
+    """One sampler order on the case's logits: what it keeps, what it accumulates, what it draws."""
+
+    variant: str  # the sampler order ("default" is llama.cpp's)
+    settings: dict  # temperature, top_k, top_p
+    ids: np.ndarray  # the token ids the distribution keeps
+    probs: np.ndarray  # their probabilities
+    kept: int
+    exact_kept: int  # tokens the exact distribution keeps
+    same_set: bool  # the kept ids are the exact nucleus
+    accumulated_sum: float  # the values top-p accumulates, summed over the whole vocabulary
+    dist_sum: float  # the final distribution's sum
+    draws: np.ndarray  # N_DRAWS sampled ids (seed SEED)
+    distinct: int
+    chi: ChiSquare  # the draws against the exact distribution
+
+
+@dataclass(kw_only=True)
+class TopPReference(Evidence):
+    """The float64 reference's logits pass, the GPU's, and their comparison."""
+
+    prompt: Run  # the reference pass (logits only)
+    gpu: Run  # the GPU pass (logits only)
+    logits: np.ndarray  # the GPU's last-position logits, which every sampling starts from
+    compare: Comparison  # gpu against the reference
+
+
+@dataclass(kw_only=True)
+class TopPEvidence(Evidence):
+    """One side: a sampling per slot (the slots are the faulty orders), at the case's settings and at
+    the post-mortem's own test settings."""
+
+    slots: list[str]
+    samples: dict[str, Sampling]  # slot -> at SETTINGS
+    postmortem_settings: dict[str, Sampling]  # slot -> at POSTMORTEM_SETTINGS
+
+
+def _sample(lab, logits: np.ndarray, variant: str, settings: dict) -> Sampling:
     from labkit.gpu.sampling import GpuSampler
     from labkit.sampling import Sampler
 
@@ -78,99 +120,97 @@ def _sample(lab, logits: np.ndarray, variant: str, settings: dict) -> dict:
     draws = np.array([s.draw(dist) for _ in range(N_DRAWS)])
     ex_ids, ex_p = exact_distribution(logits, **settings)
     acc = accumulated(variant, logits, settings["temperature"])
-    return {
-        "variant": variant,
-        "settings": dict(settings),
-        "ids": np.asarray(dist[0]),
-        "probs": np.asarray(dist[1]),
-        "kept": int(len(dist[0])),
-        "exact_kept": int(len(ex_ids)),
-        "same_set": set(np.asarray(dist[0]).tolist()) == set(ex_ids.tolist()),
-        "accumulated_sum": float(acc.sum()),
-        "dist_sum": float(np.sum(dist[1])),
-        "draws": draws,
-        "distinct": int(len(set(draws.tolist()))),
-        "chi": chi_square(draws, ex_ids, ex_p),
-    }
-
-
-def reference(lab) -> Evidence:
-    ref = lab.reference(PROMPT, names=["logits"])
-    run = lab.run(PROMPT, names=["logits"])
-    cmp = labkit.compare(run, ref)
-    return Evidence("reference", {}, {"prompt": ref, "gpu": run}, {"logits": run.logits(), "compare": cmp})
-
-
-def observe(lab, side: str, variants: dict[str, str], ref: Evidence) -> Evidence:
-    """One sampling per slot: under the fault each slot runs its faulty order, after the fix the
-    correct one with the same settings (so the checks line up slot by slot)."""
-    z = ref["logits"]
-    slots = [FAULT, EXTRA]
-    use = {v: (v if side == "faulty" else variants.get("sampling", "default")) for v in slots}
-    return Evidence(
-        side,
-        variants,
-        {},
-        {
-            "slots": slots,
-            "samples": {v: _sample(lab, z, use[v], SETTINGS) for v in slots},
-            "postmortem_settings": {v: _sample(lab, z, use[v], POSTMORTEM_SETTINGS) for v in slots},
-        },
+    return Sampling(
+        variant=variant,
+        settings=dict(settings),
+        ids=np.asarray(dist[0]),
+        probs=np.asarray(dist[1]),
+        kept=int(len(dist[0])),
+        exact_kept=int(len(ex_ids)),
+        same_set=set(np.asarray(dist[0]).tolist()) == set(ex_ids.tolist()),
+        accumulated_sum=float(acc.sum()),
+        dist_sum=float(np.sum(dist[1])),
+        draws=draws,
+        distinct=int(len(set(draws.tolist()))),
+        chi=chi_square(draws, ex_ids, ex_p),
     )
 
 
-def localize(lab, faulty: Evidence, ref: Evidence):
+def reference(lab) -> TopPReference:
+    ref = lab.reference(PROMPT, names=["logits"])
+    run = lab.run(PROMPT, names=["logits"])
+    cmp = labkit.compare(run, ref)
+    return TopPReference(side="reference", prompt=ref, gpu=run, logits=run.logits(), compare=cmp)
+
+
+def observe(lab, side: str, variants: dict[str, str], ref: TopPReference | None) -> TopPEvidence:
+    """One sampling per slot: under the fault each slot runs its faulty order, after the fix the
+    correct one with the same settings (so the checks line up slot by slot). Without the reference
+    side, the logits come from a GPU pass here."""
+    z = ref.logits if ref is not None else lab.run(PROMPT, names=["logits"]).logits()
+    slots = [FAULT, EXTRA]
+    use = {v: (v if side == "faulty" else variants.get("sampling", "default")) for v in slots}
+    return TopPEvidence(
+        side=side,
+        variants=variants,
+        slots=slots,
+        samples={v: _sample(lab, z, use[v], SETTINGS) for v in slots},
+        postmortem_settings={v: _sample(lab, z, use[v], POSTMORTEM_SETTINGS) for v in slots},
+    )
+
+
+def localize(lab, faulty: TopPEvidence, ref: TopPReference) -> Localization:
     """The pass agrees with the reference; the first step that differs is the sampler."""
-    cmp = ref["compare"]
+    cmp = ref.compare
     if not cmp.passed:
-        return cmp.first_divergence, cmp
-    wrong = any(s["chi"].p < P_REJECT or not s["same_set"] for s in faulty["samples"].values())
-    return ("sampling" if wrong else None), cmp
+        return Localization(cmp.first_divergence, cmp)
+    wrong = any(s.chi.p < P_REJECT or not s.same_set for s in faulty.samples.values())
+    return Localization("sampling" if wrong else None, cmp)
 
 
-def _label(s: dict) -> str:
-    return f"[{s['variant']}]"
+def _label(s: Sampling) -> str:
+    return f"[{s.variant}]"
 
 
 def _chi(c: ChiSquare) -> str:
     return f"chi-square {c.stat:.1f} on {c.bins} bins, p {fmt(c.p)}"
 
 
-def symptoms(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
+def symptoms(ev: TopPEvidence, ref: TopPReference, faulty: TopPEvidence) -> list[Check]:
     st = SETTINGS
     out = []
-    for slot in ev["slots"]:
-        s = ev["samples"][slot]
+    for slot in ev.slots:
+        s = ev.samples[slot]
         out += [
             Check(
                 f"probabilities don't sum to 1 (slot {slot})",
-                f"the values top-p accumulates, summed over all {len(ref['logits'])} tokens, differ from 1 by "
+                f"the values top-p accumulates, summed over all {len(ref.logits)} tokens, differ from 1 by "
                 f"> {SUM_TOL:g}",
-                f"{_label(s)} sum {s['accumulated_sum']:.4f}",
-                abs(s["accumulated_sum"] - 1) > SUM_TOL,
-                s["accumulated_sum"],
+                f"{_label(s)} sum {s.accumulated_sum:.4f}",
+                abs(s.accumulated_sum - 1) > SUM_TOL,
+                s.accumulated_sum,
             ),
             Check(
                 f"top-p keeps a different set (slot {slot})",
                 f"at temperature {st['temperature']}, top-p {st['top_p']}: the kept tokens differ from the exact "
                 "nucleus",
-                f"{_label(s)} keeps {s['kept']}, exact {s['exact_kept']}",
-                not s["same_set"],
-                s["kept"],
+                f"{_label(s)} keeps {s.kept}, exact {s.exact_kept}",
+                not s.same_set,
+                s.kept,
             ),
             Check(
                 f"sampled histogram disagrees with the exact distribution (slot {slot})",
                 f"{N_DRAWS} draws (seed {SEED}) against the exact distribution: chi-square p < {P_REJECT:g}",
-                f"{_label(s)} {_chi(s['chi'])}",
-                s["chi"].p < P_REJECT,
-                s["chi"].p,
+                f"{_label(s)} {_chi(s.chi)}",
+                s.chi.p < P_REJECT,
+                s.chi.p,
             ),
         ]
     return out
 
 
-def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    ss = [ev["samples"][v] for v in ev["slots"]]
+def checklist(ev: TopPEvidence, ref: TopPReference, faulty: TopPEvidence) -> list[Check]:
+    ss = [ev.samples[v] for v in ev.slots]
 
     def each(fn) -> str:
         return "; ".join(f"{_label(s)} {fn(s)}" for s in ss)
@@ -179,35 +219,35 @@ def checklist(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
         Check(
             "softmax before top-p",
             "top-p keeps exactly the nucleus of the full-vocabulary softmax",
-            each(lambda s: f"{s['kept']} kept, {'same' if s['same_set'] else 'different'} set"),
-            all(s["same_set"] for s in ss),
+            each(lambda s: f"{s.kept} kept, {'same' if s.same_set else 'different'} set"),
+            all(s.same_set for s in ss),
         ),
         Check(
             "probabilities sum to 1",
             "over the whole vocabulary the values top-p accumulates sum to 1 (within 1e-6), and so does "
             "the final distribution",
-            each(lambda s: f"{s['accumulated_sum']:.6f} / {s['dist_sum']:.6f}"),
-            all(abs(s["accumulated_sum"] - 1) <= 1e-6 and abs(s["dist_sum"] - 1) <= 1e-6 for s in ss),
+            each(lambda s: f"{s.accumulated_sum:.6f} / {s.dist_sum:.6f}"),
+            all(abs(s.accumulated_sum - 1) <= 1e-6 and abs(s.dist_sum - 1) <= 1e-6 for s in ss),
         ),
         Check(
             "sampling parity with the exact distribution",
             f"chi-square p > {P_REJECT:g} for {N_DRAWS} draws against the exact distribution",
-            each(lambda s: f"p {fmt(s['chi'].p)}"),
-            all(s["chi"].p > P_REJECT for s in ss),
-            [s["chi"].p for s in ss],
+            each(lambda s: f"p {fmt(s.chi.p)}"),
+            all(s.chi.p > P_REJECT for s in ss),
+            [s.chi.p for s in ss],
         ),
         Check(
             "tokens are varied",
             f">= {MIN_DISTINCT} distinct tokens among {N_DRAWS} draws",
-            each(lambda s: f"{s['distinct']} distinct"),
-            all(s["distinct"] >= MIN_DISTINCT for s in ss),
+            each(lambda s: f"{s.distinct} distinct"),
+            all(s.distinct >= MIN_DISTINCT for s in ss),
         ),
     ]
 
 
-def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
-    cmp = ref["compare"]
-    pm = [ev["postmortem_settings"][v] for v in ev["slots"]]
+def clues(ev: TopPEvidence, ref: TopPReference, faulty: TopPEvidence) -> list[Check]:
+    cmp = ref.compare
+    pm = [ev.postmortem_settings[v] for v in ev.slots]
     st = POSTMORTEM_SETTINGS
     return [
         Check(
@@ -220,9 +260,9 @@ def clues(ev: Evidence, ref: Evidence, faulty: Evidence) -> list[Check]:
             "the post-mortem's test settings hide the bugs",
             f"at temperature {st['temperature']}, top-p {st['top_p']} (their test) every order samples like the "
             f"exact distribution: chi-square p > {P_REJECT:g}",
-            "; ".join(f"{_label(s)} p {fmt(s['chi'].p)}" for s in pm),
-            all(s["chi"].p > P_REJECT for s in pm),
-            [s["chi"].p for s in pm],
+            "; ".join(f"{_label(s)} p {fmt(s.chi.p)}" for s in pm),
+            all(s.chi.p > P_REJECT for s in pm),
+            [s.chi.p for s in pm],
         ),
     ]
 

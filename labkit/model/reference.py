@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit import progress
 from labkit.errors import UnknownStageError
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
@@ -65,13 +66,38 @@ class ReferenceEngine:
     def __init__(self, gguf: GgufFile, cfg: ModelConfig, graph: list[Stage]):
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
         self._weights: dict[str, np.ndarray] = {}
+        self._loading = None  # the bar over the first pass's dequantizations, while it runs
+        self._all_loaded = False
 
     def weight(self, name: str) -> np.ndarray:
         """Dequantized float64 weight, cached on first use."""
         if name not in self._weights:
             t = self.gguf.tensors[name]
             self._weights[name] = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(np.float64)
+            if self._loading is not None:
+                self._loading.update(1)
         return self._weights[name]
+
+    def _to_dequantize(self) -> list[str]:
+        """The weights a pass reads whole (not the embedding's rows) that are not cached yet."""
+        if self._all_loaded:
+            return []
+        used = (n for st in self.graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias))
+        todo = [n for n in dict.fromkeys(used) if n and n not in self._weights]
+        self._all_loaded = not todo
+        return todo
+
+    def unembed(self, hidden: np.ndarray) -> np.ndarray:
+        """Hidden states [n, d_model] → logits [n, vocab]: the final norm, the unembedding (the tied
+        embedding when the file has no output.weight) and the final soft-cap, in float64. The logit
+        lens reads every layer's residual through this."""
+        from labkit.ops.rmsnorm import rmsnorm
+
+        cfg = self.cfg
+        E = self.weight("token_embd.weight" if cfg.tied_embeddings else "output.weight")
+        h = rmsnorm(np.asarray(hidden, np.float64), self.weight("output_norm.weight"), cfg.rms_eps, cfg.d_model)
+        z = h @ E.T
+        return cfg.final_softcap * np.tanh(z / cfg.final_softcap) if cfg.final_softcap else z
 
     def embed_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         """Rows of the embedding for `ids` only, unless the whole table is cached (tied heads)."""
@@ -99,12 +125,18 @@ class ReferenceEngine:
         if unknown:
             raise UnknownStageError(f"names filter has unknown stage(s): {', '.join(unknown)}")
         vals: dict[str, np.ndarray] = {}
-        for st in self.graph:
-            layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
-            inputs = _StageInputs(self, [vals[i] for i in st.inputs], ids, positions, n_past, layer_cache)
-            vals[st.name] = OPS[st.op].reference(st, inputs)
-            if each is not None:
-                vals[st.name] = each(vals[st.name])
-            if st.kv_write:
-                cache.store(st.kv_write, st.layer, vals[st.name])
+        # the first pass dequantizes every weight as its stage comes: a bar over those tensors
+        self._loading = progress.bar(len(self._to_dequantize()), "reference: dequantizing weights", "tensor")
+        try:
+            for st in self.graph:
+                layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
+                inputs = _StageInputs(self, [vals[i] for i in st.inputs], ids, positions, n_past, layer_cache)
+                vals[st.name] = OPS[st.op].reference(st, inputs)
+                if each is not None:
+                    vals[st.name] = each(vals[st.name])
+                if st.kv_write:
+                    cache.store(st.kv_write, st.layer, vals[st.name])
+        finally:
+            self._loading.close()
+            self._loading = None
         return {k: v for k, v in vals.items() if want is None or k in want}

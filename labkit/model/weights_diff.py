@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from labkit import progress
 from labkit.errors import LabkitError
 from labkit.model.dequant import dequantize_rows, row_table
 from labkit.model.gguf_file import GgufFile, TensorInfo, open_gguf
@@ -97,7 +98,7 @@ def diff_weights(path_a: str | Path, path_b: str | Path) -> WeightsDiff:
     """Compare two GGUF files tensor by tensor (and their metadata). Neither file is written."""
     a, b = open_gguf(path_a), open_gguf(path_b)
     rows = []
-    for name in _graph_order(a, b):
+    for name in progress.track(_graph_order(a, b), "diff-weights", unit="tensor"):
         rows.append(_diff_tensor(a, b, name))
         for f in (a, b):  # drop the pages just read: resident memory stays about one tensor's worth
             if name in f.tensors:

@@ -153,10 +153,12 @@ class Explanation:
     inputs: tuple[tuple[str, str], ...]  # (name, shape)
     output: str  # shape
     kv: str = ""  # its KV-cache role, if any
+    role: str = ""  # what this stage does in the transformer (the op's `roles` for its kind)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{n} {s}" for n, s in self.inputs) or "token ids"
-        lines = [f"{self.stage} ({self.op}): {self.what}", f"  {self.formula}", f"  in: {ins}  →  out: {self.output}"]
+        lines = [f"{self.stage}: {self.role}"] if self.role else []
+        lines += [f"{self.stage} ({self.op}): {self.what}", f"  {self.formula}", f"  in: {ins}  →  out: {self.output}"]
         if self.kv:
             lines.append(f"  KV cache: {self.kv}")
         return "\n".join(lines)
@@ -166,9 +168,11 @@ class Explanation:
 
         ins = ", ".join(f"<code>{escape(n)}</code> {escape(s)}" for n, s in self.inputs) or "token ids"
         kv = f"<br>KV cache: {escape(self.kv)}" if self.kv else ""
+        role = f" — {escape(self.role)}" if self.role else ""
         return (
-            f"<div><b>{escape(self.stage)}</b> <i>({escape(self.op)})</i>: {escape(self.what)}<br>"
-            f"<code>{escape(self.formula)}</code><br>in: {ins} → out: {escape(self.output)}{kv}</div>"
+            f"<div class='labkit-explain'><b>{escape(self.stage)}</b>{role}<br>"
+            f"<i>{escape(self.op)}</i>: {escape(self.what)}: <code>{escape(self.formula)}</code><br>"
+            f"in: {ins} → out: {escape(self.output)}{kv}</div>"
         )
 
 
@@ -218,6 +222,8 @@ class Op:
     family: Callable[..., str] | None = field(default=None, repr=False)
     weight: str | None = None  # how its weight reaches the GPU: "matrix" (GGUF bytes), "vector" (f32), "rows"
     chunked_output: bool = False  # its output may exceed one storage binding (bound per token chunk)
+    # stage kind → what that use of the op does in a transformer, for people (lab.explain)
+    roles: dict[str, str] = field(default_factory=dict)
 
     def family_of(self, stage: Any, tensor_type: Callable[[str], int]) -> str:
         return self.family(stage, tensor_type) if self.family else self.name

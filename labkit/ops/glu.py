@@ -46,7 +46,16 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d, d], d
 
 
+ROLES = {
+    "ffn_act": (
+        "the gated linear unit: the gate projection through a nonlinearity (GELU or SiLU) multiplies the "
+        "up projection, feature by feature. The nonlinearity is what lets the feed-forward block compute "
+        "more than a linear map"
+    ),
+}
+
 OP = Op(
+    roles=ROLES,
     name="glu",
     what="gates the up projection with the activated gate projection",
     formula="y = act(gate) · up   (act: GELU-tanh or SiLU)",

@@ -42,7 +42,15 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d], d
 
 
+ROLES = {
+    "attn_probs": (
+        "the attention pattern: each query's scores turned into probabilities over the visible keys (each"
+        " row sums to 1; masked keys get 0)"
+    ),
+}
+
 OP = Op(
+    roles=ROLES,
     name="softmax",
     what="turns each query's scores into probabilities over the keys",
     formula="p[s] = exp(x[s] − max x) / Σ exp(x − max x)",

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit import progress
 from labkit.errors import LabkitError, OracleUnavailableError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
@@ -338,6 +339,7 @@ class _Collector:
         self.softmax_of: dict[str, str] = {}  # kq node name → stage name (attn_scores)
         self.seen: dict[str, int] = {}
         self.error: BaseException | None = None
+        self.bar = progress.bar(0, "")  # run_llamacpp's bar over the stages captured
 
     def match(self, t: int) -> tuple[list[_Want], _GgmlTensor, str]:
         """The stages this node gives (several when it holds more than one: phi3's fused up matmul)."""
@@ -373,6 +375,7 @@ class _Collector:
                 for want in wants:
                     self.seen[want.stage] = self.seen.get(want.stage, 0) + 1
                     self.raw[want.stage] = data
+                self.bar.update(len(wants))
             return True
         except BaseException as e:  # an exception must not cross into C; report it after decode
             self.error = e
@@ -467,6 +470,8 @@ def run_llamacpp(path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: li
         if not ctx:
             raise OracleError("llama.cpp could not create a context")
         batch = L.llama_batch_init(T, 0, 1)
+        n_wanted = sum(map(len, by_key.values())) + sum(map(len, by_reads.values()))
+        col.bar = progress.bar(n_wanted, "llama.cpp: capturing stages", "stage")
         try:
             for i, tok in enumerate(ids):
                 batch.token[i] = int(tok)
@@ -478,6 +483,7 @@ def run_llamacpp(path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: li
             with _quiet():
                 rc = L.llama_decode(ctx, batch)
         finally:
+            col.bar.close()
             L.llama_batch_free(batch)
             with _quiet():
                 L.llama_free(ctx)

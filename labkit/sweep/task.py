@@ -7,10 +7,12 @@ this process for a sweep without a cluster. Nothing here knows about Dask but `w
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from typing import Any
 
+from labkit import progress
 from labkit.captures import stage_kind
 from labkit.compare import compare
 from labkit.lab import Lab
@@ -78,6 +80,8 @@ def run_task(model: str, prompt, variants: dict[str, str], against: str) -> dict
     text = prompt if isinstance(prompt, str) else None  # token-id prompts have no text
     row: dict[str, Any] = {"model": model, "prompt": text, "variants": selection_label(variants), "against": against}
     row.update(tokens=None if text is not None else [int(i) for i in prompt], worker=worker_name())
+    if not row["worker"].startswith("pid:") and multiprocessing.parent_process() is not None:
+        progress.set_enabled(False)  # a worker process's bars would cut through the sweep's own
     t0 = time.perf_counter()
     try:
         lab, row["open_s"] = worker_lab(model)

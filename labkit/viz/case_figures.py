@@ -31,7 +31,7 @@ def stage_magnitudes(runs: dict[str, Run], stages: list[str], pos: int | None = 
 
 def lens_ranks(lenses: dict[str, object], tokens: list[int], ax=None):
     """Rank of tracked tokens at every layer through a logit lens (0 = top-1), one panel line per
-    (run, token). `lenses` maps a label to a labkit.cases.tools.LogitLens."""
+    (run, token). `lenses` maps a label to a labkit.lens.LogitLens."""
     ax = ax or plt.subplots(figsize=(7, 3.2))[1]
     styles = ["-", "--", ":", "-."]
     for k, (label, lens) in enumerate(lenses.items()):

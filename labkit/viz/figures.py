@@ -1,132 +1,36 @@
-"""Matplotlib figures of captures. Pure presentation: every number comes from a Run."""
+"""Figures of captures, in one namespace. Pure presentation: every number comes from a Run.
+
+Interactive (plotly, return a go.Figure): attention_map, divergence, histogram, logit_lens,
+tracked_tokens. Static (matplotlib, take `ax=`/`fig=`, return it): logit_ranking, layer_trajectory,
+attention_grid; labkit.viz.static has matplotlib versions of every figure. `array_summary` and
+`show` put one capture on a line (stats, histogram, heat map per position), treescope-like."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit.captures import Run, Stats, as_f64, is_attention_map
-from labkit.compare import Comparison, stage_kind
+from labkit.compare import stage_kind
+from labkit.errors import LabkitError
+from labkit.viz.common import robust_histogram as _histogram
+from labkit.viz.interactive import attention_map, divergence, histogram, logit_lens, tracked_tokens
+from labkit.viz.static import attention_grid, layer_trajectory, logit_ranking
 
-
-def histogram(run: Run, stage: str, pos: int | None = -1, bins: int = 80, ax=None, sample: int | None = None):
-    """Histogram of one stage's values (at one position). `sample` marks the first n values read
-    on their own, the way post-mortem 000's "all positive" 5-value readout was taken."""
-    ax = ax or plt.subplots(figsize=(6, 3))[1]
-    v = as_f64(run.at(stage, pos)).ravel()
-    v = v[np.isfinite(v)]
-    ax.hist(v, bins=bins, color="#4c72b0")
-    if sample:
-        for x in v[:sample]:
-            ax.axvline(x, color="#c44e52", lw=1)
-        ax.set_title(f"{stage} pos={pos}: {sample} red lines = first {sample} values; bars = all {v.size}")
-    elif v.size:
-        ax.set_title(f"{stage} pos={pos}: min {v.min():.3g} max {v.max():.3g}")
-    else:
-        ax.set_title(f"{stage} pos={pos}: no finite value")
-    ax.axvline(0, color="k", lw=0.5)
-    return ax
-
-
-def attention_map(run: Run, layer: int, head: int = 0, probs: bool = True, ax=None, labels: list[str] | None = None):
-    """[q_pos, k_pos] attention probabilities (or masked scores) of one head.
-
-    Rows are labeled with their real query positions (a decode step's one row is position
-    n_past, not 0), and with token pieces where the run knows them: `labels` (one per key
-    position), else the run's own tokens when they are all the keys (a prompt pass)."""
-    ax = ax or plt.subplots(figsize=(4, 4))[1]
-    name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
-    m = run[name][head]
-    m = np.where(np.isfinite(m), m, np.nan)
-    im = ax.imshow(m, cmap="viridis", interpolation="nearest", aspect="auto")
-    ax.figure.colorbar(im, ax=ax, fraction=0.046)
-    ax.set_title(f"{name} head {head}")
-    ax.set_xlabel("key position")
-    ax.set_ylabel("query position")
-    q_pos = [run.n_past + p for p in run.rows(name)]
-    keys = labels
-    if keys is None and run.piece is not None and run.n_past == 0 and len(run.tokens) == m.shape[1]:
-        keys = [run.piece(t) for t in run.tokens]
-    named = keys is not None and len(keys) == m.shape[1]
-    if m.shape[1] <= 64:
-        ax.set_xticks(range(m.shape[1]), [f"{k} {keys[k]!r}" if named else str(k) for k in range(m.shape[1])],
-                      rotation=90, fontsize=7)  # fmt: skip
-    if len(q_pos) <= 64:
-        ax.set_yticks(range(len(q_pos)), [f"{p} {keys[p]!r}" if named else str(p) for p in q_pos], fontsize=7)
-    return ax
-
-
-def layer_trajectory(run: Run, n_layers: int, positions: tuple[int, ...] = (0, -1), kind: str = "resid_out", ax=None):
-    """min/max of a per-layer stage at chosen positions: post-mortem 000's method."""
-    ax = ax or plt.subplots(figsize=(6, 3))[1]
-    for pos in positions:
-        lo = [run.stats(f"blk.{L}.{kind}", pos=pos).min for L in range(n_layers)]
-        hi = [run.stats(f"blk.{L}.{kind}", pos=pos).max for L in range(n_layers)]
-        line = ax.plot(hi, label=f"max pos={pos}")[0]
-        ax.plot(lo, ls="--", color=line.get_color(), label=f"min pos={pos}")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_xlabel("layer")
-    ax.set_title(f"{kind} range per layer")
-    ax.legend(fontsize=7)
-    return ax
-
-
-def logit_ranking(run: Run, k: int = 10, pos: int = -1, ax=None):
-    """Bar chart of the top-k next tokens with their probabilities."""
-    ax = ax or plt.subplots(figsize=(6, 3))[1]
-    top = run.top(k, pos=pos)
-    ax.barh([repr(t.piece) for t in top][::-1], [t.prob for t in top][::-1], color="#55a868")
-    ax.set_xlabel("probability")
-    ax.set_title(f"top-{k} at position {pos}")
-    return ax
-
-
-def divergence(cmp: Comparison, ax=None):
-    """NMSE per stage on a log scale, thresholds dashed, failures red."""
-    ax = ax or plt.subplots(figsize=(9, 3))[1]
-    nm = np.array([max(r.nmse, 1e-20) for r in cmp.rows])
-    colors = ["#c44e52" if not r.passed else "#4c72b0" for r in cmp.rows]
-    ax.scatter(range(len(nm)), nm, c=colors, s=8)
-    ax.plot([r.threshold for r in cmp.rows], ls="--", color="gray", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xlabel("stage index")
-    ax.set_ylabel("NMSE")
-    ax.set_title(f"{cmp.a_engine} vs {cmp.b_engine}: first divergence {cmp.first_divergence}")
-    return ax
-
-
-def attention_grid(run: Run, layer: int, probs: bool = True, labels: list[str] | None = None, fig=None):
-    """Every head's [q_pos, k_pos] map of one layer side by side, on a shared color scale."""
-    from matplotlib.figure import Figure
-
-    name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
-    a = run[name]
-    heads = list(range(a.shape[0]))
-    cols = min(len(heads), 6)
-    rows = -(-len(heads) // cols)
-    fig = fig or Figure(figsize=(2.3 * cols + 0.8, 2.3 * rows + 0.4))
-    axs = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
-    finite = a[np.isfinite(a)]
-    lo, hi = (0.0, 1.0) if probs else ((float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0))
-    im = None
-    for ax, h in zip(axs, heads):
-        m = np.where(np.isfinite(a[h]), a[h], np.nan)
-        im = ax.imshow(m, cmap="viridis", interpolation="nearest", vmin=lo, vmax=hi)
-        ax.set_title(f"head {h}", fontsize=8)
-        ticks = range(m.shape[1])
-        if labels and len(labels) == m.shape[1] and m.shape[1] <= 32:
-            ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
-            ax.set_yticks(range(m.shape[0]), labels[-m.shape[0] :], fontsize=6)
-        else:
-            ax.tick_params(labelsize=6)
-    for ax in axs[len(heads) :]:
-        ax.set_visible(False)
-    if im is not None:
-        fig.colorbar(im, ax=list(axs[: len(heads)]), fraction=0.02)
-    fig.suptitle(f"{name}: rows = query, columns = key", fontsize=9)
-    return fig
+__all__ = [
+    "ArraySummary",
+    "array_summary",
+    "attention_grid",
+    "attention_map",
+    "divergence",
+    "histogram",
+    "layer_trajectory",
+    "logit_lens",
+    "logit_ranking",
+    "show",
+    "tracked_tokens",
+]
 
 
 # ----- a treescope-like summary of one capture: stats, a histogram sparkline, a heat map per position
@@ -284,19 +188,6 @@ def _row_stats(x: np.ndarray, masked_neg_inf: bool) -> tuple[list[float], list[i
     return [float(r) for r in rms], [int(c) for c in np.count_nonzero(bad, axis=-1)]
 
 
-def _histogram(v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-    """Counts over the finite values; when a few outliers stretch the range more than 10× beyond
-    the central 99%, over that central range instead, with the outliers counted on either side."""
-    if not v.size:
-        return np.zeros(bins, int), np.linspace(0, 1, bins + 1), (0, 0)
-    lo, hi = float(v.min()), float(v.max())
-    p_lo, p_hi = (float(q) for q in np.percentile(v, [0.5, 99.5]))
-    if p_hi > p_lo and hi - lo > 10 * (p_hi - p_lo):
-        lo, hi = p_lo, p_hi
-    hist, edges = np.histogram(v, bins=bins, range=(lo, hi) if hi > lo else None)
-    return hist, edges, (int(np.count_nonzero(v < edges[0])), int(np.count_nonzero(v > edges[-1])))
-
-
 def _sparkline(s: ArraySummary, w: int = 200, h: int = 40) -> str:
     """Inline SVG histogram: bars over the finite values, the zero line red."""
     n = len(s.hist)
@@ -368,8 +259,18 @@ def _summary_html(s: ArraySummary) -> str:
     )
 
 
-def show(run: Run, stage: str, pos: int | None = None) -> None:
-    """Display `array_summary(run, stage, pos)` in the notebook."""
-    from IPython.display import display
+def explanation_html(run: Run, stage: str) -> str:
+    """What `stage` computes (the op's text, from `run.explain`), as HTML; "" when the run has no lab."""
+    if run.explain is None:
+        return ""
+    try:
+        return run.explain(stage)._repr_html_()
+    except LabkitError:  # a name the graph does not have (an engine's extra dump)
+        return ""
 
-    display(array_summary(run, stage, pos))
+
+def show(run: Run, stage: str, pos: int | None = None) -> None:
+    """Display what `stage` computes and `array_summary(run, stage, pos)` in the notebook."""
+    from IPython.display import HTML, display
+
+    display(HTML(explanation_html(run, stage) + array_summary(run, stage, pos).html))

@@ -6,7 +6,7 @@ lab, the GPU or the model. Figures are drawn on matplotlib Figures outside pyplo
 Image widgets (no Output-widget capture): the widgets behave the same with or without a kernel,
 and every explorer exposes its controls as attributes, so a notebook or a test can drive it.
 
-    stage_explorer(run, n_layers)                       layer × stage × position → stats, histogram
+    stage_explorer(run, n_layers)                       stage × layer × position → what it is, stats, histogram
     attention_explorer(run, n_layers, labels)           layer × head (× all heads) → attention map
     variant_switcher(families, rerun, reference)        one dropdown per op family → re-run, compare
     stage_stepper(run, reference=None)                  every captured stage in order, with its NMSE
@@ -14,6 +14,7 @@ and every explorer exposes its controls as attributes, so a notebook or a test c
 
 from __future__ import annotations
 
+import base64
 import html
 import io
 from collections.abc import Callable, Iterable, Mapping
@@ -22,9 +23,10 @@ import ipywidgets as W
 import numpy as np
 from matplotlib.figure import Figure
 
-from labkit.captures import Run, TopToken
+from labkit.captures import TOP_LEVEL_KINDS, Run, TopToken, graph_position
 from labkit.compare import Comparison, compare, stage_kind
-from labkit.viz import figures
+from labkit.viz import figures, static
+from labkit.viz.figures import explanation_html
 
 Rerun = Callable[[dict[str, str]], Run]
 FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px"
@@ -66,6 +68,32 @@ class _Panel(W.VBox):
     def refresh(self, *_) -> None:
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: run the notebook to use it; its last view is shown as a still>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, plus a still of what it shows now (HTML): a viewer without the widget manager
+        (GitHub, an untrusted notebook) shows the still instead of the widget's repr."""
+        bundle = super()._repr_mimebundle_(**kwargs)
+        bundle["text/html"] = f"<div class='{self.css_class}-still'>{still_html(self)}</div>"
+        return bundle
+
+
+def still_html(w: W.Widget) -> str:
+    """A widget tree as static HTML: HTML children as they are, images inline, controls as a caption."""
+    if isinstance(w, W.HTML):
+        return w.value
+    if isinstance(w, W.Image):
+        return f"<img src='data:image/png;base64,{base64.b64encode(w.value).decode()}'/>" if w.value else ""
+    if isinstance(w, W.Box):
+        return "".join(still_html(c) for c in w.children)
+    if isinstance(w, W.Button):
+        return ""
+    if isinstance(w, W.ValueWidget) and getattr(w, "description", ""):
+        text = f"{w.description}: {w.value}"
+        return f"<span style='{FONT};margin-right:12px'>{html.escape(text)}</span>"
+    return ""
+
 
 class _Summaries:
     """figures.array_summary HTML of each stage of one run, built on first view: it does not depend
@@ -85,8 +113,9 @@ class _Summaries:
 
 
 class StageExplorer(_Panel):
-    """Layer slider × stage dropdown × position slider → stats line, histogram at that position,
-    and the whole stage as a heat map (one row per position, see figures.array_summary)."""
+    """Stage dropdown in pass order (embed, each layer's stages, output_norm, logits) × layer
+    slider × position slider → what the stage computes, its stats line and histogram at that
+    position, and the whole stage as a heat map (one row per position, see figures.array_summary)."""
 
     css_class = "labkit-stage-explorer"
 
@@ -94,28 +123,33 @@ class StageExplorer(_Panel):
         self.run = run
         self.labels = _labels(run)
         self.summaries = _Summaries(run)
-        kinds = sorted({stage_kind(s) for s in run.stages if s.startswith("blk.0.") and s in run.captures})
+        kinds = pass_order_kinds(run)
         if not kinds:
-            raise ValueError("the run captured no stage of layer 0: nothing to explore")
+            raise ValueError("the run captured no stage: nothing to explore")
         T = len(run.tokens)
         self.layer = W.IntSlider(value=0, min=0, max=n_layers - 1, description="layer")
         self.kind = W.Dropdown(
             options=kinds, value="resid_out" if "resid_out" in kinds else kinds[0], description="stage"
         )
         self.pos = W.IntSlider(value=T - 1, min=0, max=T - 1, description="position")
+        self.explanation = W.HTML()
         self.stats = W.HTML()
         self.image = W.Image(format="png")
         self.summary = W.HTML()
         for w in (self.layer, self.kind, self.pos):
             w.observe(self.refresh, names="value")
-        super().__init__([W.HBox([self.layer, self.kind, self.pos]), self.stats, self.image, self.summary])
+        controls = W.HBox([self.kind, self.layer, self.pos])
+        super().__init__([controls, self.explanation, self.stats, self.image, self.summary])
 
     @property
     def stage(self) -> str:
-        return f"blk.{self.layer.value}.{self.kind.value}"
+        kind = self.kind.value
+        return kind if kind in TOP_LEVEL_KINDS else f"blk.{self.layer.value}.{kind}"
 
     def refresh(self, *_) -> None:
         name, pos = self.stage, self.pos.value
+        self.layer.disabled = name in TOP_LEVEL_KINDS  # embed, output_norm, logits: no layer
+        self.explanation.value = explanation_html(self.run, name)
         if name not in self.run:
             self.stats.value = _message(f"{name} was not captured in this run", "#c00")
             self.image.value, self.summary.value = b"", ""
@@ -129,9 +163,20 @@ class StageExplorer(_Panel):
             _message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
         )
         fig, ax = _axes(6, 2.6)
-        figures.histogram(self.run, name, pos=pos, ax=ax)
+        static.histogram(self.run, name, pos=pos, ax=ax)
         self.image.value = png(fig)
         self.summary.value = self.summaries(name)  # the whole stage: the same at every position
+
+
+def pass_order_kinds(run: Run) -> list[str]:
+    """The stage kinds a run captured, in the order the pass computes them: embed, the layers'
+    kinds, output_norm, logits."""
+    keys = {}
+    for s in run.captures:
+        g = graph_position(s)
+        if g is not None:
+            keys[stage_kind(s)] = (g[0], g[2])
+    return sorted(keys, key=keys.get)
 
 
 def stage_explorer(run: Run, n_layers: int) -> StageExplorer:
@@ -163,11 +208,12 @@ class AttentionExplorer(_Panel):
         self.query = W.IntSlider(value=T - 1, min=0, max=T - 1, description="query")
         self.image = W.Image(format="png")
         self.attends = W.HTML()
+        self.explanation = W.HTML()
         for w in (self.layer, self.head, self.values, self.all_heads):
             w.observe(self.refresh, names="value")
         self.query.observe(self._show_attends, names="value")  # the map does not depend on the query
         controls = W.VBox([W.HBox([self.layer, self.head, self.all_heads]), W.HBox([self.values, self.query])])
-        super().__init__([controls, self.image, self.attends])
+        super().__init__([controls, self.explanation, self.image, self.attends])
 
     @property
     def stage(self) -> str:
@@ -176,6 +222,7 @@ class AttentionExplorer(_Panel):
     def refresh(self, *_) -> None:
         L, h, probs = self.layer.value, self.head.value, self.values.value == "probs"
         name = self.stage
+        self.explanation.value = explanation_html(self.run, name)
         if name not in self.run:
             self.image.value = b""
             self.attends.value = _message(
@@ -186,11 +233,11 @@ class AttentionExplorer(_Panel):
             return
         self.head.disabled = self.all_heads.value
         if self.all_heads.value:
-            fig = figures.attention_grid(self.run, L, probs=probs, labels=self.labels)
+            fig = static.attention_grid(self.run, L, probs=probs, labels=self.labels)
         else:
             size = min(3.0 + 0.25 * len(self.labels), 9.0)
             fig, ax = _axes(size, size)
-            figures.attention_map(self.run, L, head=h, probs=probs, ax=ax, labels=self.labels)
+            static.attention_map(self.run, L, head=h, probs=probs, ax=ax, labels=self.labels)
         self.image.value = png(fig)
         self._show_attends()
 
@@ -444,10 +491,8 @@ class VariantSwitcher(_Panel):
             f"<div style='{FONT}'>{verdict}{missing}"
             f"<div style='display:flex;gap:30px;margin-top:4px'>{tables}</div></div>"
         )
-        fig, ax = _axes(9, 2.6)
-        figures.divergence(cmp, ax=ax)
-        if first is not None:
-            ax.axvline(next(i for i, r in enumerate(cmp.rows) if r.stage == first), color="#c44e52", lw=0.8, ls=":")
+        fig, ax = _axes(9, 4.2)
+        static.divergence(cmp, ax=ax)  # the first divergence is marked ✕ on the layer × kind grid
         image = png(fig)
         # everything is computed before any of it is shown: the figure never lags behind the text
         self.image.value, self.result.value, self.status.value = image, result, status
@@ -513,10 +558,11 @@ class StageStepper(_Panel):
         self.prev.on_click(lambda _: self.step(-1))
         self.next.on_click(lambda _: self.step(+1))
         self.title = W.HTML()
+        self.explanation = W.HTML()
         self.body = W.HTML()
         self.index.observe(self.refresh, names="value")
         controls = W.HBox([self.play, self.prev, self.index, self.next, self.speed])
-        super().__init__([controls, self.title, self.body])
+        super().__init__([controls, self.title, self.explanation, self.body])
 
     def step(self, delta: int) -> None:
         self.index.value = int(np.clip(self.index.value + delta, 0, len(self.names) - 1))
@@ -568,6 +614,7 @@ class StageStepper(_Panel):
         self.title.value = _message(
             f"{self.index.value + 1}/{len(self.names)} <code>{html.escape(name)}</code>{verdict}"
         )
+        self.explanation.value = explanation_html(self.run, name)
         self.body.value = self.summaries(name)
 
 

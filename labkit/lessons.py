@@ -1,0 +1,96 @@
+"""Exercise checks for the lesson notebooks (notebooks/01–04).
+
+An exercise cell sets `answer = ...`; its check cell calls `check(...)` with the value the lesson
+computes from the run's own captures (plain numpy over the arrays, written out in this module so a
+student can read how the answer is found after trying). The check shows ✓ or ✗ with a hint.
+
+    check("3.1 ' blue' enters the top 10", answer, layer_entering_top(lens, blue, 10))
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from labkit.captures import Run
+
+
+@dataclass(frozen=True, repr=False)
+class Check:
+    """One exercise's verdict: shows as a green ✓ or a red ✗ line in a notebook."""
+
+    exercise: str
+    passed: bool
+    message: str
+
+    def __str__(self) -> str:
+        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
+
+    __repr__ = __str__  # a notebook's text/plain and a terminal show the verdict, not the fields
+
+    def _repr_html_(self) -> str:
+        color = "#2a7" if self.passed else "#c00"
+        return f"<div class='labkit-check' style='color:{color}'><b>{html.escape(str(self))}</b></div>"
+
+
+def check(exercise: str, answer: Any, expected: Any, hint: str = "", tol: float | None = None) -> Check:
+    """Compare an answer with the expected value (numbers within `tol` when given)."""
+    if answer is Ellipsis:
+        return Check(exercise, False, "not answered yet: set `answer` in the cell above and run it")
+    if tol is not None:
+        ok = bool(np.allclose(np.asarray(answer, float), np.asarray(expected, float), rtol=0, atol=tol))
+    else:
+        ok = _same(answer, expected)
+    if ok:
+        return Check(exercise, True, f"correct ({_short(expected)})")
+    return Check(exercise, False, f"{_short(answer)} is not it" + (f"; hint: {hint}" if hint else ""))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(b, np.ndarray) or isinstance(a, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    if isinstance(b, (int, np.integer)) and isinstance(a, (int, np.integer)):
+        return int(a) == int(b)
+    return a == b
+
+
+def _short(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"array {x.shape}"
+    return repr(x)
+
+
+# ----- what the lessons' exercises ask, computed from the captures with plain numpy
+
+
+def previous_token_head(run: Run, layer: int) -> int:
+    """The head of `layer` whose queries put the most probability on the key just before them."""
+    p = np.asarray(run[f"blk.{layer}.attn_probs"], dtype=np.float64)  # [heads, T, T]
+    T = p.shape[1]
+    prev = p[:, np.arange(1, T), np.arange(0, T - 1)]  # [heads, T-1]
+    return int(np.argmax(prev.mean(axis=1)))
+
+
+def visible_keys(run: Run, layer: int, query: int) -> int:
+    """How many keys query position `query` may attend to in `layer` (unmasked scores)."""
+    s = np.asarray(run[f"blk.{layer}.attn_scores"][0, query], dtype=np.float64)
+    return int(np.sum(np.isfinite(s)))
+
+
+def kv_head_of(n_heads: int, n_kv_heads: int, head: int) -> int:
+    """Grouped-query attention: query heads share KV heads in consecutive groups."""
+    return head // (n_heads // n_kv_heads)
+
+
+def layer_entering_top(ranks: list[int], k: int) -> int | None:
+    """The first layer at which a token's rank (0 = top-1) is below k, from its ranks per layer."""
+    return next((L for L, r in enumerate(ranks) if r < k), None)
+
+
+def rms_norm_by_hand(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    """x / sqrt(mean(x²) + eps) · w, in float64 (what the attn_norm stage computes)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / np.sqrt(np.mean(x * x) + eps) * np.asarray(w, dtype=np.float64)

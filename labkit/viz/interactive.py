@@ -1,0 +1,349 @@
+"""Interactive plotly figures of captures: hover shows what a cell is (tokens, stage, NMSE).
+
+Each returns a `plotly.graph_objects.Figure`; pass `fig=` (e.g. from `plotly.subplots.make_subplots`)
+with `row=`/`col=` to draw into a figure of your own, or `ax=` to draw the matplotlib version on an Axes
+(then the Axes is returned). Every title names the model, the engine and
+the kernel variants. The matplotlib versions, for still images and `ax=`, are in labkit.viz.static.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from labkit.captures import Run, as_f64
+from labkit.compare import Comparison
+from labkit.lens import LogitLens
+from labkit.viz import static
+from labkit.viz.common import comparison_title, divergence_grid, robust_histogram, run_title, token_labels
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+class LabFigure(go.Figure):
+    """A plotly Figure that displays with a still PNG beside its interactive JSON: JupyterLab shows
+    the interactive one (hover), and a viewer without plotly (GitHub, nbviewer, a notebook opened
+    before its kernel) shows the PNG, drawn by the matplotlib twin in labkit.viz.static."""
+
+    def __init__(self, *args, still=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._still = still  # () -> matplotlib Axes or Figure
+
+    def _mime_bundle(self) -> dict:
+        import json
+
+        import plotly.io as pio
+
+        bundle = {PLOTLY_MIME: json.loads(pio.to_json(self, validate=False)), "text/plain": self._title()}
+        if self._still is not None:
+            bundle["image/png"] = _png(self._still())
+        return bundle
+
+    def _title(self) -> str:
+        title = self.layout.title.text if self.layout.title else None
+        return f"<plotly figure: {title}>" if title else "<plotly figure>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        return self._mime_bundle()
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self._mime_bundle(), raw=True)
+
+
+def _png(drawn) -> str:
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    fig = drawn if hasattr(drawn, "savefig") else drawn.figure
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=72, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _figure(fig: go.Figure | None, title: str, height: int = 420, width: int | None = None, still=None) -> go.Figure:
+    if fig is not None:
+        return fig
+    fig = LabFigure(still=still)
+    fig.update_layout(
+        title=dict(text=title, font=dict(size=13)),
+        height=height,
+        width=width,
+        margin=dict(l=60, r=20, t=50, b=50),
+        template="plotly_white",
+    )
+    return fig
+
+
+def histogram(
+    run: Run,
+    stage: str,
+    pos: int | None = -1,
+    bins=80,
+    fig=None,
+    row=None,
+    col=None,
+    ax=None,
+    sample: int | None = None,
+):
+    """Histogram of one stage's values (one position, or all with pos=None) → a go.Figure.
+
+    Hover gives each bar's count and range. A few outliers do not stretch the axis: the bars cover
+    the central 99% (widened by half) when outliers reach more than 10× beyond it; they are counted beside
+    the plot (an annotation) with the extremes. With `ax=` (or `sample=`, or bin edges), the
+    matplotlib version (labkit.viz.static.histogram) draws on that Axes and returns it."""
+    if ax is not None or sample or np.ndim(bins):
+        return static.histogram(run, stage, pos, bins, ax=ax, sample=sample)
+    v = as_f64(run.at(stage, pos)).ravel()
+    v = v[np.isfinite(v)]
+    hist, edges, (below, above) = robust_histogram(v, bins)
+    where = f"position {pos}" if pos is not None else "all positions"
+    fig = _figure(
+        fig, run_title(run, f"{stage} at {where}"), 320, still=lambda: static.histogram(run, stage, pos, bins)
+    )
+    ranges = [f"[{a:.4g}, {b:.4g})" for a, b in zip(edges[:-1], edges[1:])]
+    fig.add_bar(
+        x=(edges[:-1] + edges[1:]) / 2,
+        y=hist,
+        width=np.diff(edges),
+        customdata=ranges,
+        marker_color="#4c72b0",
+        name=stage,
+        row=row,
+        col=col,
+        hovertemplate="values in %{customdata}<br>count %{y}<extra></extra>",
+    )
+    side = [f"{v.size} finite values"]
+    if v.size:
+        side.append(f"min {v.min():.4g} · max {v.max():.4g}")
+    side.append(f"outliers off the axis: {below} below, {above} above")
+    fig.add_annotation(
+        text="<br>".join(side),
+        xref="paper",
+        yref="paper",
+        x=1,
+        y=1,
+        showarrow=False,
+        align="right",
+        font=dict(size=11),
+        bgcolor="rgba(255,255,255,0.8)",
+    )
+    fig.update_xaxes(title_text="value", row=row, col=col)
+    fig.update_yaxes(title_text="count", row=row, col=col)
+    return fig
+
+
+def attention_map(
+    run: Run,
+    layer: int,
+    head: int = 0,
+    probs: bool = True,
+    labels: list[str] | None = None,
+    fig=None,
+    row=None,
+    col=None,
+    ax=None,
+):
+    """One head's [query, key] attention probabilities (or masked scores) → a go.Figure.
+
+    Hover names the query token, the key token and the probability. Rows are the real query
+    positions (a decode step's one row is position n_past). `labels`: one text per key position;
+    by default the run's own tokens, `3 ' sky'`. With `ax=`, the matplotlib version draws there
+    and the Axes is returned."""
+    if ax is not None:
+        return static.attention_map(run, layer, head, probs, ax=ax, labels=labels)
+    name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
+    m = as_f64(run[name][head])
+    q_pos = [run.n_past + p for p in run.rows(name)]
+    keys = [f"{i} {t!r}" for i, t in enumerate(labels)] if labels else token_labels(run, m.shape[1])
+    if keys is None or len(keys) != m.shape[1]:  # positions only (a category axis merges equal labels)
+        keys = [str(k) for k in range(m.shape[1])]
+    queries = [keys[p] if p < len(keys) else str(p) for p in q_pos]
+    z = np.where(np.isfinite(m), m, np.nan)  # masked (-inf) cells stay blank
+    fig = _figure(
+        fig,
+        run_title(run, f"layer {layer} head {head} {'probabilities' if probs else 'scores'}"),
+        height=max(360, 22 * len(queries) + 160),
+        width=max(420, 22 * len(keys) + 220),
+        still=lambda: static.attention_map(run, layer, head, probs, labels=labels),
+    )
+    what = "probability" if probs else "score"
+    fig.add_heatmap(
+        z=z,
+        x=keys,
+        y=queries,
+        colorscale="Viridis",
+        zmin=0 if probs else None,
+        zmax=1 if probs else None,
+        colorbar=dict(title=what),
+        row=row,
+        col=col,
+        name=name,
+        hovertemplate=f"query %{{y}}<br>key %{{x}}<br>{what} %{{z:.4f}}<extra></extra>",
+    )
+    fig.update_yaxes(autorange="reversed", title_text="query", type="category", row=row, col=col)
+    fig.update_xaxes(title_text="key", type="category", tickangle=-60, row=row, col=col)
+    return fig
+
+
+def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
+    """A heat map of layers × stage kinds colored by log10 NMSE → a go.Figure.
+
+    Hover gives the stage, its NMSE and its threshold; failing stages are outlined, the first
+    divergence is marked ✕. Blank cells: no such stage in that row. With `ax=`, the matplotlib
+    version draws there and the Axes is returned."""
+    if ax is not None:
+        return static.divergence(cmp, ax=ax)
+    g = divergence_grid(cmp)
+    z = np.log10(np.maximum(g.nmse, 1e-20))
+    text = np.array(
+        [
+            [
+                f"{n}<br>NMSE {e:.3g}<br>threshold {t:.3g}<br>{'ok' if ok else 'FAIL'}" if n else ""
+                for n, e, t, ok in zip(names, er, tr, pr)
+            ]
+            for names, er, tr, pr in zip(g.names, g.nmse, g.threshold, g.passed)
+        ]
+    )
+    fig = _figure(
+        fig,
+        comparison_title(cmp, f"first divergence: {cmp.first_divergence}"),
+        height=max(380, 16 * len(g.rows) + 200),
+        width=max(640, 34 * len(g.kinds) + 220),
+        still=lambda: static.divergence(cmp),
+    )
+    fig.add_heatmap(
+        z=z,
+        x=g.kinds,
+        y=g.rows,
+        text=text,
+        hovertemplate="%{text}<extra></extra>",
+        colorscale="Magma",
+        reversescale=True,
+        zmin=-16,
+        zmax=max(1.0, float(np.nanmax(z))),
+        colorbar=dict(title="log10 NMSE"),
+        row=row,
+        col=col,
+        name="nmse",
+    )
+    bad = np.argwhere(~g.passed)
+    if len(bad):
+        fig.add_scatter(
+            x=[g.kinds[j] for _, j in bad],
+            y=[g.rows[i] for i, _ in bad],
+            mode="markers",
+            hoverinfo="skip",
+            marker=dict(symbol="square-open", size=12, color="#d62728"),
+            name="fails",
+            row=row,
+            col=col,
+        )
+    if g.first is not None:
+        i, j = g.first
+        fig.add_scatter(
+            x=[g.kinds[j]],
+            y=[g.rows[i]],
+            mode="markers",
+            hoverinfo="skip",
+            name="first divergence",
+            marker=dict(symbol="x", size=14, color="#1f77b4"),
+            row=row,
+            col=col,
+        )
+    fig.update_yaxes(autorange="reversed", type="category", row=row, col=col)
+    fig.update_xaxes(type="category", tickangle=-45, row=row, col=col)
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+def _lens(x: Run | LogitLens) -> LogitLens:
+    return x if isinstance(x, LogitLens) else x.logit_lens()
+
+
+def _lens_title(lens: LogitLens, what: str) -> str:
+    from labkit.viz.common import variants_text
+
+    return f"{what} · {lens.model} · {lens.engine} · {variants_text(lens.variants)}"
+
+
+def logit_lens(run_or_lens: Run | LogitLens, fig=None, row=None, col=None) -> go.Figure:
+    """The logit lens as a heat map of layers × positions → a go.Figure: each cell is the top
+    token of that layer's residual read through the final norm and unembedding, colored by its
+    probability; hover gives the input token, the top token and its probability."""
+    lens = _lens(run_or_lens)
+    ids, probs = lens.winners()
+    inputs = [f"{p} {lens.piece(t)!r}" for p, t in zip(lens.positions, lens.tokens)]
+    layers = [f"layer {s.split('.')[1]}" for s in lens.stages]
+    tops = np.array([[lens.piece(int(i)) for i in r] for r in ids])
+    fig = _figure(
+        fig,
+        _lens_title(lens, "logit lens: top token per layer"),
+        height=max(420, 22 * len(layers) + 180),
+        width=max(560, 80 * len(inputs) + 200),
+        still=lambda: static.logit_lens(lens),
+    )
+    fig.add_heatmap(
+        z=probs,
+        x=inputs,
+        y=layers,
+        text=tops,
+        texttemplate="%{text}",
+        textfont=dict(size=10),
+        colorscale="Blues",
+        zmin=0,
+        zmax=1,
+        colorbar=dict(title="probability"),
+        row=row,
+        col=col,
+        hovertemplate="input %{x}<br>%{y}: top %{text}<br>probability %{z:.3f}<extra></extra>",
+    )
+    fig.update_yaxes(autorange="reversed", type="category", row=row, col=col)
+    fig.update_xaxes(type="category", title_text="position (input token)", row=row, col=col)
+    return fig
+
+
+def tracked_tokens(run_or_lens: Run | LogitLens, tokens: list[int], pos: int = -1) -> go.Figure:
+    """Rank (log scale, 0 = top-1 drawn at 1) and lens logit of chosen tokens across layers → a go.Figure."""
+    from plotly.subplots import make_subplots
+
+    lens = _lens(run_or_lens)
+    fig = LabFigure(
+        make_subplots(rows=1, cols=2, subplot_titles=("rank (1 = top)", "lens logit")),
+        still=lambda: static.tracked_tokens(lens, tokens, pos),
+    )
+    fig.update_layout(
+        title=dict(text=_lens_title(lens, f"tracked tokens at position {pos}"), font=dict(size=13)),
+        height=380,
+        template="plotly_white",
+    )
+    layers = list(range(len(lens.stages)))
+    for t in tokens:
+        name = repr(lens.piece(int(t)))
+        ranks = [r + 1 for r in lens.ranks(t, pos)]
+        fig.add_scatter(
+            x=layers,
+            y=ranks,
+            name=name,
+            legendgroup=name,
+            row=1,
+            col=1,
+            hovertemplate=f"{name}<br>layer %{{x}}<br>rank %{{y}}<extra></extra>",
+        )
+        fig.add_scatter(
+            x=layers,
+            y=lens.logits(t, pos),
+            name=name,
+            legendgroup=name,
+            showlegend=False,
+            row=1,
+            col=2,
+            hovertemplate=f"{name}<br>layer %{{x}}<br>logit %{{y:.2f}}<extra></extra>",
+        )
+    fig.update_yaxes(type="log", autorange="reversed", row=1, col=1)
+    fig.update_xaxes(title_text="layer")
+    return fig

@@ -1,0 +1,78 @@
+"""Committed notebooks carry their outputs; these helpers check that the outputs still come from
+the code beside them: a notebook is executed again and each code cell's outputs are compared with
+the committed ones by kind and text, never pixels (numbers are masked: timings and addresses vary)."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDGET = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+MAX_BYTES = 2 * 1024 * 1024
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_PROGRESS = re.compile(r"^\S.*:\s+\d+%\|.*$", re.MULTILINE)  # a tqdm line in a terminal-style stream
+
+
+def execute(name: str, cwd: Path = ROOT) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode, float]:
+    """(committed, executed, seconds) for notebooks/<name>.ipynb, run in a real kernel from `cwd`."""
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    committed = nbformat.read(path, as_version=4)
+    nb = nbformat.read(path, as_version=4)
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    return committed, nb, time.perf_counter() - t0
+
+
+def cell_text(cell) -> str:
+    return "\n".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in cell.get("outputs", []))
+
+
+def errors(nb) -> list[str]:
+    return [f"{c.id}: {o.ename}: {o.evalue}" for c in nb.cells if c.cell_type == "code" for o in c.outputs
+            if o.output_type == "error"]  # fmt: skip
+
+
+def _signature(cell, text: bool) -> list[tuple]:
+    """What a cell showed, comparable across runs: each output's kind, its MIME types, and (with
+    `text`) its plain text with numbers masked. Progress bars are left out (they show on first use)."""
+    sig = []
+    for o in cell.get("outputs", []):
+        data = o.get("data", {})
+        if WIDGET in data and "%|" in str(data.get("text/plain", "")):
+            continue  # a tqdm widget
+        body = o.get("text", "") if o.output_type == "stream" else str(data.get("text/plain", ""))
+        body = _PROGRESS.sub("", body).strip()
+        if o.output_type == "stream" and not body:
+            continue
+        if WIDGET in data:
+            body = body.split("(", 1)[0]  # the widget's class; its children's reprs hold model ids
+        sig.append((o.output_type, tuple(sorted(data)), _NUMBER.sub("#", body) if text else ""))
+    return sig
+
+
+def assert_outputs_match(committed, executed, text: bool = True) -> None:
+    """Every code cell shows the same kinds of output (and text) as when the notebook was committed."""
+    ran = {c.id: c for c in executed.cells if c.cell_type == "code"}
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert any(c.outputs for c in code), "the notebook was committed without its outputs"
+    for cell in code:
+        want, got = _signature(cell, text), _signature(ran[cell.id], text)
+        assert want == got, f"cell {cell.id}: committed outputs do not match its code any more:\n{want}\n!=\n{got}"
+
+
+def assert_shippable(name: str) -> None:
+    """Under 2 MB, and widget state saved when a cell shows a widget (a fresh open renders it)."""
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    assert path.stat().st_size < MAX_BYTES, f"{name}: {path.stat().st_size} bytes"
+    nb = nbformat.read(path, as_version=4)
+    views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if WIDGET in o.get("data", {})]
+    if views:
+        state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+        missing = [v["data"][WIDGET]["model_id"] for v in views if v["data"][WIDGET]["model_id"] not in state]
+        assert not missing, f"{name}: widget views without saved state: {missing[:3]}"
