@@ -83,6 +83,7 @@ def jupyter(tmp_path_factory):
     env = dict(
         os.environ,
         JUPYTERLAB_SETTINGS_DIR=str(home / "lab" / "user-settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "lab" / "workspaces"),  # no tabs restored from other runs
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
     )
     proc = subprocess.Popen(
@@ -186,12 +187,17 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
 def run_all(page, jupyter: str, name: str) -> None:
     """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last cell's
     output (failing fast, with the traceback, on a cell error)."""
-    page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb")
+    page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb?reset")  # this notebook alone, no restored tabs
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     n_cells = len(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells)
-    page.wait_for_function(
-        "(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n", arg=n_cells, timeout=120_000
-    )
+    try:
+        page.wait_for_function(
+            "(n) => document.querySelectorAll('.jp-Notebook .jp-Cell').length === n", arg=n_cells, timeout=120_000
+        )
+    except Exception:
+        shown = page.evaluate("() => document.querySelectorAll('.jp-Notebook .jp-Cell').length")
+        page.screenshot(path=str(ARTIFACTS / f"{name}-cells.png"))
+        raise AssertionError(f"{name}: {shown} cells rendered, {n_cells} in the notebook") from None
     # the kernel is connected and idle (a cell run before that is dropped)
     page.wait_for_function(
         "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
@@ -223,17 +229,34 @@ def checks_pass(page, name: str) -> None:
 
 def cell(page, name: str, cell_id: str):
     """The rendered cell of a notebook cell id (cells render in order, windowing is off)."""
-    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    source = {"saved": "04_kernel_variants"}.get(name, name)  # the committed copy is served as saved.ipynb
+    nb = nbformat.read(ROOT / "notebooks" / f"{source}.ipynb", as_version=4)
     index = next(i for i, c in enumerate(nb.cells) if c.id == cell_id)
     return page.locator(".jp-Notebook .jp-Cell").nth(index)
 
 
 def hover_plotly(page, name: str, cell_id: str) -> str:
     """Move the mouse over the middle of a cell's plotly plot area; return the tooltip's text."""
-    plot = cell(page, name, cell_id).locator(".js-plotly-plot").first
+    out = cell(page, name, cell_id).locator(".jp-RenderedPlotly").first
+    out.wait_for(timeout=60_000)
+    out.scroll_into_view_if_needed()
+    plot = out  # plotly draws into the renderer's own node (it becomes the .js-plotly-plot)
+    for _ in range(30):  # plotly's renderer shows the still PNG until the mouse enters it
+        if out.evaluate("e => e.classList.contains('js-plotly-plot') && !!e.querySelector('.nsewdrag')"):
+            break
+        still = out.locator("img.plot-img")
+        if still.count():
+            still.dispatch_event("mouseenter")
+            box = still.bounding_box()
+            if box:
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
+        time.sleep(1)
+    else:
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{cell_id}-no-plot.png"))
+        raise AssertionError(f"{name}/{cell_id}: the still never became a plot: {out.inner_html()[:300]}")
     plot.scroll_into_view_if_needed()
-    plot.wait_for(timeout=60_000)
     area = plot.locator(".nsewdrag").first
+    area.wait_for(state="visible", timeout=30_000)
     box = area.bounding_box()
     for fx, fy in ((0.3, 0.7), (0.5, 0.5), (0.2, 0.9), (0.7, 0.8)):
         page.mouse.move(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
@@ -314,9 +337,11 @@ def test_committed_notebook_shows_its_figures_and_widgets_before_running(jupyter
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{jupyter}/lab/tree/notebooks/saved.ipynb")
+        page.goto(f"{jupyter}/lab/tree/notebooks/saved.ipynb?reset")
         page.wait_for_selector(".jp-Notebook .jp-OutputArea-output", timeout=120_000)
-        page.wait_for_selector(".js-plotly-plot .nsewdrag", timeout=120_000)
+        page.wait_for_selector(".jp-RenderedPlotly img.plot-img", timeout=120_000)  # the stills
+        tip = hover_plotly(page, "saved", "heat-norm")  # the mouse turns a still into the live figure
+        assert "NMSE" in tip and "threshold" in tip, tip
         page.wait_for_selector(".labkit-stage-explorer, .labkit-stage-explorer-still", timeout=120_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "children=(" not in text and "HBox(" not in text

@@ -34,7 +34,8 @@ def histogram(run: Run, stage: str, pos: int | None = -1, bins=80, ax=None, samp
         ax.set_title(f"{stage} {where}: no finite value", fontsize=9)
         return ax
     extra = f"; outside the axis: {out[0]} below, {out[1]} above" if sum(out) else ""
-    ax.set_title(f"{stage} {where}: {v.size} values in [{v.min():.3g}, {v.max():.3g}]{extra}", fontsize=9)
+    stats = f"{v.size} values in [{v.min():.3g}, {v.max():.3g}]{extra}"
+    ax.set_title(f"{run_title(run, f'{stage} {where}')}\n{stats}", fontsize=8)
     if sample:
         for x in v[:sample]:
             ax.axvline(min(max(x, edges[0]), edges[-1]), color="#c44e52", lw=1)
@@ -55,7 +56,7 @@ def attention_map(run: Run, layer: int, head: int = 0, probs: bool = True, ax=No
     m = np.where(np.isfinite(m), m, np.nan)
     im = ax.imshow(m, cmap="viridis", interpolation="nearest", aspect="auto")
     ax.figure.colorbar(im, ax=ax, fraction=0.046)
-    ax.set_title(f"{name} head {head}", fontsize=9)
+    ax.set_title(run_title(run, f"{name} head {head}"), fontsize=8)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
     q_pos = [run.n_past + p for p in run.rows(name)]
