@@ -259,7 +259,8 @@ class Lab:
         op = OPS[st.op]
         shapes, out = op.shapes(st)
         names = list(st.inputs) + [n for n in (st.weight, st.bias) if n]
-        shapes = [sh[len(n) :].strip() if sh.startswith(n) else sh for n, sh in zip(names, shapes, strict=False)]
+        if st.inputs:  # "name [shape]" → "[shape]" beside its name
+            shapes = [sh[len(n) :].strip() if sh.startswith(n) else sh for n, sh in zip(names, shapes, strict=False)]
         inputs = tuple(zip(names, shapes, strict=False)) if st.inputs else tuple((s, "") for s in shapes)
         kv = {"k": "writes K at n_past", "v": "writes V at n_past"}.get(st.kv_write or "", "")
         if st.kv_read:

@@ -34,9 +34,10 @@ class LogitLens:
     tokens: list[int]  # the input token at each position
     Z: np.ndarray = field(repr=False)
     piece: Callable[[int], str] = field(repr=False, default=str)
+    n_tokens: int = 0  # tokens in the run (a negative position counts from its end)
 
     def _col(self, pos: int) -> int:
-        p = pos if pos >= 0 else len(self.tokens) + pos
+        p = pos if pos >= 0 else (self.n_tokens or len(self.tokens)) + pos
         if p not in self.positions:
             raise InvalidArgumentError(f"the lens holds positions {list(self.positions)}, not {pos}")
         return self.positions.index(p)
@@ -90,10 +91,9 @@ def logit_lens(run: Run, kind: str = "resid_out", positions=None) -> LogitLens:
     positions: None (every position the captures hold), an int, or a list of ints."""
     if run.unembed is None:
         raise InvalidArgumentError(
-            "this run has no unembedding: open it through a lab (lab.run, labkit.load_run(path, lab))"
+            "this run has no unembedding: make it through a lab (lab.run, lab.reference, labkit.load_dumps)"
         )
-    stages = [s for s in run.stages if s.startswith("blk.") and s.endswith(f".{kind}")]
-    stages = [s for s in stages if s.split(".")[2] == kind]
+    stages = [s for s in run.stages if s.startswith("blk.") and s.split(".", 2)[2] == kind]
     if not stages or any(s not in run for s in stages):
         raise UnknownStageError(f"the logit lens needs {kind!r} of every layer captured in this run")
     held = run.rows(stages[0])
@@ -109,6 +109,5 @@ def logit_lens(run: Run, kind: str = "resid_out", positions=None) -> LogitLens:
             f"{MAX_LENS_BYTES >> 20} MiB: pass positions= (e.g. positions=-1)"
         )
     Z = np.stack([run.unembed(np.stack([run.at(s, p) for p in want])).astype(np.float32) for s in stages])
-    return LogitLens(
-        run.model, run.engine, dict(run.variants), stages, want, [run.tokens[p] for p in want], Z, run.piece or str
-    )
+    tokens = [run.tokens[p] for p in want]
+    return LogitLens(run.model, run.engine, dict(run.variants), stages, want, tokens, Z, run.piece or str, T)

@@ -4,7 +4,7 @@ An exercise cell sets `answer = ...`; its check cell calls `check(...)` with the
 computes from the run's own captures (plain numpy over the arrays, written out in this module so a
 student can read how the answer is found after trying). The check shows ✓ or ✗ with a hint.
 
-    check("3.1 ' blue' enters the top 10", answer, layer_entering_top(lens, blue, 10))
+    check("3.1 ' blue' enters the top 10", answer, layer_entering_top(lens.ranks(blue), 10))
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def check(exercise: str, answer: Any, expected: Any, hint: str = "", tol: float 
     if answer is Ellipsis:
         return Check(exercise, False, "not answered yet: set `answer` in the cell above and run it")
     if tol is not None:
-        ok = bool(np.allclose(np.asarray(answer, float), np.asarray(expected, float), rtol=0, atol=tol))
+        try:
+            a, b = np.asarray(answer, float), np.asarray(expected, float)
+            ok = a.shape == b.shape and bool(np.allclose(a, b, rtol=0, atol=tol))
+        except (TypeError, ValueError):  # not numbers: a wrong answer, not a crash
+            ok = False
     else:
         ok = _same(answer, expected)
     if ok:
@@ -60,6 +64,8 @@ def _same(a: Any, b: Any) -> bool:
 def _short(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return f"array {x.shape}"
+    if isinstance(x, (set, frozenset)):
+        return "{" + ", ".join(repr(v) for v in sorted(x, key=repr)) + "}"  # the same text every run
     return repr(x)
 
 
@@ -72,17 +78,6 @@ def previous_token_head(run: Run, layer: int) -> int:
     T = p.shape[1]
     prev = p[:, np.arange(1, T), np.arange(0, T - 1)]  # [heads, T-1]
     return int(np.argmax(prev.mean(axis=1)))
-
-
-def visible_keys(run: Run, layer: int, query: int) -> int:
-    """How many keys query position `query` may attend to in `layer` (unmasked scores)."""
-    s = np.asarray(run[f"blk.{layer}.attn_scores"][0, query], dtype=np.float64)
-    return int(np.sum(np.isfinite(s)))
-
-
-def kv_head_of(n_heads: int, n_kv_heads: int, head: int) -> int:
-    """Grouped-query attention: query heads share KV heads in consecutive groups."""
-    return head // (n_heads // n_kv_heads)
 
 
 def layer_entering_top(ranks: list[int], k: int) -> int | None:

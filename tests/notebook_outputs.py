@@ -16,16 +16,19 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 2 * 1024 * 1024
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_TMP = re.compile(r"/tmp/\S+")  # temporary paths differ on every run
 _PROGRESS = re.compile(r"^\S.*:\s+\d+%\|.*$", re.MULTILINE)  # a tqdm line in a terminal-style stream
 
 
-def execute(name: str, cwd: Path = ROOT) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode, float]:
+def execute(
+    name: str, cwd: Path = ROOT, timeout: int = 900, kernel: str = "python3"
+) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode, float]:
     """(committed, executed, seconds) for notebooks/<name>.ipynb, run in a real kernel from `cwd`."""
     path = ROOT / "notebooks" / f"{name}.ipynb"
     committed = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    NotebookClient(nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(cwd)}}).execute()
     return committed, nb, time.perf_counter() - t0
 
 
@@ -42,7 +45,7 @@ def _signature(cell, text: bool) -> list[tuple]:
     """What a cell showed, comparable across runs: each output's kind, its MIME types, and (with
     `text`) its plain text with numbers masked. Progress bars are left out (they show on first use)."""
     sig = []
-    for o in cell.get("outputs", []):
+    for o in _merged_streams(cell.get("outputs", [])):
         data = o.get("data", {})
         if WIDGET in data and "%|" in str(data.get("text/plain", "")):
             continue  # a tqdm widget
@@ -52,8 +55,19 @@ def _signature(cell, text: bool) -> list[tuple]:
             continue
         if WIDGET in data:
             body = body.split("(", 1)[0]  # the widget's class; its children's reprs hold model ids
-        sig.append((o.output_type, tuple(sorted(data)), _NUMBER.sub("#", body) if text else ""))
+        sig.append((o.output_type, tuple(sorted(data)), _NUMBER.sub("#", _TMP.sub("<tmp>", body)) if text else ""))
     return sig
+
+
+def _merged_streams(outputs: list) -> list:
+    """Consecutive stream outputs of one stream as one (the kernel splits prints as it flushes)."""
+    merged: list = []
+    for o in outputs:
+        if o.output_type == "stream" and merged and merged[-1].output_type == "stream" and merged[-1].name == o.name:
+            merged[-1] = nbformat.from_dict({**merged[-1], "text": merged[-1].text + o.text})
+        else:
+            merged.append(o)
+    return merged
 
 
 def assert_outputs_match(committed, executed, text: bool = True) -> None:

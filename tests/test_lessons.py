@@ -89,13 +89,17 @@ def test_walkthrough_teaches_each_stage_and_keeps_its_tools():
     assert {"f6fcc816", "attn-explorer", "variants", "stepper"} <= set(widgets), widgets
     html = "".join(o["data"].get("text/html", "") for o in cells["run-glance"].outputs if "data" in o)
     assert "labkit-run" in html and "no NaN, inf or unwritten" in html
+    assert "&lt;bos&gt;" in html and " sky" in html and "&#x27; blue&#x27;" in html
     shown = "".join(o["data"].get("text/html", "") for o in cells["array-show"].outputs if "data" in o)
     assert shown.count("labkit-array") == 2 and shown.count("labkit-explain") == 2
+    assert "blk.17.resid_out" in shown and "masked (-inf)" in shown
     rope = cell_text(cells["variants-rope"])
     assert "first divergence: blk.0.q_rope" in rope and "recomputed from blk.0.q_rope" in rope, rope
     assert plotly_outputs(cells["variants-rope"]) and plotly_outputs(cells["reference"])
     assert "first divergence: None" in cell_text(cells["variants-back"])
     assert "unwritten elements in the correct pass: 0" in cell_text(cells["debug-clean"])
     assert "unwritten per stage: {'logits': " in cell_text(cells["debug-lm-head"])
+    debug_html = "".join(o["data"].get("text/html", "") for o in cells["debug-lm-head"].outputs if "data" in o)
+    assert "logits" in debug_html and "unwritten" in debug_html and "453355" in debug_html  # the flagged stage
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "lab.generate" in code[-1].source and cell_text(code[-1]).strip()  # the browser test waits for it

@@ -58,7 +58,17 @@ def load_dumps(
     ids = _ids(lab, tokens, prompt)
     dumped = read_source(source)
     nmap = _names(names, lab, dumped)
-    run = Run(lab.name, engine, ids, lab.stages, {}, piece=lab.piece, explain=lab.explain, unmapped={})
+    run = Run(
+        lab.name,
+        engine,
+        ids,
+        lab.stages,
+        {},
+        piece=lab.piece,
+        explain=lab.explain,
+        unembed=lab.reference_engine.unembed,
+        unmapped={},
+    )
     stored = []
     for name, d in dumped.items():
         targets = nmap.resolve(name)

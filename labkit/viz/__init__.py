@@ -1,7 +1,8 @@
 """Figures and widgets over Runs. Presentation only: no computation, and no import of the lab,
 the GPU or the model (data flows file → model → GPU executor → captures → compare and viz).
 
-    from labkit.viz import figures, widgets       # matplotlib figures; ipywidgets explorers
+    from labkit.viz import figures, widgets       # plotly/matplotlib figures; ipywidgets explorers
+    from labkit.viz import static                 # the matplotlib twin of every figure (ax=)
     from labkit.viz import show, array_summary    # one capture at a glance (treescope-like)
     from labkit.viz import stage_explorer, attention_explorer, variant_switcher, stage_stepper
 

@@ -23,6 +23,11 @@ def run_title(run: Run, what: str) -> str:
     return f"{what} · {run.model} · {run.engine} · {variants_text(run.variants)}"
 
 
+def lens_title(lens, what: str) -> str:
+    """The same for a logit lens (labkit.lens.LogitLens), which keeps its run's labels."""
+    return f"{what} · {lens.model} · {lens.engine} · {variants_text(lens.variants)}"
+
+
 def comparison_title(cmp: Comparison, what: str) -> str:
     a = f"{cmp.a_engine} ({variants_text(cmp.a_variants)})"
     b = f"{cmp.b_engine} ({variants_text(cmp.b_variants)})"

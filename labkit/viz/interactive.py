@@ -15,7 +15,7 @@ from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
 from labkit.lens import LogitLens
 from labkit.viz import static
-from labkit.viz.common import comparison_title, divergence_grid, robust_histogram, run_title, token_labels
+from labkit.viz.common import comparison_title, divergence_grid, lens_title, robust_histogram, run_title, token_labels
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -199,7 +199,7 @@ def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
     if ax is not None:
         return static.divergence(cmp, ax=ax)
     g = divergence_grid(cmp)
-    z = np.log10(np.maximum(g.nmse, 1e-20))
+    z = np.log10(np.clip(g.nmse, 1e-20, 1e20))  # inf (a shape or inf mismatch) at the top
     text = np.array(
         [
             [
@@ -265,12 +265,6 @@ def _lens(x: Run | LogitLens) -> LogitLens:
     return x if isinstance(x, LogitLens) else x.logit_lens()
 
 
-def _lens_title(lens: LogitLens, what: str) -> str:
-    from labkit.viz.common import variants_text
-
-    return f"{what} · {lens.model} · {lens.engine} · {variants_text(lens.variants)}"
-
-
 def logit_lens(run_or_lens: Run | LogitLens, fig=None, row=None, col=None) -> go.Figure:
     """The logit lens as a heat map of layers × positions → a go.Figure: each cell is the top
     token of that layer's residual read through the final norm and unembedding, colored by its
@@ -282,7 +276,7 @@ def logit_lens(run_or_lens: Run | LogitLens, fig=None, row=None, col=None) -> go
     tops = np.array([[lens.piece(int(i)) for i in r] for r in ids])
     fig = _figure(
         fig,
-        _lens_title(lens, "logit lens: top token per layer"),
+        lens_title(lens, "logit lens: top token per layer"),
         height=max(420, 22 * len(layers) + 180),
         width=max(560, 80 * len(inputs) + 200),
         still=lambda: static.logit_lens(lens),
@@ -317,7 +311,7 @@ def tracked_tokens(run_or_lens: Run | LogitLens, tokens: list[int], pos: int = -
         still=lambda: static.tracked_tokens(lens, tokens, pos),
     )
     fig.update_layout(
-        title=dict(text=_lens_title(lens, f"tracked tokens at position {pos}"), font=dict(size=13)),
+        title=dict(text=lens_title(lens, f"tracked tokens at position {pos}"), font=dict(size=13)),
         height=380,
         template="plotly_white",
     )

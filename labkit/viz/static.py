@@ -9,7 +9,7 @@ import numpy as np
 
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
-from labkit.viz.common import comparison_title, divergence_grid, robust_histogram, run_title, token_labels
+from labkit.viz.common import comparison_title, divergence_grid, lens_title, robust_histogram, run_title, token_labels
 
 
 def histogram(run: Run, stage: str, pos: int | None = -1, bins=80, ax=None, sample: int | None = None):
@@ -114,7 +114,7 @@ def divergence(cmp: Comparison, ax=None):
     """log10 NMSE per layer × stage kind, failures outlined in red, the first marked ✕ → the Axes."""
     g = divergence_grid(cmp)
     ax = ax or plt.subplots(figsize=(max(6, 0.45 * len(g.kinds) + 2), max(3, 0.22 * len(g.rows) + 1.2)))[1]
-    z = np.log10(np.maximum(g.nmse, 1e-20))
+    z = np.log10(np.clip(g.nmse, 1e-20, 1e20))  # inf (a shape or inf mismatch) at the top
     im = ax.imshow(z, cmap="magma_r", aspect="auto", interpolation="nearest", vmin=-16, vmax=max(1, np.nanmax(z)))
     ax.figure.colorbar(im, ax=ax, fraction=0.03, label="log10 NMSE")
     bad = np.argwhere(~g.passed)
@@ -174,7 +174,7 @@ def logit_lens(lens, ax=None):
                   rotation=45, ha="right", fontsize=7)  # fmt: skip
     ax.set_yticks(range(n_layers), [s.split(".")[1] for s in lens.stages], fontsize=6)
     ax.set_ylabel("layer")
-    ax.set_title(f"logit lens · {lens.model} · {lens.engine}", fontsize=9)
+    ax.set_title(lens_title(lens, "logit lens"), fontsize=9)
     return ax
 
 
@@ -188,5 +188,5 @@ def tracked_tokens(lens, tokens: list[int], pos: int = -1, ax=None):
     ax.set_xlabel("layer")
     ax.set_ylabel("rank")
     ax.legend(fontsize=7)
-    ax.set_title(f"tracked tokens at position {pos} · {lens.model} · {lens.engine}", fontsize=9)
+    ax.set_title(lens_title(lens, f"tracked tokens at position {pos}"), fontsize=9)
     return ax
