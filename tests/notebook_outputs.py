@@ -16,7 +16,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 2 * 1024 * 1024
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-_TMP = re.compile(r"/tmp/\S+")  # temporary paths differ on every run
+_PATH = re.compile(r"(?<![\w.])/[\w.+-]+(?:/[\w.+-]+)+")  # temporary dirs and the checkout differ per run
 _PROGRESS = re.compile(r"^\S.*:\s+\d+%\|.*$", re.MULTILINE)  # a tqdm line in a terminal-style stream
 
 
@@ -55,7 +55,7 @@ def _signature(cell, text: bool) -> list[tuple]:
             continue
         if WIDGET in data:
             body = body.split("(", 1)[0]  # the widget's class; its children's reprs hold model ids
-        sig.append((o.output_type, tuple(sorted(data)), _NUMBER.sub("#", _TMP.sub("<tmp>", body)) if text else ""))
+        sig.append((o.output_type, tuple(sorted(data)), _NUMBER.sub("#", _PATH.sub("<path>", body)) if text else ""))
     return sig
 
 
