@@ -33,7 +33,14 @@ def execute(
 
 
 def cell_text(cell) -> str:
-    return "\n".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in cell.get("outputs", []))
+    """A cell's plain text output, without progress bars."""
+    shown = [o for o in cell.get("outputs", []) if not _is_progress(o)]
+    return "\n".join(str(o.get("data", {}).get("text/plain", "")) + o.get("text", "") for o in shown)
+
+
+def _is_progress(output) -> bool:
+    data = output.get("data", {})
+    return WIDGET in data and "%|" in str(data.get("text/plain", ""))
 
 
 def errors(nb) -> list[str]:
@@ -47,7 +54,7 @@ def _signature(cell, text: bool) -> list[tuple]:
     sig = []
     for o in _merged_streams(cell.get("outputs", [])):
         data = o.get("data", {})
-        if WIDGET in data and "%|" in str(data.get("text/plain", "")):
+        if _is_progress(o):
             continue  # a tqdm widget
         body = o.get("text", "") if o.output_type == "stream" else str(data.get("text/plain", ""))
         body = _PROGRESS.sub("", body).strip()
