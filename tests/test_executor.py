@@ -177,7 +177,8 @@ def test_logits_chunked_by_tokens_above_the_binding_limit(tiny_model):
     logits = plans[-1]
     n_windows = len(ex.weight("token_embd.weight").windows)
     assert n_windows == 2 and logits.out.size * 4 > ex.max_binding
-    assert len(logits.dispatches) > n_windows and len(logits.dispatches) % n_windows == 0
+    matmuls = [d for d in logits.dispatches if d.label.startswith("matmul ")]  # not the X texture fills
+    assert len(matmuls) > n_windows and len(matmuls) % n_windows == 0
     run = lab.run(IDS, debug=True)
     assert sum(run.unwritten.values()) == 0, {k: v for k, v in run.unwritten.items() if v}
     cmp = labkit.compare(run, lab.reference(IDS))

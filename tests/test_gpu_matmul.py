@@ -225,6 +225,28 @@ def test_repacked_matmul_row_groups(gpu):
     run_case(gpu, Q.Q6_K, 1031, 256, 18, SEED + 3110, "tiled")
 
 
+def test_tiled_x_texture_split_into_pieces(gpu, monkeypatch):
+    """The tiled driver reads X from textures of at most X_TEXTURE_TOKENS tokens: with the limit
+    lowered to 5, 37 offset, strided tokens go as 8 textures (pieces of 5 and one of 2, each
+    filled by its own dispatch), and every row still equals gguf's."""
+    import labkit.gpu.matmul as mm
+
+    monkeypatch.setattr(mm, "X_TEXTURE_TOKENS", 5)
+    run_case(gpu, Q.Q8_0, 67, 96, 37, SEED + 3200, "tiled", offsets=True)
+    rw = repack_weight(
+        gpu,
+        upload_weight(gpu, "w", random_weight(np.random.default_rng(1), Q.Q8_0, 8, 64), int(Q.Q8_0), 8, 64),
+        mm_source("q8_0", "repack"),
+    )
+    x, y = storage(gpu, np.ones(37 * 64, np.float32)), storage(gpu, np.zeros(37 * 8, np.float32))
+    fills = [
+        d
+        for d in prepare_matmul(gpu, rw, x, y, 37, source=repacked_source("q8_0", 37))
+        if d.label.startswith("X to texture")
+    ]
+    assert len(fills) == 8
+
+
 def test_repacked_windows_keep_their_gguf_window(gpu):
     """Re-cut windows remember the GGUF window they came from, so the lm_head policy that leaves
     out the last window (002) leaves out the same rows on either layout."""

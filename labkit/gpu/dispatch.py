@@ -57,8 +57,16 @@ def uniform_bytes(gpu: Any, data: bytes) -> Any:
     return gpu.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
 
 
+def texture_view(gpu: Any, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:
+    """A view of a fresh 2-D texture, or of the active plan cache's."""
+    cache = active_cache()
+    if cache is not None:
+        return cache.texture_view(size, fmt, usage, label)
+    return gpu.device.create_texture(size=(*size, 1), format=fmt, usage=usage, label=label).create_view()
+
+
 def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
-    """A bind group binding buffers[i] at @binding(i): a buffer, or (buffer, offset, size); the
+    """A bind group binding buffers[i] at @binding(i): a buffer, (buffer, offset, size) or a texture view; the
     active plan cache's when it has one over the same resources."""
     cache = active_cache()
     if cache is not None:
@@ -72,6 +80,8 @@ def _bind_group(gpu: Any, pipeline: Any, buffers: list[Any], group: int) -> Any:
         if isinstance(b, tuple):
             buf, offset, size = b
             res = {"buffer": buf, "offset": int(offset), "size": int(size)}
+        elif isinstance(b, wgpu.GPUTextureView):
+            res = b
         else:
             res = {"buffer": b, "offset": 0, "size": b.size}
         entries.append({"binding": i, "resource": res})
@@ -96,3 +106,11 @@ def run(gpu: Any, dispatches: list[Dispatch], label: str = "") -> None:
     enc = gpu.device.create_command_encoder(label=label)
     encode(enc, dispatches, label)
     gpu.queue.submit([enc.finish()])
+
+
+def wait_idle(gpu: Any) -> None:
+    """Block until the queue has run everything submitted (a 4-byte readback: wgpu-py 0.32's
+    on_submitted_work_done_sync fails), which also lets wgpu free the buffers dropped meanwhile."""
+    if getattr(gpu, "_idle_probe", None) is None:
+        gpu._idle_probe = gpu.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+    gpu.queue.read_buffer(gpu._idle_probe, 0, 4)

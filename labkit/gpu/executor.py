@@ -31,7 +31,7 @@ import wgpu
 from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
 from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
-from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
+from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.plan_cache import PlanCache, active_cache
 from labkit.gpu.readback import Readback, read_now
@@ -206,6 +206,9 @@ class GpuExecutor:
             self._repacked[key] = repack_weight(self.gpu, raw, source, self.binding_limit)
             if not had_raw:  # wgpu keeps the buffers alive until the submitted repack has run
                 del self._weights[(name, rows)]
+            # wait for the repack, so wgpu frees the GGUF upload and the staging buffer now (lavapipe
+            # holds them in host memory), not after every weight has piled up its own
+            wait_idle(self.gpu)
             self.upload_seconds += time.perf_counter() - t0
         return self._repacked[key]
 
@@ -235,7 +238,7 @@ class GpuExecutor:
     def gpu_bytes(self) -> int:
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
         weights = [*self._weights.values(), *self._repacked.values()]
-        windows = sum(win.buffer.size for w in weights for win in w.windows)
+        windows = sum(win.nbytes for w in weights for win in w.windows)
         return windows + sum(b.size for b in self._vectors.values())
 
     def embed_input(self, ids: list[int], name: str = "token_embd.weight") -> wgpu.GPUBuffer:

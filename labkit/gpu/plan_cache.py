@@ -68,6 +68,19 @@ class PlanCache:
             self.created += 1
         return pool[i]
 
+    def texture_view(self, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:
+        """A view of the texture this request got last pass (same label, size, format, usage,
+        order), or of a new one. The view is what is kept: a bind group over it is reused too."""
+        key = ("texture", label, *size, fmt, int(usage))
+        i = self._used_buffers.get(key, 0)
+        self._used_buffers[key] = i + 1
+        pool = self._buffers.setdefault(key, [])
+        if i == len(pool):
+            tex = self.device.create_texture(size=(*size, 1), format=fmt, usage=usage, label=label)
+            pool.append(tex.create_view())
+            self.created += 1
+        return pool[i]
+
     def data(self, data: bytes, usage: int, label: str = "") -> Any:
         """A buffer holding `data`: a reused one, rewritten."""
         buf = self.buffer(max(16, -(-len(data) // 16) * 16), usage | wgpu.BufferUsage.COPY_DST, label)
@@ -118,4 +131,6 @@ def _resource_key(r: Any) -> tuple:
     if isinstance(r, tuple):
         buf, offset, size = r
         return (id(buf), int(offset), int(size))
+    if isinstance(r, wgpu.GPUTextureView):
+        return (id(r), 0, 0)
     return (id(r), 0, int(r.size))

@@ -24,10 +24,11 @@ UPLOAD_CHUNK = 16 << 20
 
 @dataclass
 class WeightWindow:
-    buffer: Any
+    buffer: Any  # what a kernel binds: a buffer of GGUF bytes, or a repacked window's texture view
     first_row: int
     n_rows: int
     part_of: int | None = None  # a repacked window: the index of the GGUF window it came from
+    nbytes: int = 0  # bytes it holds on the device
 
 
 @dataclass
@@ -115,5 +116,5 @@ def upload_weight(
         label = f"{name}[{first}:{first + n}]"
         buf = gpu.device.create_buffer(label=label, size=size, usage=usage)
         _upload(gpu, buf, raw[first * rb : (first + n) * rb])
-        windows.append(WeightWindow(buf, first, n))
+        windows.append(WeightWindow(buf, first, n, nbytes=size))
     return GpuWeight(name, int(ggml_type), n_rows, n_cols, rb, windows)

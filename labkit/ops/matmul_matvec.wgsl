@@ -9,7 +9,6 @@
 // word of all 4 rows, and each group's scales and offsets come once per group (FACTS.md:
 // 4.0 GB/s on Gemma's 262 144 x 640 unembedding, against 1.1 for the raw-bytes row kernel).
 // Needs subgroups of at least 8 lanes.
-@group(0) @binding(0) var<storage, read> W: array<vec4<u32>>;
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
@@ -39,25 +38,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     // 32 values (8 words) per step; a group is 32 values, or 16 (Q6_K: two per step)
     for (var c = 0u; c < P.K / 32u; c++) {
         let g0 = c * 32u / GROUP;
-        let sa = bitcast<vec4<f32>>(W[s + 2u * g0]);
-        let oa = bitcast<vec4<f32>>(W[s + 2u * g0 + 1u]);
+        let sa = bitcast<vec4<f32>>(slot(s + 2u * g0));
+        let oa = bitcast<vec4<f32>>(slot(s + 2u * g0 + 1u));
         var sb = sa;
         var ob = oa;
         if (GROUP < 32u) {
             let g1 = (c * 32u + 16u) / GROUP;
-            sb = bitcast<vec4<f32>>(W[s + 2u * g1]);
-            ob = bitcast<vec4<f32>>(W[s + 2u * g1 + 1u]);
+            sb = bitcast<vec4<f32>>(slot(s + 2u * g1));
+            ob = bitcast<vec4<f32>>(slot(s + 2u * g1 + 1u));
         }
         let v = X[xl + 8u * c];
         let w = q * words + 8u * c;
-        acc += subgroupBroadcast(v, 0u) * quad4(W[w], sa, oa);
-        acc += subgroupBroadcast(v, 1u) * quad4(W[w + 1u], sa, oa);
-        acc += subgroupBroadcast(v, 2u) * quad4(W[w + 2u], sa, oa);
-        acc += subgroupBroadcast(v, 3u) * quad4(W[w + 3u], sa, oa);
-        acc += subgroupBroadcast(v, 4u) * quad4(W[w + 4u], sb, ob);
-        acc += subgroupBroadcast(v, 5u) * quad4(W[w + 5u], sb, ob);
-        acc += subgroupBroadcast(v, 6u) * quad4(W[w + 6u], sb, ob);
-        acc += subgroupBroadcast(v, 7u) * quad4(W[w + 7u], sb, ob);
+        acc += subgroupBroadcast(v, 0u) * quad4(slot(w), sa, oa);
+        acc += subgroupBroadcast(v, 1u) * quad4(slot(w + 1u), sa, oa);
+        acc += subgroupBroadcast(v, 2u) * quad4(slot(w + 2u), sa, oa);
+        acc += subgroupBroadcast(v, 3u) * quad4(slot(w + 3u), sa, oa);
+        acc += subgroupBroadcast(v, 4u) * quad4(slot(w + 4u), sb, ob);
+        acc += subgroupBroadcast(v, 5u) * quad4(slot(w + 5u), sb, ob);
+        acc += subgroupBroadcast(v, 6u) * quad4(slot(w + 6u), sb, ob);
+        acc += subgroupBroadcast(v, 7u) * quad4(slot(w + 7u), sb, ob);
     }
     let yb = P.y_offset + t * P.y_stride + P.row0 + r;
     if (r < P.rows) { Y[yb] = acc.x; }

@@ -1,20 +1,21 @@
 // Matmul driver for prefill (T > 1) on repacked weights (repack.wgsl): each thread owns 8
 // weight rows (two quads) and a tile of 16 tokens (16 x 8 accumulators), so every weight word
-// it loads serves 16 tokens. Same bindings, Params and geometry constants as matmul.wgsl,
-// except that W holds one window in the repacked layout, and X is read as vec4 (x_offset and
-// x_stride are multiples of 4). Composed after a line declaring the format's GROUP.
+// it loads serves 16 tokens. Same Params and geometry constants as matmul.wgsl, but both
+// operands are textures: W holds one window in the repacked layout (repacked.wgsl), and X is
+// the chunk's tokens as matmul_x_texture.wgsl copies them (so x_offset and x_stride are not
+// read here). Composed after a line declaring the format's GROUP.
 //
 // X is shared through the subgroup: lane l loads tokens l and 8 + l of the tile, and
 // subgroupBroadcast hands each token's 4 values to every lane. Needs subgroups of at least 8
 // lanes (lavapipe's are 8, NVIDIA's 32: lanes past 8 load copies nobody reads).
 //
 // Why this shape (FACTS.md, measured on lavapipe): llvmpipe runs each storage load as a
-// per-lane loop, so the count of loads sets the speed: one vec4<u32> load brings the same
-// word of 4 rows, one vec4<f32> load 4 values of X; broadcasting X through the subgroup is
+// per-lane loop, so the count of loads sets the speed (textures are gathered, 7x faster here,
+// hence both operands in textures): one vec4<u32> texel brings the same word of 4 rows, one
+// vec4<f32> texel 4 values of X; broadcasting X through the subgroup is
 // 2-2.5x over register blocking alone; accumulators indexed only by constants; no shared
 // memory (llvmpipe's barriers and shared loads are its slowest path).
-@group(0) @binding(0) var<storage, read> W: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(1) var X: texture_2d<f32>;  // texel (w, t): values 4w..4w+3 of token t
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
 @group(0) @binding(3) var<uniform> P: Params;
@@ -57,20 +58,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let gpr = P.K / GROUP;
     let sbase = quads * words;
     // this lane's two tokens, past the end repeating the last one (their sums are never stored)
-    let xa = (P.x_offset + min(t0 + (lane & 7u), P.T - 1u) * P.x_stride) / 4u;
-    let xb = (P.x_offset + min(t0 + 8u + (lane & 7u), P.T - 1u) * P.x_stride) / 4u;
+    let xa = min(t0 + (lane & 7u), P.T - 1u);
+    let xb = min(t0 + 8u + (lane & 7u), P.T - 1u);
     var acc: array<vec4<f32>, 32>;  // acc[2t]: rows r..r+3 of token t0+t; acc[2t+1]: rows r+4..r+7
     for (var g = 0u; g < gpr; g++) {
-        let sa = bitcast<vec4<f32>>(W[sbase + 2u * (qa * gpr + g)]);
-        let oa = bitcast<vec4<f32>>(W[sbase + 2u * (qa * gpr + g) + 1u]);
-        let sb = bitcast<vec4<f32>>(W[sbase + 2u * (qb * gpr + g)]);
-        let ob = bitcast<vec4<f32>>(W[sbase + 2u * (qb * gpr + g) + 1u]);
+        let sa = bitcast<vec4<f32>>(slot(sbase + 2u * (qa * gpr + g)));
+        let oa = bitcast<vec4<f32>>(slot(sbase + 2u * (qa * gpr + g) + 1u));
+        let sb = bitcast<vec4<f32>>(slot(sbase + 2u * (qb * gpr + g)));
+        let ob = bitcast<vec4<f32>>(slot(sbase + 2u * (qb * gpr + g) + 1u));
         for (var j = 0u; j < GROUP / 4u; j++) {
             let w = g * (GROUP / 4u) + j;
-            let ma = quad4(W[qa * words + w], sa, oa);
-            let mb = quad4(W[qb * words + w], sb, ob);
-            let va = X[xa + w];
-            let vb = X[xb + w];
+            let ma = quad4(slot(qa * words + w), sa, oa);
+            let mb = quad4(slot(qb * words + w), sb, ob);
+            let va = textureLoad(X, vec2<u32>(w, xa), 0);
+            let vb = textureLoad(X, vec2<u32>(w, xb), 0);
             var x = subgroupBroadcast(va, 0u); acc[0] += x * ma; acc[1] += x * mb;
             x = subgroupBroadcast(va, 1u); acc[2] += x * ma; acc[3] += x * mb;
             x = subgroupBroadcast(va, 2u); acc[4] += x * ma; acc[5] += x * mb;

@@ -1,6 +1,7 @@
 // Repack a window of GGUF bytes into the layout the fast matmul drivers read
 // (matmul_tiled.wgsl, matmul_matvec.wgsl): rows in quads, each quad's int8 quants and
 // per-group scales interleaved so that one vec4<u32> load gives the same word of 4 rows.
+// It writes a buffer, which labkit/gpu/repack.py copies into the texture the drivers read.
 //
 // Composed like a matmul kernel: common.wgsl + quant_<fmt>[_variant].wgsl + this file, so the
 // quants come from the same parts4 the raw-bytes drivers read, and a faulty format variant
