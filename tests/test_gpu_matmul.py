@@ -242,7 +242,7 @@ def test_tiled_x_texture_split_into_pieces(gpu, monkeypatch):
     fills = [
         d
         for d in prepare_matmul(gpu, rw, x, y, 37, source=repacked_source("q8_0", 37))
-        if d.label.startswith("X to texture")
+        if d.label.startswith("to texture")
     ]
     assert len(fills) == 8
 

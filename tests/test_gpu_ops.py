@@ -13,6 +13,7 @@ import wgpu
 from labkit.gpu.device import get_device
 from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform_bytes
 from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.texture import Rows, bind_operands
 from labkit.ops import OPS, attn_ctx, attn_scores, glu, rmsnorm, rope, softmax
 from labkit.ops.base import PassShape
 from labkit.ops.registry import get_kernel, get_policy, kernel_source
@@ -39,12 +40,14 @@ def empty(gpu, n: int, fill: float = np.nan):
 
 
 def launch(gpu, op: str, buffers: list, values: dict, n_workgroups: int, source: str | None = None):
-    """One dispatch of an op's kernel, its uniform packed by field name (as the executor does)."""
+    """One dispatch of an op's kernel, its uniform packed by field name (as the executor does);
+    an operand given as Rows is bound as the executor binds it (a texture where the kernel reads one)."""
     source = source or kernel_source(op)
     OPS[op].params.check(source, op)
     pipe = compile_pipeline(gpu, source, label=op)
     u = uniform_bytes(gpu, OPS[op].params.pack(source, values))
-    run(gpu, [Dispatch(pipe, bind(gpu, pipe, [*buffers, u]), grid(n_workgroups), op)])
+    bound, fills = bind_operands(gpu, source, buffers, op)
+    run(gpu, [*fills, Dispatch(pipe, bind(gpu, pipe, [*bound, u]), grid(n_workgroups), op)])
 
 
 def read(gpu, b, n: int) -> np.ndarray:
@@ -131,7 +134,12 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     src = get_kernel("attn_scores", path).source(PassShape(T, n_past))
     vals = dict(T=T, n_keys=S, n_past=n_past, n_heads=H, n_kv_heads=KV, head_dim=hd, window=window or 0, scale=scale,
                 softcap=0.0)  # fmt: skip
-    launch(gpu, "attn_scores", [buf(gpu, q), buf(gpu, k), scores], vals, attn_scores.workgroups(H * T * S), src)
+    qr, kr, vr = (
+        Rows(buf(gpu, q), 0, H * hd, H * hd, T),
+        Rows(buf(gpu, k), 0, KV * hd, KV * hd, S),
+        Rows(buf(gpu, v), 0, KV * hd, KV * hd, S),
+    )
+    launch(gpu, "attn_scores", [qr, kr, scores], vals, attn_scores.workgroups(H * T * S), src)
     want_s = attn_scores.scores(q, k[:S], n_past, H, KV, hd, scale, window)
     got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
     assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"
@@ -152,14 +160,14 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
         kernel = get_kernel("attn_ctx", name)
         rule = rule or kernel.workgroups or (lambda T, H, size: attn_ctx.workgroups(size))
         fused = empty(gpu, T * H * hd)
-        bufs = [buf(gpu, q), buf(gpu, k), buf(gpu, v), fused]
+        bufs = [qr, kr, vr, fused]
         launch(gpu, "attn_ctx", bufs, vals, rule(T, H, T * H * hd), kernel.source())
         got = read(gpu, fused, T * H * hd)
         assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
         assert_close(got, want_c, 1e-11, f"{name} attention")
 
     ctx = empty(gpu, T * H * hd)
-    launch(gpu, "attn_ctx", [probs, buf(gpu, v), ctx], vals, attn_ctx.workgroups(T * H * hd))
+    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.workgroups(T * H * hd))
     assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, "attn_ctx")
 
 

@@ -25,6 +25,7 @@ from labkit.gpu.executor import Region
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.repack import repack_weight
 from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.texture import Rows, bind_operands
 from labkit.gpu.weights import upload_weight
 from labkit.model.graph import Stage
 from labkit.model.tiny import encode_tensor
@@ -266,6 +267,9 @@ class HarnessStage:
     def cache(self, kind: str):
         return self.caches[kind]
 
+    def rows(self, buffer, offset: int, stride: int, width: int, rows: int) -> Rows:
+        return Rows(buffer, offset, stride, width, rows)
+
     def vector(self, name: str):
         return _buf(self.gpu, self.case.weight(name).ravel())
 
@@ -283,7 +287,9 @@ class HarnessStage:
         op.params.check(source, f"{kernel.family}/{kernel.name}")
         pipe = compile_pipeline(self.gpu, source, label=kernel.name)
         u = uniform_bytes(self.gpu, op.params.pack(source, values))
-        self.dispatches.append(Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), kernel.name))
+        bound, fills = bind_operands(self.gpu, source, buffers, kernel.name)  # Rows: as the executor binds them
+        self.dispatches += fills
+        self.dispatches.append(Dispatch(pipe, bind(self.gpu, pipe, [*bound, u]), grid(workgroups), kernel.name))
 
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
         st = self.case.stage

@@ -37,6 +37,7 @@ from labkit.gpu.plan_cache import PlanCache, active_cache
 from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.repack import repack_weight
 from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.texture import Rows, bind_operands
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
@@ -129,6 +130,9 @@ class StageContext:
     def vector(self, name: str) -> wgpu.GPUBuffer:
         return self.ex.vector(name)
 
+    def rows(self, buffer: wgpu.GPUBuffer, offset: int, stride: int, width: int, rows: int) -> Rows:
+        return Rows(buffer, offset, stride, width, rows)
+
     def token_rows(self, name: str) -> Region:
         rows = self.ex.embed_input(self.ids, name)
         return Region(rows, 0, (self.T, self.ex.gguf.tensors[name].n_cols))  # a cached buffer may be larger
@@ -136,9 +140,13 @@ class StageContext:
     def policy(self, family: str) -> Policy:
         return self.ex.policy(self.stage, family)
 
-    def dispatch(self, buffers: list, values: dict, workgroups: int) -> None:
+    def dispatch(self, operands: list, values: dict, workgroups: int) -> None:
+        """One dispatch of the stage's kernel. An operand given as `Rows` is bound as its buffer, or,
+        where the kernel declares a texture there, as a texture filled by a dispatch before it."""
         op = OPS[self.stage.op]
-        self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, buffers, values, workgroups))
+        bound, fills = bind_operands(self.ex.gpu, self.kernel.source(self.shape), operands, self.stage.name)
+        self.dispatches += fills
+        self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups))
 
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
         self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter)
@@ -374,7 +382,7 @@ class GpuExecutor:
         """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
         the binding limit is a BufferLimitError naming the stage."""
         for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
-            if b.size > self.binding_limit:
+            if isinstance(b, wgpu.GPUBuffer) and b.size > self.binding_limit:
                 self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
         source = kernel.source(shape)
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")

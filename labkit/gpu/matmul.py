@@ -12,14 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import wgpu
-
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
-from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
+from labkit.gpu.dispatch import Dispatch, bind, grid, uniform_bytes
 from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.texture import TEXTURE_DIM, Rows, fill_texture
 from labkit.gpu.weights import GpuWeight
-from labkit.ops.base import wgsl_const, wgsl_file
-from labkit.ops.matmul import DRIVERS, FORMATS, PARAMS, X_TEXTURE_PARAMS, format_name, source
+from labkit.ops.base import wgsl_const
+from labkit.ops.matmul import DRIVERS, FORMATS, PARAMS, format_name, source
 
 __all__ = ["FORMATS", "format_name", "matmul_source", "prepare_matmul", "token_chunks", "wgsl_const"]
 
@@ -132,7 +131,6 @@ def token_chunks(
 
 
 X_TEXTURE = "var X: texture_2d<f32>"  # how a driver declares that it reads X from a texture
-TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d
 X_TEXTURE_TOKENS = TEXTURE_DIM  # tokens per X texture (its height)
 
 
@@ -142,20 +140,6 @@ def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[Toke
         TokenChunk(c.t0 + s, min(n_max, c.n - s), c.x, c.x_offset + s * x_stride, c.y, c.y_offset + s * y_stride)
         for s in range(0, c.n, n_max)
     ]
-
-
-def x_texture(gpu: Any, x: Any, x_offset: int, x_stride: int, K: int, T: int, label: str) -> tuple[Any, Dispatch]:
-    """A (K/4) x T rgba32float texture for T tokens of X, and the dispatch that fills it
-    (matmul_x_texture.wgsl): what a driver that reads X as a texture binds."""
-    if K % 4 or K // 4 > TEXTURE_DIM:
-        raise GpuLimitError(f"{label}: X rows of {K} values do not fit a texture row of {TEXTURE_DIM} texels")
-    usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
-    view = texture_view(gpu, (K // 4, T), wgpu.TextureFormat.rgba32float, usage, "matmul.x")
-    src = wgsl_file("matmul_x_texture")
-    pipeline = compile_pipeline(gpu, src, label="matmul_x_texture")
-    params = uniform_bytes(gpu, X_TEXTURE_PARAMS.pack(src, dict(K=K, T=T, x_offset=x_offset, x_stride=x_stride)))
-    bg = bind(gpu, pipeline, [x, view, params])
-    return view, Dispatch(pipeline, bg, grid(-(-T * K // 4 // 64), gpu.max_workgroups), f"X to texture: {label}")
 
 
 def _check_sizes(name: str, T: int, x: Any, x_floats: int, y: Any, y_floats: int) -> None:
@@ -217,7 +201,11 @@ def prepare_matmul(
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
         pieces, chunks = [p for c in chunks for p in _split(c, X_TEXTURE_TOKENS, x_stride, y_stride)], []
         for c in pieces:
-            xt, fill = x_texture(gpu, c.x, c.x_offset, x_stride, K, c.n, f"{weight.name} T={T} tokens[{c.t0}:]")
+            x = c.x[0] if isinstance(c.x, tuple) else c.x
+            base = c.x[1] // 4 if isinstance(c.x, tuple) else 0  # a chunk bound at a byte offset
+            xt, fill = fill_texture(
+                gpu, Rows(x, base + c.x_offset, x_stride, K, c.n), f"{weight.name} X tokens[{c.t0}:]"
+            )
             out.append(fill)
             chunks.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
     for w in windows:

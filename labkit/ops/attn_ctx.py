@@ -40,10 +40,11 @@ def plan(stage, gpu):
     kernel, policy = gpu.kernel, gpu.policy("attn_workgroups")
     if not kernel.fused:  # one thread per TILE_T tokens x TILE_D dims (1 x 1 without the constants)
         src = kernel.source(PassShape(gpu.T, gpu.n_past))
-        tiles = ceil_div(gpu.T, wgsl_const(src, "TILE_T", 1)) * ceil_div(
-            out.size // gpu.T, wgsl_const(src, "TILE_D", 1)
-        )
-        gpu.dispatch([gpu.input(0).buffer, gpu.cache("v"), out.buffer], values, workgroups(tiles))
+        per_head = ceil_div(P["head_dim"], wgsl_const(src, "TILE_D", 1))
+        tiles = ceil_div(gpu.T, wgsl_const(src, "TILE_T", 1)) * P["n_heads"] * per_head
+        vw = P["n_kv_heads"] * P["head_dim"]
+        v = gpu.rows(gpu.cache("v"), 0, vw, vw, gpu.n_past + gpu.T)  # a buffer, or a texture where the kernel reads one
+        gpu.dispatch([gpu.input(0).buffer, v, out.buffer], values, workgroups(tiles))
         return out
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)

@@ -84,7 +84,11 @@ def plan(stage, gpu):
     n_keys = gpu.n_past + gpu.T
     out = gpu.output((stage.params["n_heads"], gpu.T, n_keys))
     n_wg = tiled_workgroups(gpu.kernel.source(PassShape(gpu.T, gpu.n_past)), stage.params["n_heads"], gpu.T, n_keys)
-    gpu.dispatch([q.buffer, gpu.cache("k"), out.buffer], uniforms(stage, gpu.T, gpu.n_past), n_wg)
+    P = stage.params
+    qw, kw = P["n_heads"] * P["head_dim"], P["n_kv_heads"] * P["head_dim"]
+    # buffers, or textures where the kernel reads them as textures (the prefill kernel)
+    operands = [gpu.rows(q.buffer, q.offset, qw, qw, gpu.T), gpu.rows(gpu.cache("k"), 0, kw, kw, n_keys)]
+    gpu.dispatch([*operands, out.buffer], uniforms(stage, gpu.T, gpu.n_past), n_wg)
     return out
 
 

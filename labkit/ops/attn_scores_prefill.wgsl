@@ -3,17 +3,18 @@
 // (post-mortem 000: running this in decode is the variant-selection bug).
 // S[h, t, s] = scale * q[t, h] · k[s, kv_head(h)], masked (-inf) when s > t (causal) or, with a
 // sliding window w > 0, when t - s >= w (llama.cpp's rule, with query t at position t).
-// Interface: @binding(0) Q: [T, n_heads*head_dim]            read as vec4 (head_dim % 4 == 0)
-//            @binding(1) K: [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache), as vec4
+// Interface: @binding(0) Q: [T, n_heads*head_dim]      as a texture: texel (w, t) = values 4w..4w+3 of row t
+//            @binding(1) K: [n_keys, n_kv_heads*head_dim]  (the layer's KV cache), a texture the same way
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
 //            @binding(3) P: Params.
 // One thread per tile of TILE_Q queries x TILE_K keys of a head (the host reads the two
 // constants): each q and k vec4 it loads serves 4 scores, where one thread per score loaded two
-// values per multiply-add (on lavapipe the count of loads sets the speed). A tile wholly in the
+// values per multiply-add (on lavapipe the count of loads sets the speed; q and K are textures,
+// which lavapipe gathers for all lanes at once, labkit/gpu/texture.py). A tile wholly in the
 // future, or wholly before the window, is written -inf without a dot product.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
-@group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> K: array<vec4<f32>>;
+@group(0) @binding(0) var Q: texture_2d<f32>;
+@group(0) @binding(1) var K: texture_2d<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;
 @group(0) @binding(3) var<uniform> P: Params;
 
@@ -63,22 +64,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (!all_future && !all_before_window) {
         let hd4 = P.head_dim / 4u;
         let kvh = h / (P.n_heads / P.n_kv_heads);
-        let qs = P.n_heads * hd4;
-        let ks = P.n_kv_heads * hd4;
-        let q0 = t0 * qs + h * hd4;
-        let q1 = min(t0 + 1u, t_last) * qs + h * hd4;
-        let q2 = min(t0 + 2u, t_last) * qs + h * hd4;
-        let q3 = t_last * qs + h * hd4;
-        let k0 = s0 * ks + kvh * hd4;
-        let k1 = min(s0 + 1u, s_last) * ks + kvh * hd4;
-        let k2 = min(s0 + 2u, s_last) * ks + kvh * hd4;
-        let k3 = s_last * ks + kvh * hd4;
+        let qc = h * hd4;  // this head's first texel column in q, and its KV head's in K
+        let kc = kvh * hd4;
+        let t1 = min(t0 + 1u, t_last);
+        let t2 = min(t0 + 2u, t_last);
+        let s1 = min(s0 + 1u, s_last);
+        let s2 = min(s0 + 2u, s_last);
         for (var d = 0u; d < hd4; d++) {
-            let km = mat4x4<f32>(K[k0 + d], K[k1 + d], K[k2 + d], K[k3 + d]);
-            a0 += Q[q0 + d] * km;
-            a1 += Q[q1 + d] * km;
-            a2 += Q[q2 + d] * km;
-            a3 += Q[q3 + d] * km;
+            let km = mat4x4<f32>(textureLoad(K, vec2<u32>(kc + d, s0), 0), textureLoad(K, vec2<u32>(kc + d, s1), 0),
+                                 textureLoad(K, vec2<u32>(kc + d, s2), 0), textureLoad(K, vec2<u32>(kc + d, s_last), 0));
+            a0 += textureLoad(Q, vec2<u32>(qc + d, t0), 0) * km;
+            a1 += textureLoad(Q, vec2<u32>(qc + d, t1), 0) * km;
+            a2 += textureLoad(Q, vec2<u32>(qc + d, t2), 0) * km;
+            a3 += textureLoad(Q, vec2<u32>(qc + d, t_last), 0) * km;
         }
     }
     store4(h, t0, s0, a0);

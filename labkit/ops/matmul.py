@@ -29,8 +29,6 @@ PARAMS = Params(
 
 REPACK_PARAMS = Params(K="u32", rows="u32", row0="u32")
 
-X_TEXTURE_PARAMS = Params(K="u32", T="u32", x_offset="u32", x_stride="u32")
-
 FORMATS = {
     GGMLQuantizationType.F32: "f32",
     GGMLQuantizationType.F16: "f16",

@@ -2,7 +2,7 @@
 // weight rows (two quads) and a tile of 16 tokens (16 x 8 accumulators), so every weight word
 // it loads serves 16 tokens. Same Params and geometry constants as matmul.wgsl, but both
 // operands are textures: W holds one window in the repacked layout (repacked.wgsl), and X is
-// the chunk's tokens as matmul_x_texture.wgsl copies them (so x_offset and x_stride are not
+// the chunk's tokens as to_texture.wgsl copies them (so x_offset and x_stride are not
 // read here). Composed after a line declaring the format's GROUP.
 //
 // X is shared through the subgroup: lane l loads tokens l and 8 + l of the tile, and

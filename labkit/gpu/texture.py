@@ -1,0 +1,81 @@
+"""Operands read as textures: rows of a storage buffer copied into an rgba32float texture.
+
+On lavapipe a kernel's storage-buffer load runs lane by lane, with a bounds check per lane
+(about 1.1 GB/s on this kind of machine), while a textureLoad is gathered for all lanes at once
+(7.7-8.4 GB/s). A kernel that reads each value of an operand many times (the tiled matmul's X,
+attention's q, K and V) declares that operand `var NAME: texture_2d<f32>`; the op hands the
+operand over as `Rows`, and the executor binds either the buffer or a texture filled from it
+(labkit/ops/to_texture.wgsl), whichever the selected kernel declares. Activations stay in
+storage buffers, which every other kernel and the captures read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import wgpu
+
+from labkit.errors import GpuLimitError
+from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
+from labkit.gpu.shader import compile_pipeline
+from labkit.ops.base import Params, wgsl_file
+
+TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d
+FILL_PARAMS = Params(width="u32", rows="u32", offset="u32", stride="u32")
+_TEXTURE_BINDING = re.compile(r"@binding\(\s*(\d+)\s*\)\s*var\s+\w+\s*:\s*texture_2d<f32>")
+
+
+@dataclass(frozen=True)
+class Rows:
+    """`rows` rows of `width` floats in `buffer`, row t at float `offset + t * stride`. The
+    buffer may be a (buffer, byte offset, byte size) binding, as for any operand."""
+
+    buffer: Any
+    offset: int
+    stride: int
+    width: int
+    rows: int
+
+
+def texture_bindings(source: str) -> set[int]:
+    """The @binding numbers a kernel source declares as `texture_2d<f32>`."""
+    return {int(m) for m in _TEXTURE_BINDING.findall(source)}
+
+
+def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
+    """A texture view holding `rows` (texel (w, t): floats 4w..4w+3 of row t), and the dispatch that fills it."""
+    if rows.width % 4 or rows.offset % 4 or rows.stride % 4:
+        raise GpuLimitError(f"{label}: rows read as a texture need widths, offsets and strides in whole vec4s")
+    if rows.width // 4 > TEXTURE_DIM or rows.rows > TEXTURE_DIM:
+        raise GpuLimitError(
+            f"{label}: {rows.rows} rows of {rows.width} floats do not fit a {TEXTURE_DIM} x {TEXTURE_DIM} texture"
+        )
+    usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
+    # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses
+    # its plan's texture for many steps (kernels read only the rows they were given)
+    height = min(1 << (rows.rows - 1).bit_length(), TEXTURE_DIM)
+    view = texture_view(gpu, (rows.width // 4, height), wgpu.TextureFormat.rgba32float, usage, "operand texture")
+    src = wgsl_file("to_texture")
+    pipeline = compile_pipeline(gpu, src, label="to_texture")
+    values = dict(width=rows.width, rows=rows.rows, offset=rows.offset, stride=rows.stride)
+    bg = bind(gpu, pipeline, [rows.buffer, view, uniform_bytes(gpu, FILL_PARAMS.pack(src, values))])
+    n_wg = -(-rows.rows * (rows.width // 4) // 64)
+    return view, Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), f"to texture: {label}")
+
+
+def bind_operands(gpu: Any, source: str, operands: list[Any], label: str) -> tuple[list[Any], list[Dispatch]]:
+    """What to bind for each operand (a `Rows` becomes its buffer, or a filled texture where
+    `source` declares a texture), and the fills to dispatch first."""
+    textures, bound, fills = texture_bindings(source), [], []
+    for i, op in enumerate(operands):
+        if not isinstance(op, Rows):
+            bound.append(op)
+        elif i in textures:
+            view, fill = fill_texture(gpu, op, f"{label} @binding({i})")
+            bound.append(view)
+            fills.append(fill)
+        else:
+            bound.append(op.buffer)
+    return bound, fills
