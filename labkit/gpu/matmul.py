@@ -142,6 +142,17 @@ def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[Toke
     ]
 
 
+def _x_textures(gpu: Any, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str):
+    """The dispatches filling one X texture per chunk (cut to X_TEXTURE_TOKENS), and the chunks
+    binding those textures as X. A chunk's X may be bound at a byte offset: so is its fill's."""
+    fills, out = [], []
+    for c in (piece for whole in chunks for piece in _split(whole, X_TEXTURE_TOKENS, x_stride, y_stride)):
+        xt, fill = fill_texture(gpu, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
+        fills.append(fill)
+        out.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
+    return fills, out
+
+
 def _check_sizes(name: str, T: int, x: Any, x_floats: int, y: Any, y_floats: int) -> None:
     if T < 1:
         raise ValueError(f"T must be >= 1, got {T}")
@@ -194,20 +205,11 @@ def prepare_matmul(
     except GpuLimitError as e:
         raise GpuLimitError(f"{weight.name}: {e}") from None
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{fmt}")
-    windows = weight.windows
-    if window_filter is not None:
-        windows = [w for i, w in enumerate(windows) if window_filter(*weight.window_index(i))]
+    keep = window_filter or (lambda index, count: True)
+    windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
     out = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
-        pieces, chunks = [p for c in chunks for p in _split(c, X_TEXTURE_TOKENS, x_stride, y_stride)], []
-        for c in pieces:
-            x = c.x[0] if isinstance(c.x, tuple) else c.x
-            base = c.x[1] // 4 if isinstance(c.x, tuple) else 0  # a chunk bound at a byte offset
-            xt, fill = fill_texture(
-                gpu, Rows(x, base + c.x_offset, x_stride, K, c.n), f"{weight.name} X tokens[{c.t0}:]"
-            )
-            out.append(fill)
-            chunks.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
+        out, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name)
     for w in windows:
         for c in chunks:
             values = dict(K=K, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset, x_stride=x_stride,
@@ -216,7 +218,6 @@ def prepare_matmul(
             bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params])
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
             label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"
-            if len(chunks) > 1:
-                label += f" tokens[{c.t0}:{c.t0 + c.n}]"
+            label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""
             out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label))
     return out

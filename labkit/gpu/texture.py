@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import wgpu
@@ -39,9 +40,10 @@ class Rows:
     rows: int
 
 
-def texture_bindings(source: str) -> set[int]:
-    """The @binding numbers a kernel source declares as `texture_2d<f32>`."""
-    return {int(m) for m in _TEXTURE_BINDING.findall(source)}
+@lru_cache(maxsize=256)
+def texture_bindings(source: str) -> frozenset[int]:
+    """The @binding numbers a kernel source declares as `texture_2d<f32>` (cached: asked per dispatch)."""
+    return frozenset(int(m) for m in _TEXTURE_BINDING.findall(source))
 
 
 def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
