@@ -34,6 +34,7 @@ WANTED_LIMITS = (
     "max-uniform-buffer-binding-size",
     "max-uniform-buffers-per-shader-stage",
     "max-bind-groups",
+    "max-texture-dimension-2d",
     "max-bindings-per-bind-group",
     "min-storage-buffer-offset-alignment",
     "min-uniform-buffer-offset-alignment",

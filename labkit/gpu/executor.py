@@ -21,6 +21,7 @@ re-records only the stages from the first one whose kernel, policy or skip chang
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ class Region:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
 
 @dataclass
@@ -357,7 +358,7 @@ class GpuExecutor:
     def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape) -> Region:
         """A fresh output region: a matmul's may exceed one binding (bound per token chunk), any
         other's is checked against the binding limit before it is allocated."""
-        n = int(np.prod(shape))
+        n = math.prod(shape)
         if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
         return Region(self.buffer(n, st.name), 0, shape)

@@ -23,7 +23,7 @@ from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_byte
 from labkit.gpu.shader import compile_pipeline
 from labkit.ops.base import Params, wgsl_file
 
-TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d
+TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d (devices may give more)
 FILL_PARAMS = Params(width="u32", rows="u32", offset="u32", stride="u32")
 _TEXTURE_BINDING = re.compile(r"@binding\(\s*(\d+)\s*\)\s*var\s+\w+\s*:\s*texture_2d<f32>")
 
@@ -50,14 +50,16 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     """A texture view holding `rows` (texel (w, t): floats 4w..4w+3 of row t), and the dispatch that fills it."""
     if rows.width % 4 or rows.offset % 4 or rows.stride % 4:
         raise GpuLimitError(f"{label}: rows read as a texture need widths, offsets and strides in whole vec4s")
-    if rows.width // 4 > TEXTURE_DIM or rows.rows > TEXTURE_DIM:
+    dim = int(gpu.limits.get("max-texture-dimension-2d", TEXTURE_DIM))  # lavapipe 16384, NVIDIA 32768
+    if rows.width // 4 > dim or rows.rows > dim:
         raise GpuLimitError(
-            f"{label}: {rows.rows} rows of {rows.width} floats do not fit a {TEXTURE_DIM} x {TEXTURE_DIM} texture"
+            f"{label}: {rows.rows} rows of {rows.width} floats do not fit this device's {dim} x {dim} textures; "
+            "use a shorter prompt, or a fused attention kernel that reads buffers: lab.use('attn_ctx', 'streaming')"
         )
     usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses
     # its plan's texture for many steps (kernels read only the rows they were given)
-    height = min(1 << (rows.rows - 1).bit_length(), TEXTURE_DIM)
+    height = min(1 << (rows.rows - 1).bit_length(), dim)
     view = texture_view(gpu, (rows.width // 4, height), wgpu.TextureFormat.rgba32float, usage, "operand texture")
     src = wgsl_file("to_texture")
     pipeline = compile_pipeline(gpu, src, label="to_texture")

@@ -85,11 +85,8 @@ class Params:
 
     def pack(self, source: str, values: dict[str, Any]) -> bytes:
         """The uniform bytes for `source`'s struct layout, each field taken from `values` by name."""
-        layout = wgsl_params(source)
-        data = struct.pack(
-            "<" + "".join(_PACK[t] for _, t in layout),
-            *(0 if n.startswith("_") else values[n] for n, _ in layout),
-        )
+        fmt, names = _packing(source)
+        data = struct.pack(fmt, *(0 if n.startswith("_") else values[n] for n in names))
         return data + b"\0" * (-len(data) % 16) or b"\0" * 16
 
     def _want(self) -> str:
@@ -249,6 +246,13 @@ def compose(*names: str) -> str:
     """Kernel files concatenated in order, each preceded by a FILE_MARK line (matmul: common +
     the format's quant reader + a driver)."""
     return "\n".join(f"{FILE_MARK}{n}.wgsl\n{wgsl_file(n)}" for n in names)
+
+
+@lru_cache(maxsize=4096)
+def _packing(source: str) -> tuple[str, tuple[str, ...]]:
+    """The struct format and field names of a source's Params (cached: asked per dispatch)."""
+    layout = wgsl_params(source)
+    return "<" + "".join(_PACK[t] for _, t in layout), tuple(n for n, _ in layout)
 
 
 @lru_cache(maxsize=4096)
