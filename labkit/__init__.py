@@ -12,6 +12,7 @@ from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.ops.registry import kernel_source, register_variant
 from labkit.runfile import load_run
 from labkit.sampling import Sampler
+from labkit.selection import Capture
 from labkit.sweep import reduce_prompt, sweep
 
 
@@ -23,6 +24,7 @@ def cases() -> list:
 
 __all__ = [
     "MODELS",
+    "Capture",
     "Comparison",
     "Generation",
     "Lab",

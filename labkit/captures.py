@@ -172,6 +172,8 @@ class Run:
     # stage → the positions (0-based in `tokens`) its rows hold, for a capture that does not hold
     # every position (an engine that computed the last position only); absent: every position
     positions: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    # attention map → the heads it holds, for a map cut to chosen heads (lab.run(heads=...)); absent: all
+    heads: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # names in an imported engine's dumps that match no stage, and why (labkit.dumps)
     unmapped: dict[str, str] = field(default_factory=dict)
 
@@ -210,6 +212,20 @@ class Run:
         T, a = len(self.tokens), self.captures.get(name)
         n = T if a is None or a.ndim == 0 else a.shape[1 if a.ndim == 3 and is_attention_map(name) else 0]
         return tuple(range(T - n, T)) if n <= T else tuple(range(n))
+
+    def heads_held(self, name: str) -> tuple[int, ...]:
+        """The heads an attention map holds, in the order of its first axis."""
+        if name in self.heads:
+            return self.heads[name]
+        return tuple(range(self[name].shape[0]))
+
+    def head(self, name: str, head: int) -> np.ndarray:
+        """One head of an attention map, [q_pos, k_pos], by its number in the model (a map cut to
+        chosen heads holds only those: another raises UnknownStageError)."""
+        held = self.heads_held(name)
+        if head not in held:
+            raise UnknownStageError(f"{name} holds heads {list(held)} only, not head {head}")
+        return self[name][held.index(head)]
 
     def at(self, name: str, pos: int | None) -> np.ndarray:
         """One position of a capture (the query row of an attention map: [heads, k_pos]), or all of

@@ -191,6 +191,20 @@ def _rows_at(run: Run, name: str, x: np.ndarray, want: tuple[int, ...]) -> np.nd
     return x[:, idx] if is_attention_map(name) and x.ndim == 3 else x[idx]
 
 
+def _heads_at(run: Run, name: str, x: np.ndarray, want: tuple[int, ...]) -> np.ndarray:
+    """The heads `want` of `run`'s attention map `name` (a map cut to chosen heads holds fewer)."""
+    held = run.heads_held(name)
+    return x if held == want else x[[held.index(h) for h in want]]
+
+
+def _common_heads(a: Run, b: Run, name: str) -> tuple[int, ...] | None:
+    """The heads both runs hold of an attention map; None for any other capture."""
+    if not (is_attention_map(name) and a.captures[name].ndim == 3 and b.captures[name].ndim == 3):
+        return None
+    in_b = set(b.heads_held(name))
+    return tuple(h for h in a.heads_held(name) if h in in_b)
+
+
 def _common_positions(a: Run, b: Run, name: str, sel: slice | None) -> tuple[int, ...]:
     in_b = set(b.rows(name))
     both = [p for p in a.rows(name) if p in in_b]
@@ -245,6 +259,9 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
             continue
         pos = _common_positions(a, b, name, positions)
         x, y = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
+        heads = _common_heads(a, b, name)
+        if heads is not None:
+            x, y = _heads_at(a, name, x, heads), _heads_at(b, name, y, heads)
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
     return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants))

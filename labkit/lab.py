@@ -24,7 +24,7 @@ from labkit.model.graph import Stage, build_graph
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.sampling import GREEDY, Sampler
-from labkit.selection import Positions, select_names, select_positions
+from labkit.selection import Capture, Positions, select_heads, select_names, select_positions
 
 Prompt = str | list[int]
 
@@ -282,22 +282,30 @@ class Lab:
         patch: dict | None = None,
         positions: Positions = None,
         layers: list[int] | None = None,
+        heads: list[int] | int | None = None,
+        logits: str = "all",
+        capture: Capture | list[str] | str | dict | None = None,
     ) -> Run:
         """The whole prompt through the GPU; every stage captured by default.
 
         Capture less for long prompts: `names` takes stage names or globs ("blk.*.attn_out"),
         `layers` keeps those layers' stages (and embed, output_norm, logits), `positions` ("last",
-        an int, a slice or a list) keeps those rows (query rows of attention maps). With
-        positions="last", or with logits not captured, the unembedding runs for the last position
-        only. A long Gemma prompt needs that: its [T, 262144] logits take 1 MiB per token, and at
-        2048 tokens no single buffer may hold them (a GpuLimitError says so).
+        an int, a slice or a list) keeps those rows (query rows of attention maps), `heads` keeps
+        those heads of the attention maps, and `logits="last"` computes the logits of the last
+        position only. `capture=` takes the same as one policy: a `labkit.Capture`, a dict of its
+        fields, or names. With positions="last", logits="last", or logits not captured, the
+        unembedding runs for the last position only. A long Gemma prompt needs one of those: its
+        [T, 262144] logits take 1 MiB per token, and at 2048 tokens no single buffer may hold them
+        (a BufferLimitError says so, before any GPU work).
 
         `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
         the pass continues from it. Re-running the same prompt after `use()` reuses the stages
         upstream of the first one the variant switch affects (run.timings["recomputed_from"])."""
+        cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
         ids = self.prompt_ids(prompt)
-        names = select_names(self.graph, names, layers)
-        rows = select_positions(len(ids), positions)
+        names = select_names(self.graph, cap.names, cap.layers)
+        rows = select_positions(len(ids), cap.positions)
+        head_list = select_heads(self.config.n_heads, cap.heads)
         ex = self.executor
         debug = self.debug if debug is None else debug
         last = self._last_pass
@@ -308,11 +316,13 @@ class Lab:
             cache,
             names,
             debug,
+            last_logits_only=cap.logits == "last",
             stepped=stepped,
             timestamps=timestamps,
             patch=patch,
             previous=previous,
             positions=rows,
+            heads=head_list,
         )
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects
         self._last_pass = (ids, cache, res) if not debug and not patch and not stepped else None
@@ -321,8 +331,25 @@ class Lab:
         if res.stage_ms:
             timings["stage_ms"] = res.stage_ms
         return self._make_run(
-            "gpu", ids, caps, timings, unwritten=res.unwritten, variants=dict(self.selected), positions=res.positions
+            "gpu",
+            ids,
+            caps,
+            timings,
+            unwritten=res.unwritten,
+            variants=dict(self.selected),
+            positions=res.positions,
+            heads=res.heads,
         )
+
+    @staticmethod
+    def _capture(capture, **given) -> Capture:
+        """The one capture policy of a run: `capture=`, or the separate arguments (not both)."""
+        if capture is None:
+            return Capture(**given)
+        set_too = [k for k, v in given.items() if v is not None and not (k == "logits" and v == "all")]
+        if set_too:
+            raise InvalidArgumentError(f"give either capture= or {', '.join(set_too)}=, not both")
+        return Capture.of(capture)
 
     def forget_last_pass(self) -> None:
         """The next run plans afresh instead of re-running the kept pass (timing a full pass)."""

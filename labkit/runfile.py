@@ -3,7 +3,7 @@
 The captures are the file's tensors, byte for byte (a debug run's poison NaN payloads
 included, so unwritten elements are still counted after a round trip). What produced them
 (model, tokens, engine, precision, variants, timings, graph order, partial positions and
-unmapped names) is the file's string metadata, as JSON.
+heads, unmapped names) is the file's string metadata, as JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from labkit.captures import Run
 from labkit.errors import LabkitError, RunFileError
 
 FORMAT = "labkit-run/1"
-_JSON_FIELDS = ("tokens", "stages", "variants", "timings", "unwritten", "positions", "unmapped")
+_JSON_FIELDS = ("tokens", "stages", "variants", "timings", "unwritten", "positions", "heads", "unmapped")
 
 
 def save_run(run: Run, path: str | Path) -> None:
@@ -49,8 +49,9 @@ def load_run(path: str | Path, model: Any = None) -> Run:
             captures = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no iter)
     except (SafetensorError, OSError, ValueError) as e:
         raise RunFileError(f"{path}: cannot read a saved run: {e}") from None
-    fields = {name: json.loads(meta[name]) for name in _JSON_FIELDS}
+    fields = {name: json.loads(meta.get(name, "{}")) for name in _JSON_FIELDS}  # older files have no "heads"
     fields["positions"] = {k: tuple(v) for k, v in fields["positions"].items()}
+    fields["heads"] = {k: tuple(v) for k, v in fields["heads"].items()}
     return Run(
         model=meta["model"],
         engine=meta["engine"],

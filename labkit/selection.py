@@ -8,6 +8,7 @@ TransformerLens' `names_filter` does, plus positions: "last", an int, a slice or
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 
 from labkit.errors import InvalidArgumentError, UnknownStageError
@@ -67,3 +68,56 @@ def select_positions(T: int, positions: Positions) -> list[int] | None:
     if not out:
         raise InvalidArgumentError(f"positions {positions!r} select no position of the prompt's {T} tokens")
     return sorted(set(out))
+
+
+def select_heads(n_heads: int, heads: Iterable[int] | int | None) -> list[int] | None:
+    """Sorted head numbers (negative counts from the last head) of the attention maps to read
+    back; None means every head."""
+    if heads is None:
+        return None
+    raw = [heads] if isinstance(heads, int) else list(heads)
+    bad = [h for h in raw if not -n_heads <= int(h) < n_heads]
+    if bad or not raw:
+        what = f"head {bad[0]} is outside" if bad else "heads=[] selects none of"
+        raise InvalidArgumentError(f"{what} the model's {n_heads} attention heads (0..{n_heads - 1})")
+    return sorted({int(h) % n_heads for h in raw})
+
+
+LOGITS = ("all", "last")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """A capture policy: what one pass reads back (`lab.run(prompt, capture=...)`).
+
+    names: stage names or globs; layers: those layers' stages (and embed, output_norm, logits);
+    positions: "last", an int, a slice or a list (query rows of attention maps); heads: the
+    attention-map heads kept (scores and probs); logits: "last" runs the unembedding for the last
+    position only while the other stages keep every position. None: no narrowing."""
+
+    names: Sequence[str] | str | None = None
+    layers: Sequence[int] | None = None
+    positions: Positions = None
+    heads: Sequence[int] | int | None = None
+    logits: str = "all"
+
+    def __post_init__(self):
+        if self.logits not in LOGITS:
+            raise InvalidArgumentError(f'logits must be "all" or "last", not {self.logits!r}')
+
+    @classmethod
+    def of(cls, capture: Capture | str | Sequence[str] | dict | None) -> Capture:
+        """A Capture from what `lab.run(capture=...)` accepts: a Capture, names/globs (a str or a
+        list), or a dict of Capture's fields."""
+        if capture is None:
+            return cls()
+        if isinstance(capture, Capture):
+            return capture
+        if isinstance(capture, dict):
+            unknown = sorted(set(capture) - {f.name for f in fields(cls)})
+            if unknown:
+                raise InvalidArgumentError(
+                    f"capture has unknown key(s) {', '.join(unknown)}; known: names, layers, positions, heads, logits"
+                )
+            return cls(**capture)
+        return cls(names=capture)

@@ -418,6 +418,8 @@ def test_bench_lengths_json(tiny_model):
     assert gpu.decode_tok_s > 0 and gpu.rerun_after_switch_s > 0 and gpu.peak_rss_mb > 0
     fams = {o.family: o for o in report.op_families}
     assert fams["matmul_q8_0"].gflops > 0 and fams["matmul_q8_0"].gbps > 0
+    step = {o.family: o for o in report.decode_op_families}
+    assert step["matmul_q8_0"].gbps > 0 and step["matmul_q8_0"].dispatches == fams["matmul_q8_0"].dispatches
     assert "gpu/reference prefill T=17" in report.ratios()
     assert_one_line_error(labkit("bench", str(model), "--lengths", "3,x"), "--lengths")
     assert_one_line_error(labkit("bench", str(model), "--engines", "gpu,vllm"), "vllm")

@@ -15,7 +15,7 @@ from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform_bytes
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
 from labkit.ops import OPS, attn_ctx, attn_scores, glu, rmsnorm, rope, softmax
-from labkit.ops.base import PassShape
+from labkit.ops.base import PassShape, wgsl_const
 from labkit.ops.registry import get_kernel, get_policy, kernel_source
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)
@@ -169,6 +169,47 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     ctx = empty(gpu, T * H * hd)
     launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.workgroups(T * H * hd))
     assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, "attn_ctx")
+
+
+@pytest.mark.parametrize("T,n_past,window", [(9, 0, 4), (1, 30, 8), (6, 12, None)])
+def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
+    """The default context kernel sums only the keys one of a tile's queries may see (as flash
+    attention does): an infinite V row at a key masked for a whole tile of queries leaves their
+    context finite, equal to numpy's over the other keys. `every_key` sums every key and gets
+    0 · inf = NaN there, as the unfused formula does. Both match numpy when V is finite."""
+    r = rng()
+    H, KV, hd = 4, 2, 32
+    S = n_past + T
+    q, k = r.standard_normal((T, H * hd)), r.standard_normal((S, KV * hd))
+    p = softmax.softmax(attn_scores.scores(q, k, n_past, H, KV, hd, 1 / np.sqrt(hd), window))
+    v = r.standard_normal((S, KV * hd))
+    bad_key = 0 if window else S - 1  # before the window of late queries / in the future of early ones
+    tile = wgsl_const(kernel_source("attn_ctx", "default"), "TILE_T", 1)
+    first = n_past + np.arange(T) // tile * tile  # each query's tile: its first and last query's positions
+    last = n_past + np.minimum(np.arange(T) // tile * tile + tile - 1, T - 1)
+    masked = (first - bad_key >= window) if window else (last < bad_key)
+    assert masked.any()
+    v_inf = v.copy()
+    v_inf[bad_key] = np.inf
+    vals = dict(T=T, n_keys=S, n_past=n_past, n_heads=H, n_kv_heads=KV, head_dim=hd, window=window or 0,
+                scale=1.0, softcap=0.0)  # fmt: skip
+
+    def ctx_of(kernel: str, values: np.ndarray) -> np.ndarray:
+        out = empty(gpu, T * H * hd)
+        rows = Rows(buf(gpu, values), 0, KV * hd, KV * hd, S)
+        src = get_kernel("attn_ctx", kernel).source(PassShape(T, n_past))
+        launch(gpu, "attn_ctx", [buf(gpu, p), rows, out], vals, attn_ctx.workgroups(T * H * hd), src)
+        return read(gpu, out, T * H * hd).reshape(T, H * hd)
+
+    want = attn_ctx.context(p, v, H, KV, hd)
+    without_bad = v.copy()
+    without_bad[bad_key] = 0.0
+    for kernel in ("default", "every_key"):
+        assert_close(ctx_of(kernel, v).ravel(), want.ravel(), 1e-11, kernel)
+    got = ctx_of("default", v_inf)[masked]
+    assert np.isfinite(got).all(), "default: an inf at a masked key reached the context"
+    assert_close(got.ravel(), attn_ctx.context(p, without_bad, H, KV, hd)[masked].ravel(), 1e-11, "default, inf V")
+    assert np.isnan(ctx_of("every_key", v_inf)[masked]).all(), "every_key: 0 * inf at a masked key must be NaN"
 
 
 def test_softmax_large_row_and_fully_masked_row(gpu):

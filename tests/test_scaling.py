@@ -80,6 +80,76 @@ def test_names_globs_and_layers(lab):
         lab.run(IDS, layers=[7])
 
 
+def test_uncaptured_stages_share_scratch_regions(lab):
+    """A narrowed capture gives the stages it leaves out scratch regions, recycled once their last
+    reader is recorded: the captured values are bit-identical to a full pass's, the pass holds far
+    fewer buffers, and a variant switch after it re-runs the whole pass, correctly."""
+    full = lab.run(IDS)
+    few = lab.run(IDS, names=["blk.1.attn_out", "output_norm"])
+    for name in few.captures:
+        assert few[name].tobytes() == full[name].tobytes(), name
+    res = lab._last_pass[2]
+    assert not res.reusable
+    own = {p.out.buffer for p in res.plans if not p.skipped and not p.stage.kv_write}
+    assert len(own) < len(lab.graph) // 3, f"{len(own)} buffers for {len(lab.graph)} stages"
+    kept = {p.out.buffer for p in res.plans if p.stage.name in few.captures}
+    assert len(kept) == 2 and not kept & {p.out.buffer for p in res.plans if p.stage.name not in few.captures}
+    lab.use("blk.1.rope", "normal_pairs")
+    try:
+        switched = lab.run(IDS, names=["blk.1.attn_out", "output_norm"])
+        assert switched.timings["recomputed_from"] == "embed"
+        want = lab.run(IDS)  # a full pass under the same switch
+        assert switched["output_norm"].tobytes() == want["output_norm"].tobytes()
+        assert switched["output_norm"].tobytes() != few["output_norm"].tobytes()
+    finally:
+        lab.use("blk.1.rope", "default")
+
+
+def test_heads_cut_attention_maps_and_keep_values(lab):
+    """heads=[...] reads back only those heads of every attention map; the rest of the pass is the
+    same, a head is looked up by its number, and compare meets a full run on the heads both hold."""
+    H = lab.config.n_heads
+    assert H >= 2, "the tiny gemma3 needs two heads for this test"
+    full = lab.run(IDS)
+    cut = lab.run(IDS, heads=[H - 1], positions=slice(3, 8))
+    for name, arr in cut.captures.items():
+        if name.endswith(("attn_scores", "attn_probs")):
+            assert cut.heads[name] == (H - 1,) and arr.shape[0] == 1, name
+            assert arr.tobytes() == full[name][[H - 1]][:, 3:8].tobytes(), name
+        else:
+            assert name not in cut.heads and arr.tobytes() == full[name][3:8].tobytes(), name
+    np.testing.assert_array_equal(cut.head("blk.1.attn_probs", H - 1), full["blk.1.attn_probs"][H - 1, 3:8])
+    with pytest.raises(UnknownStageError, match="holds heads"):
+        cut.head("blk.1.attn_probs", 0)
+    cmp = labkit.compare(cut, full)
+    assert cmp.passed and "blk.0.attn_probs" in {r.stage for r in cmp.rows}
+    assert lab.run(IDS, heads=-1).heads["blk.0.attn_scores"] == (H - 1,)
+    for bad in ([H], [], -H - 1):
+        with pytest.raises(InvalidArgumentError, match="attention heads"):
+            lab.run(IDS, heads=bad)
+
+
+def test_capture_policy_is_one_argument(lab):
+    """capture= takes a labkit.Capture, a dict of its fields, or names; logits="last" computes the
+    last position's logits only, every other stage keeping every position."""
+    full = lab.run(IDS)
+    run = lab.run(IDS, capture=labkit.Capture(names=["blk.0.*", "logits"], heads=[0], logits="last"))
+    assert set(run.captures) == {s for s in lab.stages if s.startswith("blk.0.")} | {"logits"}
+    assert run["logits"].shape == (1, lab.config.vocab_size) and run.rows("logits") == (len(IDS) - 1,)
+    np.testing.assert_allclose(run["logits"][0], full["logits"][-1], rtol=1e-5, atol=1e-5)
+    assert run["blk.0.q"].tobytes() == full["blk.0.q"].tobytes()
+    assert run["blk.0.attn_probs"].tobytes() == full["blk.0.attn_probs"][[0]].tobytes()
+    assert list(lab.run(IDS, capture="blk.1.attn_out").captures) == ["blk.1.attn_out"]
+    by_dict = lab.run(IDS, capture={"layers": [0], "positions": "last"})
+    assert by_dict.rows("blk.0.q") == (len(IDS) - 1,) and "blk.1.q" not in by_dict
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        lab.run(IDS, capture=["logits"], names=["embed"])
+    with pytest.raises(InvalidArgumentError, match="unknown key"):
+        lab.run(IDS, capture={"stages": ["embed"]})
+    with pytest.raises(InvalidArgumentError, match='"all" or "last"'):
+        labkit.Capture(logits="first")
+
+
 def test_logits_not_captured_are_computed_for_the_last_position_only(lab):
     """Nothing reads the other positions' logits, so the unembedding runs for one row."""
     run = lab.run(IDS, names=["output_norm"])

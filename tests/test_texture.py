@@ -12,8 +12,8 @@ import wgpu
 from labkit.errors import GpuLimitError
 from labkit.gpu.device import get_device
 from labkit.gpu.texture import Rows, bind_operands, fill_texture, texture_bindings
-from labkit.ops.base import wgsl_file
-from labkit.ops.registry import kernel_source
+from labkit.ops.base import PassShape, wgsl_file
+from labkit.ops.registry import get_kernel, kernel_source
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -24,12 +24,15 @@ def gpu():
 
 
 def test_texture_bindings_of_the_shipped_kernels():
-    """The prefill scores kernel reads q and K as textures, the context kernel V, the tiled and
-    matvec matmul drivers X; the decode scores kernel and the fused tiers read buffers."""
+    """The prefill scores kernel reads q and K as textures, the prefill context kernel V, the tiled
+    matmul driver X; the decode matvec, the decode scores and context kernels and the fused tiers
+    read buffers."""
     assert texture_bindings(wgsl_file("attn_scores_prefill")) == {0, 1}
-    assert texture_bindings(wgsl_file("attn_ctx")) == {1}
+    ctx = get_kernel("attn_ctx", "default")
+    assert texture_bindings(ctx.source(PassShape(T=9, n_past=0))) == {1}
+    assert texture_bindings(ctx.source(PassShape(T=1, n_past=9))) == frozenset()  # decode reads the cache buffer
     assert texture_bindings(wgsl_file("matmul_tiled")) == {1}
-    assert texture_bindings(wgsl_file("matmul_matvec")) == {1}
+    assert texture_bindings(wgsl_file("matmul_matvec")) == frozenset()
     assert texture_bindings(wgsl_file("attn_scores_decode")) == frozenset()
     assert texture_bindings(kernel_source("attn_ctx", "streaming")) == frozenset()
 

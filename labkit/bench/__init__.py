@@ -83,6 +83,7 @@ class BenchReport:
     engines: dict[str, EngineFigures]
     op_families: list[OpFamilyTime] = field(default_factory=list)
     op_families_at: int = 0
+    decode_op_families: list[OpFamilyTime] = field(default_factory=list)  # one decode step after op_families_at
 
     def ratios(self) -> dict[str, float]:
         """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
@@ -112,8 +113,9 @@ class BenchReport:
             for k, v in data["engines"].items()
         }
         ops = [OpFamilyTime(**o) for o in data.get("op_families", [])]
-        rest = {k: v for k, v in data.items() if k not in ("engines", "op_families", "ratios")}
-        return cls(**rest, engines=engines, op_families=ops)
+        dec = [OpFamilyTime(**o) for o in data.get("decode_op_families", [])]
+        rest = {k: v for k, v in data.items() if k not in ("engines", "op_families", "decode_op_families", "ratios")}
+        return cls(**rest, engines=engines, op_families=ops, decode_op_families=dec)
 
     def table(self) -> str:
         from labkit.bench.table import render
@@ -171,7 +173,7 @@ class Steps:
 def n_steps(engines: tuple[str, ...], lengths: tuple[int, ...]) -> int:
     """How many times run_bench says what it measures (at most: a length the reference cannot
     run skips its every-stage figure)."""
-    per = {"gpu": 3 * len(lengths) + 4, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1}
+    per = {"gpu": 3 * len(lengths) + 5, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1}
     return sum(per.get(e, 0) for e in engines)
 
 
@@ -209,8 +211,10 @@ def run_bench(
                 ops_at = max((n for n in lengths if n <= 512), default=min(lengths))
                 say(f"gpu time per op family, T={ops_at}")
                 ops = op_family_times(lab, prompt_of(lab, ops_at))
+                say(f"gpu time per op family, a decode step after {ops_at} tokens")
+                dec_ops = op_family_times(lab, prompt_of(lab, ops_at), decode=True)
             else:
-                ops, ops_at = [], 0
+                ops, dec_ops, ops_at = [], [], 0
             if "reference" in engines:
                 out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say)
             if "llamacpp" in engines:
@@ -221,7 +225,7 @@ def run_bench(
         say.close()
     from labkit.gpu.device import get_device
 
-    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at)
+    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops)
 
 
 def save(report: BenchReport, path: Path) -> None:

@@ -64,18 +64,33 @@ def rerun_after_switch(lab: Lab, ids: list[int], repeats: int, say) -> float:
     return float(np.median(times[1:]))
 
 
-def op_family_times(lab: Lab, ids: list[int]) -> list[OpFamilyTime]:
-    """GPU ms per kernel family over one pass of `ids` (every stage captured), from timestamps."""
+def op_family_times(lab: Lab, ids: list[int], decode: bool = False) -> list[OpFamilyTime]:
+    """GPU ms per kernel family over one pass of `ids` (every stage captured), from timestamps; with
+    `decode`, over one decode step after `ids` (the matmuls' GB/s then mean what they say: each
+    weight is read once for one token)."""
     lab.forget_last_pass()
     lab.run(ids)  # warm
     lab.forget_last_pass()
-    run = lab.run(ids, timestamps=True)
+    if decode:
+        ex = lab.executor
+        cache = ex.new_cache(len(ids) + 1)
+        ex.run_pass(ids, cache, names=[], last_logits_only=True)
+        stage_ms = ex.run_pass(ids[-1:], cache, names=["logits"], last_logits_only=True, timestamps=True).stage_ms
+        T = 1
+    else:
+        stage_ms, T = lab.run(ids, timestamps=True).timings.get("stage_ms", {}), len(ids)
+    return _per_family(lab, stage_ms, T)
+
+
+def _per_family(lab: Lab, stage_ms: dict[str, float], T: int) -> list[OpFamilyTime]:
+    """Stage times summed per kernel family, with the matmuls' GFLOP/s and GB/s of GGUF bytes."""
     ms, calls, flops, nbytes = defaultdict(float), defaultdict(int), defaultdict(float), defaultdict(float)
     ex = lab.executor
-    T = len(ids)
     for st in lab.graph:
+        if st.name not in stage_ms:
+            continue
         fam = ex.family(st)
-        ms[fam] += run.timings.get("stage_ms", {}).get(st.name, 0.0)
+        ms[fam] += stage_ms[st.name]
         calls[fam] += 1
         if OPS[st.op].weight == "matrix":
             t = lab.gguf.tensors[st.weight]

@@ -24,8 +24,20 @@ def render(report) -> str:
         lines.append(f"{name:10} {eng.load_s:8.2f} {dec} {_s(eng.rerun_after_switch_s)} {rss}")
     if r.op_families:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
-        for o in r.op_families:
-            extra = f"  {o.gflops:6.1f} GFLOP/s  {o.gbps:6.2f} GB/s" if o.gflops else ""
-            lines.append(f"  {o.family:14} {o.ms:9.1f} ms  {o.dispatches:4} stages{extra}")
+        lines += _families(r.op_families, gbps=False)
+    if r.decode_op_families:
+        lines.append(f"GPU time per op family, one decode step after {r.op_families_at} tokens (GB/s of GGUF bytes):")
+        lines += _families(r.decode_op_families, gbps=True)
     lines += [f"{k}: {v:.2f}" for k, v in r.ratios().items()]
     return "\n".join(lines)
+
+
+def _families(families, gbps: bool) -> list[str]:
+    """One line per op family; a matmul's GFLOP/s, and its GB/s where each weight is read once a token."""
+    out = []
+    for o in families:
+        extra = f"  {o.gflops:6.1f} GFLOP/s" if o.gflops else ""
+        if o.gbps and gbps:
+            extra += f"  {o.gbps:6.2f} GB/s"
+        out.append(f"  {o.family:14} {o.ms:9.1f} ms  {o.dispatches:4} stages{extra}")
+    return out

@@ -19,6 +19,7 @@ import wgpu
 
 from labkit.errors import GpuLimitError
 from labkit.gpu.plan_cache import active_cache
+from labkit.gpu.texture_pool import active_pool
 
 
 @dataclass
@@ -58,10 +59,13 @@ def uniform_bytes(gpu: Any, data: bytes) -> Any:
 
 
 def texture_view(gpu: Any, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:
-    """A view of a fresh 2-D texture, or of the active plan cache's."""
+    """A view of a 2-D texture: the active plan cache's, the active texture pool's, or a fresh one's."""
     cache = active_cache()
     if cache is not None:
         return cache.texture_view(size, fmt, usage, label)
+    pool = active_pool()
+    if pool is not None:
+        return pool.view(size, fmt, usage, label)
     return gpu.device.create_texture(size=(*size, 1), format=fmt, usage=usage, label=label).create_view()
 
 

@@ -37,8 +37,10 @@ from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.plan_cache import PlanCache, active_cache
 from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.repack import repack_weight
+from labkit.gpu.scratch import ScratchPool, last_readers
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
+from labkit.gpu.texture_pool import TexturePool
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
@@ -95,6 +97,8 @@ class PassResult:
     plans: list[StagePlan] = field(default_factory=list, repr=False)
     recomputed_from: str | None = None
     positions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # rows held by cut captures
+    heads: dict[str, tuple[int, ...]] = field(default_factory=dict)  # heads held by cut attention maps
+    reusable: bool = True  # False: uncaptured stages had scratch regions, so a re-run plans afresh
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,11 @@ class KernelChoice:
 class StageContext:
     """What one stage's op `plan` sees (labkit.ops.base.GpuStage); collects its dispatches."""
 
-    def __init__(self, ex: GpuExecutor, st: Stage, kernel: Kernel, regions: dict, cache: GpuKVCache, ids, last_only):
+    def __init__(
+        self, ex: GpuExecutor, st: Stage, kernel: Kernel, regions: dict, cache: GpuKVCache, ids, last_only, scratch=None
+    ):
         self.ex, self.stage, self.kernel, self.regions, self.kv = ex, st, kernel, regions, cache
-        self.ids, self.last_only = ids, last_only
+        self.ids, self.last_only, self.scratch = ids, last_only, scratch
         self.T, self.n_past = len(ids), cache.n_past
         self.shape = PassShape(self.T, self.n_past)
         self.dispatches: list[Dispatch] = []
@@ -123,7 +129,7 @@ class StageContext:
         st = self.stage
         if st.kv_write:  # this layer's cache, from position n_past on
             return Region(self.cache(st.kv_write), self.n_past * self.ex.cfg.kv_dim, shape)
-        return self.ex.region(st, shape, self.shape)
+        return self.ex.region(st, shape, self.shape, self.scratch)
 
     def cache(self, kind: str) -> wgpu.GPUBuffer:
         return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
@@ -295,8 +301,7 @@ class GpuExecutor:
         for st in reversed(self.graph):
             if st.name in needed or st.kv_write:
                 needed.add(st.name)
-                reads = kernels[st.name].reads
-                needed.update(st.inputs if reads is None else (st.inputs[i] for i in reads))
+                needed.update(_reads(st, kernels[st.name]))
         return {st.name for st in self.graph} - needed
 
     def signatures(self, kernels: dict[str, Kernel] | None = None, skipped: set[str] | None = None) -> list[tuple]:
@@ -355,12 +360,15 @@ class GpuExecutor:
             f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
         )
 
-    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape) -> Region:
-        """A fresh output region: a matmul's may exceed one binding (bound per token chunk), any
-        other's is checked against the binding limit before it is allocated."""
+    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: ScratchPool | None = None):
+        """A fresh output region, or a scratch one when the pass has a pool and does not keep this
+        stage: a matmul's may exceed one binding (bound per token chunk), any other's is checked
+        against the binding limit before it is allocated."""
         n = math.prod(shape)
         if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
+        if scratch is not None and scratch.wants(st.name):
+            return Region(scratch.take(n, st.name), 0, shape)
         return Region(self.buffer(n, st.name), 0, shape)
 
     def new_cache(self, capacity: int) -> GpuKVCache:
@@ -450,13 +458,20 @@ class GpuExecutor:
         last_logits_only: bool = False,
         reuse: list[StagePlan] | None = None,
         start: int = 0,
+        keep: set[str] | None = None,
     ) -> list[StagePlan]:
         """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
 
-        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches."""
+        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches.
+        With `keep`, only those stages get regions of their own; the others get scratch regions
+        (labkit.gpu.scratch), free again once their last reader is recorded."""
         kernels = {st.name: self.kernel(st) for st in self.graph}
         skipped = self.skipped(kernels)
         sigs = self.signatures(kernels, skipped)
+        scratch, textures = None, TexturePool(self.device)
+        if keep is not None:
+            readers = last_readers(self.graph, lambda st: _reads(st, kernels[st.name]), skipped)
+            scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit)
         regions: dict[str, Region] = {}
         plans: list[StagePlan] = []
         for i, st in enumerate(self.graph):
@@ -466,10 +481,13 @@ class GpuExecutor:
             elif st.name in skipped:  # a placeholder buffer: never dispatched, never captured
                 plans.append(StagePlan(st, Region(self.buffer(4, st.name + ".skipped"), 0, (0,)), [], sigs[i], True))
             else:
-                ctx = StageContext(self, st, kernels[st.name], regions, cache, ids, last_logits_only)
-                out = OPS[st.op].plan(st, ctx)
+                ctx = StageContext(self, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch)
+                with textures.stage():  # its operand textures serve later stages once it is recorded
+                    out = OPS[st.op].plan(st, ctx)
                 plans.append(StagePlan(st, out, ctx.dispatches, sigs[i]))
             regions[st.name] = plans[-1].out
+            if scratch is not None:
+                scratch.recorded(i)
         return plans
 
     # ----- running
@@ -496,11 +514,14 @@ class GpuExecutor:
             )
         return names
 
-    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None) -> tuple[list[StagePlan], int]:
-        """Plans of a pass, reusing a previous pass of the same ids from the first changed signature."""
+    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep) -> tuple[list[StagePlan], int]:
+        """Plans of a pass, reusing a previous pass of the same ids from the first changed signature
+        (a previous pass on scratch regions is planned afresh: its regions were overwritten)."""
         if previous is None:
-            return self.plan(ids, cache, last_only), 0
+            return self.plan(ids, cache, last_only, keep=keep), 0
         cache.n_past -= len(ids)  # the previous pass advanced it
+        if not previous.reusable or keep is not None:
+            return self.plan(ids, cache, last_only, keep=keep), 0
         new_sigs = self.signatures()
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
@@ -519,6 +540,7 @@ class GpuExecutor:
         previous: PassResult | None = None,
         plan_cache: PlanCache | None = None,
         positions: list[int] | None = None,
+        heads: list[int] | None = None,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
@@ -528,13 +550,14 @@ class GpuExecutor:
         With `plan_cache`, the pass reuses the GPU objects of the cache's last pass (its regions do
         not outlive the next pass: no `previous` then).
 
-        `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps).
+        `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps);
+        `heads`: attention maps hold only those heads.
         The unembedding runs for the last position only when nothing reads the other positions'
         logits: `last_logits_only`, logits not captured, or positions = [last]."""
         if plan_cache is not None:
             with plan_cache.active():
                 return self.run_pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch,
-                                     positions=positions)  # fmt: skip
+                                     positions=positions, heads=heads)  # fmt: skip
         t0 = time.perf_counter()
         patch = dict(patch or {})
         names = self.check_names(names, patch)
@@ -544,7 +567,9 @@ class GpuExecutor:
             not debug and not tail & set(patch) and (positions == [len(ids) - 1] or unread)
         )
         reuse = previous if previous is not None and not debug and not patch else None
-        plans, start = self._plans_for(ids, cache, last_logits_only, reuse)
+        # a narrowed capture keeps the captured (and patched) stages' regions; the others are scratch
+        keep = None if names is None or debug else set(names) | set(patch)
+        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
@@ -555,7 +580,9 @@ class GpuExecutor:
                 if not p.skipped:
                     poison_region(self.device, p.out)
         t1 = time.perf_counter()
-        caps, held, stage_ms = self._submit(plans[start:], captured, patch, stepped, timestamps, len(ids), positions)
+        cut = (positions, heads)
+        todo = plans[start:]
+        caps, held, held_heads, stage_ms = self._submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
         t2 = time.perf_counter()
         cache.n_past += len(ids)
         unwritten = {}
@@ -564,16 +591,16 @@ class GpuExecutor:
             caps = {n: a for n, a in caps.items() if n in want}
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
         recomputed_from = plans[start].stage.name if start < len(plans) else None
-        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held)
+        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, keep is None)
 
-    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, positions=None):
+    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)):
         """Record and submit the stages (one encoder, or cut at patches and steps); read the captures
-        (only the rows of `positions`, when given)."""
+        (only the rows and heads of `cut` = (positions, heads), when given)."""
         segments = _segments(todo, set(patch), stepped)
         qs = None
         if timestamps and self.gpu.has_timestamps and len(segments) == 1 and todo:
             qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
-        caps, held, stage_ms = {}, {}, {}
+        caps, held, held_heads, stage_ms = {}, {}, {}, {}
         for k, seg in enumerate(segments):
             enc = self.device.create_command_encoder()
             if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
@@ -584,7 +611,7 @@ class GpuExecutor:
             last = k == len(segments) - 1
             readback = ts_buf = None
             if last:
-                readback = Readback(self.device, captured, T, positions)
+                readback = Readback(self.device, captured, T, *cut)
                 readback.record(enc)
                 if qs is not None:
                     ts_buf = self.device.create_buffer(
@@ -595,11 +622,11 @@ class GpuExecutor:
             if seg and seg[-1].stage.name in patch:
                 self._apply_patch(seg[-1], patch[seg[-1].stage.name])
             if last:
-                caps, held = readback.read()
+                caps, held, held_heads = readback.read()
                 if ts_buf is not None:
                     ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
                     stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(todo, ticks)}
-        return caps, held, stage_ms
+        return caps, held, held_heads, stage_ms
 
     def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
         """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
@@ -618,6 +645,11 @@ LONG_PROMPT_HINT = (
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _reads(st: Stage, kernel: Kernel) -> tuple[str, ...]:
+    """The stage inputs a kernel reads (a fused attention tier reads q, not the probabilities)."""
+    return st.inputs if kernel.reads is None else tuple(st.inputs[i] for i in kernel.reads)
 
 
 def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.ops import attn_scores
-from labkit.ops.base import Kernel, Op, PassShape, Policy, ceil_div, from_file, wgsl_const, wgsl_file
+from labkit.ops.base import Kernel, Op, PassShape, Policy, ceil_div, compose, from_file, wgsl_const, wgsl_file
 
 PARAMS = attn_scores.PARAMS  # the fused tiers need every field; the unfused kernel reads a few
 
@@ -59,6 +59,16 @@ def shapes(stage) -> tuple[list[str], str]:
     )
 
 
+def _with_keys(keys: str):
+    """The context kernel with a key range (masked or every key), reading V as a texture in a
+    prefill and from the cache buffer in a decode step (T = 1)."""
+
+    def pick(shape: PassShape) -> str:
+        return compose("attn_ctx", "attn_ctx_v_buffer" if shape.T == 1 else "attn_ctx_v_texture", keys)
+
+    return pick
+
+
 def _tiled_workgroups(T: int, n_heads: int, size: int) -> int:
     return ceil_div(T, wgsl_const(wgsl_file("attn_tiled"), "TILE", 8)) * n_heads
 
@@ -80,7 +90,18 @@ OP = Op(
     plan=plan,
     shapes=shapes,
     kernels=(
-        Kernel("attn_ctx", "default", "the correct kernel (reads the probabilities)", from_file("attn_ctx")),
+        Kernel(
+            "attn_ctx",
+            "default",
+            "the correct kernel (reads the probabilities): sums the keys the mask lets a query see",
+            _with_keys("attn_ctx_keys_masked"),
+        ),
+        Kernel(
+            "attn_ctx",
+            "every_key",
+            "sums every key, masked ones too (0 · inf = NaN there, as ggml's unfused mul_mat gives)",
+            _with_keys("attn_ctx_keys_every"),
+        ),
         Kernel(
             "attn_ctx",
             "streaming",

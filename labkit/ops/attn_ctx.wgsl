@@ -1,17 +1,21 @@
 // Attention context: C[t, h*head_dim + d] = Σ_s probs[h, t, s] · V[s, kv_head(h)*head_dim + d]
 // Interface: @binding(0) A: array<f32> [n_heads, T, n_keys] (probabilities)
-//            @binding(1) V: [n_keys, n_kv_heads*head_dim] (the layer's V cache), as a texture
+//            @binding(1) V: [n_keys, n_kv_heads*head_dim] (the layer's V cache), declared with
+//                          v_texel() by a file composed after this one: attn_ctx_v_texture.wgsl
+//                          (prefill) or attn_ctx_v_buffer.wgsl (decode)
 //            @binding(2) C: [T, n_heads*head_dim], written as vec4 (head_dim % 4 == 0)
 //            @binding(3) P: Params.
 // One thread per tile of TILE_T tokens x TILE_D dims of a head (the host reads the constants):
-// each V texel it loads serves 4 tokens, each probability 16 dims. V is a texture (lavapipe
-// gathers those for all lanes at once; labkit/gpu/texture.py); A stays a buffer, read once
-// per 16 dims. Every key is summed, masked ones too (their
-// probability is 0, or NaN under a faulty softmax, which must reach the context).
-// The fused tiers' struct (one Params per family); n_past, window, scale and softcap are unused here.
+// each V texel it loads serves 4 tokens, each probability 16 dims. In a prefill V is a texture
+// (lavapipe gathers those for all lanes at once; labkit/gpu/texture.py); in a decode step it
+// stays a buffer (one query reads each value once: copying the whole cache into a texture
+// every step would cost more than it saves). A stays a buffer, read once per 16 dims.
+// Keys first_key(t0) .. last_key(t_last) - 1 are summed, from a file composed after this one:
+// attn_ctx_keys_masked.wgsl (the default: the keys the mask lets the tile's queries see) or
+// attn_ctx_keys_every.wgsl (every key).
+// The fused tiers' struct (one Params per family); scale and softcap are unused here.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
 @group(0) @binding(0) var<storage, read> A: array<f32>;
-@group(0) @binding(1) var V: texture_2d<f32>;  // texel (w, s): values 4w..4w+3 of V row s
 @group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> P: Params;
 
@@ -51,9 +55,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var c1 = mat4x4<f32>();
     var c2 = mat4x4<f32>();
     var c3 = mat4x4<f32>();
-    for (var s = 0u; s < P.n_keys; s++) {
-        let v = mat4x4<f32>(textureLoad(V, vec2<u32>(v0, s), 0), textureLoad(V, vec2<u32>(v1, s), 0),
-                            textureLoad(V, vec2<u32>(v2, s), 0), textureLoad(V, vec2<u32>(v3, s), 0));
+    for (var s = first_key(t0); s < last_key(t_last); s++) {
+        let v = mat4x4<f32>(v_texel(v0, s), v_texel(v1, s), v_texel(v2, s), v_texel(v3, s));
         c0 += A[a0 + s] * v;
         c1 += A[a1 + s] * v;
         c2 += A[a2 + s] * v;

@@ -242,9 +242,12 @@ def ceil_div(a: int, b: int) -> int:
 FILE_MARK = "// ==== file: "
 
 
+@lru_cache(maxsize=1024)
 def compose(*names: str) -> str:
     """Kernel files concatenated in order, each preceded by a FILE_MARK line (matmul: common +
-    the format's quant reader + a driver)."""
+    the format's quant reader + a driver). Cached, so a kernel's source is one string object:
+    the caches keyed by source (pipelines, Params layouts, constants) hash it once, not per
+    dispatch."""
     return "\n".join(f"{FILE_MARK}{n}.wgsl\n{wgsl_file(n)}" for n in names)
 
 

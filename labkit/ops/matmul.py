@@ -17,6 +17,8 @@ last one out).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from gguf import GGMLQuantizationType
 
@@ -106,7 +108,11 @@ def group_of(fmt: str) -> int:
 def repacked_source(fmt: str, T: int) -> str:
     """The fast driver for a matmul of T tokens on repacked weights: matvec for decode, tiled for
     prefill. It reads no GGUF bytes, so only the format's GROUP is composed in."""
-    driver = "matvec" if T <= MATVEC_MAX_T else "tiled"
+    return _repacked_source(fmt, "matvec" if T <= MATVEC_MAX_T else "tiled")
+
+
+@lru_cache(maxsize=64)
+def _repacked_source(fmt: str, driver: str) -> str:
     return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose("repacked", DRIVERS[driver])
 
 

@@ -1,16 +1,18 @@
 // Matmul driver for decode (T = 1) on repacked weights (repack.wgsl): each thread owns one
-// quad of weight rows of one token; a workgroup covers 256 rows. Same Params and geometry
-// constants as matmul.wgsl, but both operands are textures: W holds one window in the
-// repacked layout (repacked.wgsl), and X the tokens as to_texture.wgsl copies them (x_offset
-// and x_stride are not read here). Composed after a line declaring the format's GROUP.
+// quad of weight rows of one token; a workgroup covers 256 rows. Same bindings, Params and
+// geometry constants as matmul.wgsl, except that W holds one window in the repacked layout
+// and X is read as vec4 (x_offset, x_stride multiples of 4). Composed after a line declaring
+// the format's GROUP.
 //
-// Per 32 values of K, lane l loads X texel 8c + l and subgroupBroadcast shares it, so each X
-// value is loaded once per subgroup, not once per lane; one texel brings a word of all 4 rows,
-// and each group's scales and offsets come once per group. On Gemma's 262 144 x 640
-// unembedding this reads 3.3 GB/s of Q8_0 here, against 0.8 with both operands in storage
-// buffers (lavapipe reads those lane by lane) and 0.3 for the raw-bytes row kernel.
+// Per 32 values of K, lane l loads X[k + 4l .. k + 4l + 3] and subgroupBroadcast shares them,
+// so each X value is loaded once per subgroup, not once per lane; one texel of W brings a
+// word of all 4 rows, and each group's scales and offsets come once per group.
+// X stays a storage buffer: it is read once per subgroup, so a texture would not pay for the
+// dispatch that fills it. Measured in one decode step of Gemma after 64 tokens (lavapipe,
+// GB/s of GGUF bytes): Q8_0 6.0 and Q5_0 8.7 with X in a buffer, 4.5 and 1.4 with X copied
+// into a texture first (a whole step: 91 ms against 101).
 // Needs subgroups of at least 8 lanes.
-@group(0) @binding(1) var X: texture_2d<f32>;  // texel (w, t): values 4w..4w+3 of token t
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
 @group(0) @binding(3) var<uniform> P: Params;
@@ -34,6 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let words = P.K / 4u;
     let gpr = P.K / GROUP;
     let s = quads * words + 2u * q * gpr;
+    let xl = (P.x_offset + t * P.x_stride) / 4u + (lane & 7u);
     var acc = vec4<f32>();
     // 32 values (8 words) per step; a group is 32 values, or 16 (Q6_K: two per step)
     for (var c = 0u; c < P.K / 32u; c++) {
@@ -47,7 +50,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             sb = bitcast<vec4<f32>>(slot(s + 2u * g1));
             ob = bitcast<vec4<f32>>(slot(s + 2u * g1 + 1u));
         }
-        let v = textureLoad(X, vec2<u32>(8u * c + (lane & 7u), t), 0);
+        let v = X[xl + 8u * c];
         let w = q * words + 8u * c;
         acc += subgroupBroadcast(v, 0u) * quad4(slot(w), sa, oa);
         acc += subgroupBroadcast(v, 1u) * quad4(slot(w + 1u), sa, oa);

@@ -157,7 +157,7 @@ def attention_map(
     if ax is not None:
         return static.attention_map(run, layer, head, probs, ax=ax, labels=labels)
     name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
-    m = as_f64(run[name][head])
+    m = as_f64(run.head(name, head))
     q_pos = [run.n_past + p for p in run.rows(name)]
     keys = [f"{i} {t!r}" for i, t in enumerate(labels)] if labels else token_labels(run, m.shape[1])
     if keys is None or len(keys) != m.shape[1]:  # positions only (a category axis merges equal labels)

@@ -52,7 +52,7 @@ def attention_map(run: Run, layer: int, head: int = 0, probs: bool = True, ax=No
     position), else the run's own tokens when they are all the keys (a prompt pass)."""
     ax = ax or plt.subplots(figsize=(4, 4))[1]
     name = f"blk.{layer}.attn_probs" if probs else f"blk.{layer}.attn_scores"
-    m = run[name][head]
+    m = run.head(name, head)
     m = np.where(np.isfinite(m), m, np.nan)
     im = ax.imshow(m, cmap="viridis", interpolation="nearest", aspect="auto")
     ax.figure.colorbar(im, ax=ax, fraction=0.046)

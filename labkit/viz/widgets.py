@@ -250,7 +250,7 @@ class AttentionExplorer(_Panel):
         if name not in self.run:
             return ""
         q = self.query.value
-        row = np.asarray(self.run[name][head, q], dtype=np.float64)
+        row = np.asarray(self.run.head(name, head)[q], dtype=np.float64)
         order = np.argsort(-np.nan_to_num(row, nan=-1.0))[:k]
         labels = self.labels
         offset = row.shape[0] - len(labels)  # keys before this pass (KV cache) have no label here

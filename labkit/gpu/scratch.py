@@ -1,0 +1,69 @@
+"""Scratch regions: buffers of stages no one captures, handed on once their last reader is recorded.
+
+A pass that captures every stage gives each stage a region of its own: the captures are copied
+at the end of the encoder, and a re-run after a variant switch reuses the regions upstream of
+the switch. A pass that captures a few stages does not need the others after their readers have
+run. Layer after layer has the same shapes, so layer L + 1's q takes the buffer layer L's q left:
+2048 Gemma tokens captured at `output_norm` hold two 64 MiB attention maps instead of 36, and
+lavapipe (whose GPU memory is host memory) no longer touches 4 GB of fresh pages per pass.
+
+A pass built on scratch regions cannot be re-run from its middle: its regions were overwritten
+(`PassResult.reusable` is False, and the executor plans the next pass of the same ids afresh).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from labkit.model.graph import Stage
+
+
+def last_readers(graph: list[Stage], reads: Callable[[Stage], Iterable[str]], skipped: set[str]) -> dict[str, int]:
+    """{stage name: index of the last stage that reads its region}; a stage nobody reads is its own
+    last reader (its buffer is free as soon as its own dispatches are recorded)."""
+    last = {st.name: i for i, st in enumerate(graph)}
+    for i, st in enumerate(graph):
+        if st.name not in skipped:
+            for name in reads(st):
+                if name in last:
+                    last[name] = i
+    return last
+
+
+class ScratchPool:
+    """Buffers for the regions of stages outside `keep`, recycled by exact size."""
+
+    def __init__(
+        self, allocate: Callable[[int, str], Any], last_reader: dict[str, int], keep: set[str], round_below: int = 0
+    ):
+        """`round_below`: sizes up to it are rounded up to a power of two, so a decode step's
+        attention maps, one key longer each step, keep their buffer (and its bind groups)."""
+        self.allocate, self.last_reader, self.keep, self.round_below = allocate, last_reader, keep, round_below
+        self.free: dict[int, list[Any]] = {}
+        self.held: dict[str, tuple[int, Any]] = {}  # stage -> (size asked, buffer) until its last reader
+        self.created = 0
+
+    def wants(self, name: str) -> bool:
+        """Whether the stage's region may be a scratch buffer (it is not kept)."""
+        return name not in self.keep
+
+    def take(self, n_floats: int, name: str) -> Any:
+        """A buffer of n floats for stage `name`: one a finished stage left, or a new one."""
+        size = max(16, (4 * n_floats + 15) & ~15)
+        if size <= self.round_below:
+            size = min(1 << (size - 1).bit_length(), self.round_below)
+        pool = self.free.get(size)
+        if pool:
+            buf = pool.pop()
+        else:
+            buf = self.allocate(size // 4, f"scratch {size}")
+            self.created += 1
+        self.held[name] = (size, buf)  # keyed by the size asked: a plan cache may round the buffer up
+        return buf
+
+    def recorded(self, index: int) -> None:
+        """Stage `index` is recorded: the buffers whose last reader it was are free for later stages."""
+        for name in [n for n in self.held if self.last_reader.get(n, -1) <= index]:
+            size, buf = self.held.pop(name)
+            self.free.setdefault(size, []).append(buf)
