@@ -105,6 +105,30 @@ def test_uncaptured_stages_share_scratch_regions(lab):
         lab.use("blk.1.rope", "default")
 
 
+def test_long_pass_streams_its_captures_segment_by_segment(lab, monkeypatch):
+    """A pass of STREAM_MIN_TOKENS or more puts every region in scratch and reads its captures back
+    segment by segment (here a 11-token pass, 4 KiB segments): every capture is bit-identical to a
+    pass that keeps a region per stage, with per-stage timestamps, and positions still cut rows."""
+    from labkit.gpu import executor, scratch
+
+    lab.forget_last_pass()  # a whole pass, not a re-run from an earlier test's switch
+    full = lab.run(IDS)
+    monkeypatch.setattr(executor, "STREAM_MIN_TOKENS", len(IDS))
+    monkeypatch.setattr(scratch, "SEGMENT_BYTES", 4096)
+    streamed = lab.run(IDS)
+    res = lab._last_pass[2]
+    ends = sum(p.segment_end for p in res.plans)
+    assert not res.reusable and ends > 5, ends
+    assert streamed.captures.keys() == full.captures.keys()
+    for name, arr in full.captures.items():
+        assert streamed[name].tobytes() == arr.tobytes(), name
+    assert set(streamed.timings["stage_ms"]) == set(full.timings["stage_ms"])
+    buffers = {p.out.buffer for p in res.plans if not p.stage.kv_write}
+    assert len(buffers) < len(res.plans) // 2, f"{len(buffers)} buffers for {len(res.plans)} stages"
+    cut = lab.run(IDS, positions="last", names=["blk.*.attn_probs", "logits"])
+    assert cut["blk.1.attn_probs"].tobytes() == full["blk.1.attn_probs"][:, -1:].tobytes()
+
+
 def test_heads_cut_attention_maps_and_keep_values(lab):
     """heads=[...] reads back only those heads of every attention map; the rest of the pass is the
     same, a head is looked up by its number, and compare meets a full run on the heads both hold."""

@@ -76,6 +76,7 @@ class StagePlan:
     dispatches: list[Dispatch]
     signature: tuple = ()  # kernel, policy and skip that produced it; a re-run starts where this changes
     skipped: bool = False  # nothing reads it under the selected kernels: not computed in this pass
+    segment_end: bool = False  # a streamed pass submits and reads its captures back after this stage
 
 
 @dataclass
@@ -459,19 +460,22 @@ class GpuExecutor:
         reuse: list[StagePlan] | None = None,
         start: int = 0,
         keep: set[str] | None = None,
+        streamed: set[str] | None = None,
     ) -> list[StagePlan]:
         """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
 
         With `reuse`, stages before `start` keep their regions (and data) and get no dispatches.
         With `keep`, only those stages get regions of their own; the others get scratch regions
-        (labkit.gpu.scratch), free again once their last reader is recorded."""
+        (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
+        captured stages of a streamed pass; keep is then empty), captured regions are held until
+        their segment ends (`StagePlan.segment_end`), where the pass reads them back."""
         kernels = {st.name: self.kernel(st) for st in self.graph}
         skipped = self.skipped(kernels)
         sigs = self.signatures(kernels, skipped)
         scratch, textures = None, TexturePool(self.device)
         if keep is not None:
             readers = last_readers(self.graph, lambda st: _reads(st, kernels[st.name]), skipped)
-            scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit)
+            scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit, streamed=streamed)
         regions: dict[str, Region] = {}
         plans: list[StagePlan] = []
         for i, st in enumerate(self.graph):
@@ -487,7 +491,9 @@ class GpuExecutor:
                 plans.append(StagePlan(st, out, ctx.dispatches, sigs[i]))
             regions[st.name] = plans[-1].out
             if scratch is not None:
-                scratch.recorded(i)
+                plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
+        if plans and streamed:
+            plans[-1].segment_end = True  # the last captures are read after the last stage
         return plans
 
     # ----- running
@@ -514,14 +520,14 @@ class GpuExecutor:
             )
         return names
 
-    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep) -> tuple[list[StagePlan], int]:
+    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep, streamed):
         """Plans of a pass, reusing a previous pass of the same ids from the first changed signature
         (a previous pass on scratch regions is planned afresh: its regions were overwritten)."""
         if previous is None:
-            return self.plan(ids, cache, last_only, keep=keep), 0
+            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
         cache.n_past -= len(ids)  # the previous pass advanced it
         if not previous.reusable or keep is not None:
-            return self.plan(ids, cache, last_only, keep=keep), 0
+            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
         new_sigs = self.signatures()
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
@@ -567,9 +573,12 @@ class GpuExecutor:
             not debug and not tail & set(patch) and (positions == [len(ids) - 1] or unread)
         )
         reuse = previous if previous is not None and not debug and not patch else None
-        # a narrowed capture keeps the captured (and patched) stages' regions; the others are scratch
-        keep = None if names is None or debug else set(names) | set(patch)
-        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep)
+        # a narrowed capture keeps the captured (and patched) stages' regions; the others are scratch.
+        # A long pass streams: every region is scratch, captures read back segment by segment.
+        keep, streamed = None if names is None or debug else set(names) | set(patch), None
+        if len(ids) >= STREAM_MIN_TOKENS and not debug and not patch and not stepped:
+            keep, streamed = set(), {st.name for st in self.graph} if names is None else set(names)
+        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
@@ -594,38 +603,53 @@ class GpuExecutor:
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, keep is None)
 
     def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)):
-        """Record and submit the stages (one encoder, or cut at patches and steps); read the captures
-        (only the rows and heads of `cut` = (positions, heads), when given)."""
+        """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
+        captures (only the rows and heads of `cut` = (positions, heads), when given) are read after
+        the last segment or, in a streamed pass (segment ends set while planning), each segment's
+        own after that segment, before its scratch regions serve the next."""
         segments = _segments(todo, set(patch), stepped)
-        qs = None
-        if timestamps and self.gpu.has_timestamps and len(segments) == 1 and todo:
-            qs = self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(todo))
+        streamed = any(p.segment_end for p in todo)
+        timed = timestamps and self.gpu.has_timestamps and (len(segments) == 1 or streamed)
+        names = {p.stage.name for p in captured}
         caps, held, held_heads, stage_ms = {}, {}, {}, {}
+        staging = None  # a streamed pass reads every segment through one staging buffer
         for k, seg in enumerate(segments):
+            if streamed:
+                reading = [p for p in seg if p.stage.name in names]
+            else:
+                reading = captured if k == len(segments) - 1 else []
             enc = self.device.create_command_encoder()
+            qs = (
+                self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(seg))
+                if timed and seg
+                else None
+            )
             if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
                 encode(enc, [d for p in seg for d in p.dispatches])
             else:
                 for j, p in enumerate(seg):
                     record_stage(enc, p, qs, j)
-            last = k == len(segments) - 1
-            readback = ts_buf = None
-            if last:
-                readback = Readback(self.device, captured, T, *cut)
-                readback.record(enc)
-                if qs is not None:
-                    ts_buf = self.device.create_buffer(
-                        size=16 * len(todo), usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
-                    )
-                    enc.resolve_query_set(qs, 0, 2 * len(todo), ts_buf, 0)
+            readback = Readback(self.device, reading, T, *cut) if reading else None
+            if readback is not None:
+                readback.record(enc, lend=staging)
+            ts_buf = _resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
             self.device.queue.submit([enc.finish()])
             if seg and seg[-1].stage.name in patch:
                 self._apply_patch(seg[-1], patch[seg[-1].stage.name])
-            if last:
-                caps, held, held_heads = readback.read()
-                if ts_buf is not None:
-                    ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
-                    stage_ms = {p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(todo, ticks)}
+            if readback is not None:
+                got = readback.read(keep_staging=streamed)
+                if readback.owns_staging:
+                    if staging is not None:
+                        staging.destroy()
+                    staging = readback.staging
+                caps.update(got[0])
+                held.update(got[1])
+                held_heads.update(got[2])
+            if ts_buf is not None:
+                ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
+                stage_ms.update({p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(seg, ticks)})
+        if staging is not None:
+            staging.destroy()
         return caps, held, held_heads, stage_ms
 
     def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
@@ -636,6 +660,8 @@ class GpuExecutor:
             raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
         self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
 
+
+STREAM_MIN_TOKENS = 256  # passes this long stream their captures (labkit.gpu.scratch)
 
 LONG_PROMPT_HINT = (
     ' Capture less: lab.run(prompt, positions="last") computes and reads the logits of the last position only,'
@@ -653,16 +679,24 @@ def _reads(st: Stage, kernel: Kernel) -> tuple[str, ...]:
 
 
 def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:
-    """Split the stages into submits: after every stage when stepped, else after each patched stage."""
+    """Split the stages into submits: after every stage when stepped, else after each patched stage
+    and at each segment end of a streamed pass."""
     segs, cur = [], []
     for p in todo:
         cur.append(p)
-        if stepped or p.stage.name in cut_after:
+        if stepped or p.stage.name in cut_after or p.segment_end:
             segs.append(cur)
             cur = []
     if cur or not segs:
         segs.append(cur)
     return segs
+
+
+def _resolve_timestamps(device, enc, query_set, n_stages: int):
+    """A buffer the segment's 2 timestamps per stage are resolved into, at the end of `enc`."""
+    buf = device.create_buffer(size=16 * n_stages, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    enc.resolve_query_set(query_set, 0, 2 * n_stages, buf, 0)
+    return buf
 
 
 def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:

@@ -84,6 +84,7 @@ class Readback:
         for p in plans:
             self.selections.append(self._select(p, T, positions, limit))
         self.staging: Any = None
+        self.owns_staging = False  # made (and destroyed) here, not lent by the caller or a plan cache
 
     def _select(self, plan: Any, T: int, positions: list[int] | None, limit: int) -> Selection:
         name, shape = plan.stage.name, tuple(plan.out.shape)
@@ -118,17 +119,22 @@ class Readback:
             src, nbytes = src + n, nbytes - n
         return out
 
-    def record(self, enc: Any) -> None:
-        """Allocate the staging buffer and copy the first round into it, in the pass's encoder."""
+    def record(self, enc: Any, lend: Any = None) -> None:
+        """Copy the first round into the staging buffer, in the pass's encoder. The staging buffer is
+        `lend` when it is big enough (a streamed pass reads its segments through one), the plan
+        cache's, or a new one destroyed after reading."""
         size = max(self.sizes)
         if not size:
             return
         usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
         cache = active_cache()
-        if cache is not None:
+        if lend is not None and lend.size >= size:
+            self.staging = lend
+        elif cache is not None:
             self.staging = cache.buffer(size, usage, "staging")
         else:
             self.staging = self.device.create_buffer(size=size, usage=usage)
+            self.owns_staging = True
         self._copy_round(enc, 0)
 
     def _copy_round(self, enc: Any, round_: int) -> None:
@@ -137,9 +143,12 @@ class Readback:
                 if pc.buf == round_ and pc.nbytes:
                     enc.copy_buffer_to_buffer(s.buffer, pc.src, self.staging, pc.dst, pc.nbytes)
 
-    def read(self) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    def read(
+        self, keep_staging: bool = False
+    ) -> tuple[dict[str, np.ndarray], dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
         """({stage: array}, {stage: positions held} for cut captures, {attention map: heads held} for
-        cut maps), once the pass's encoder is submitted.
+        cut maps), once the pass's encoder is submitted. `keep_staging`: the caller lends the
+        staging buffer to the next readback (and destroys it in the end).
 
         Each array is filled straight from the mapped staging memory (a copy out of the mapping
         first and then into the arrays cost 1.5 s for 512 Gemma tokens' logits, 0.15 s now)."""
@@ -151,7 +160,7 @@ class Readback:
                 self.device.queue.submit([enc.finish()])
             if self.staging is not None:
                 self._fill(arrays, round_)
-        if self.staging is not None and active_cache() is None:  # a cached staging buffer serves the next pass
+        if self.owns_staging and not keep_staging:
             self.staging.destroy()
         held = {s.name: s.positions for s in self.selections if s.positions is not None}
         heads = {s.name: s.heads for s in self.selections if s.heads is not None}

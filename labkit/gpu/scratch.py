@@ -7,6 +7,12 @@ run. Layer after layer has the same shapes, so layer L + 1's q takes the buffer 
 2048 Gemma tokens captured at `output_norm` hold two 64 MiB attention maps instead of 36, and
 lavapipe (whose GPU memory is host memory) no longer touches 4 GB of fresh pages per pass.
 
+A long pass streams its captures too: every region is scratch, a captured one held until the
+end of its segment, where the executor submits what is recorded and reads that segment's
+captures back. Segments end once SEGMENT_BYTES have been captured, so a 512-token Gemma pass
+capturing every stage (1.2 GB) holds its host arrays and a few hundred MB of regions, not a
+second 1.2 GB on the device (lavapipe's device memory is host memory).
+
 A pass built on scratch regions cannot be re-run from its middle: its regions were overwritten
 (`PassResult.reusable` is False, and the executor plans the next pass of the same ids afresh).
 """
@@ -17,6 +23,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from labkit.model.graph import Stage
+
+SEGMENT_BYTES = 256 << 20  # captured bytes per segment of a streamed pass (its staging round)
 
 
 def last_readers(graph: list[Stage], reads: Callable[[Stage], Iterable[str]], skipped: set[str]) -> dict[str, int]:
@@ -35,11 +43,20 @@ class ScratchPool:
     """Buffers for the regions of stages outside `keep`, recycled by exact size."""
 
     def __init__(
-        self, allocate: Callable[[int, str], Any], last_reader: dict[str, int], keep: set[str], round_below: int = 0
+        self,
+        allocate: Callable[[int, str], Any],
+        last_reader: dict[str, int],
+        keep: set[str],
+        round_below: int = 0,
+        streamed: set[str] | None = None,
     ):
         """`round_below`: sizes up to it are rounded up to a power of two, so a decode step's
-        attention maps, one key longer each step, keep their buffer (and its bind groups)."""
+        attention maps, one key longer each step, keep their buffer (and its bind groups).
+        `streamed`: the captured stages of a streamed pass, held until their segment ends."""
         self.allocate, self.last_reader, self.keep, self.round_below = allocate, last_reader, keep, round_below
+        self.streamed = streamed or set()
+        self.pinned: set[str] = set()
+        self.segment_bytes = 0  # captured since the last segment end
         self.free: dict[int, list[Any]] = {}
         self.held: dict[str, tuple[int, Any]] = {}  # stage -> (size asked, buffer) until its last reader
         self.created = 0
@@ -62,8 +79,17 @@ class ScratchPool:
         self.held[name] = (size, buf)  # keyed by the size asked: a plan cache may round the buffer up
         return buf
 
-    def recorded(self, index: int) -> None:
-        """Stage `index` is recorded: the buffers whose last reader it was are free for later stages."""
-        for name in [n for n in self.held if self.last_reader.get(n, -1) <= index]:
-            size, buf = self.held.pop(name)
+    def recorded(self, index: int, name: str, nbytes: int) -> bool:
+        """Stage `index` (`name`, whose region holds `nbytes`) is recorded: the buffers whose last
+        reader it was are free for later stages, but a streamed capture's only once its segment
+        ends. True when the segment ends here (SEGMENT_BYTES captured)."""
+        end = False
+        if name in self.streamed:
+            self.pinned.add(name)
+            self.segment_bytes += nbytes
+            if self.segment_bytes >= SEGMENT_BYTES:
+                self.pinned, self.segment_bytes, end = set(), 0, True
+        for n in [n for n in self.held if self.last_reader.get(n, -1) <= index and n not in self.pinned]:
+            size, buf = self.held.pop(n)
             self.free.setdefault(size, []).append(buf)
+        return end
