@@ -567,17 +567,9 @@ class GpuExecutor:
         t0 = time.perf_counter()
         patch = dict(patch or {})
         names = self.check_names(names, patch)
-        tail = self.unembedding_stages
-        unread = names is not None and not tail & set(names)
-        last_logits_only = last_logits_only or (
-            not debug and not tail & set(patch) and (positions == [len(ids) - 1] or unread)
-        )
+        last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
         reuse = previous if previous is not None and not debug and not patch else None
-        # a narrowed capture keeps the captured (and patched) stages' regions; the others are scratch.
-        # A long pass streams: every region is scratch, captures read back segment by segment.
-        keep, streamed = None if names is None or debug else set(names) | set(patch), None
-        if len(ids) >= STREAM_MIN_TOKENS and not debug and not patch and not stepped:
-            keep, streamed = set(), {st.name for st in self.graph} if names is None else set(names)
+        keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
         plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
@@ -601,6 +593,20 @@ class GpuExecutor:
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, keep is None)
+
+    def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
+        """Nothing reads the other positions' logits: not captured, or only the last position kept."""
+        tail = self.unembedding_stages
+        unread = names is not None and not tail & set(names)
+        return not debug and not tail & set(patch) and (positions == [T - 1] or unread)
+
+    def _regions_policy(self, T: int, names, debug: bool, patch: dict, stepped: bool):
+        """(keep, streamed) for `plan`: a full capture keeps a region per stage (None); a narrowed one
+        keeps the captured and patched stages', the others are scratch; a long pass streams: every
+        region is scratch, the captures read back segment by segment."""
+        if T >= STREAM_MIN_TOKENS and not debug and not patch and not stepped:
+            return set(), {st.name for st in self.graph} if names is None else set(names)
+        return (None if names is None or debug else set(names) | set(patch)), None
 
     def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)):
         """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
