@@ -324,8 +324,9 @@ class Lab:
             positions=rows,
             heads=head_list,
         )
-        # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects
-        self._last_pass = (ids, cache, res) if not debug and not patch and not stepped else None
+        # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects (a
+        # pass on scratch regions cannot be re-run from its middle: dropping it frees its buffers now)
+        self._last_pass = (ids, cache, res) if res.reusable and not debug and not patch and not stepped else None
         caps = res.captures
         timings = dict(res.timings, upload_s=ex.upload_seconds, recomputed_from=res.recomputed_from)
         if res.stage_ms:
