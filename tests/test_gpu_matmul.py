@@ -25,6 +25,7 @@ from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import repack_weight, repacked_bytes
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
+from labkit.ops.base import wgsl_const, wgsl_file
 from labkit.ops.matmul import INTEGER_FORMATS, format_name, repacked_source
 from labkit.ops.matmul import source as mm_source
 
@@ -203,7 +204,7 @@ INTEGER_TYPES = [q for q in FORMATS if format_name(int(q)) in INTEGER_FORMATS]
 def test_repacked_matmul_format(gpu, qtype):
     """The default kernels: the weight repacked on the GPU from its GGUF bytes (each format's
     parts4 reader), then the decode (matvec) and prefill (tiled) drivers, against gguf.quants.
-    T at the 16-token tile's edges, rows past a 4-row quad and a 512-row group, windows of 5 and
+    T at the 16-token tile's edges, rows past a 4-row quad and a 128-row group, windows of 5 and
     13 GGUF rows re-cut by a small binding limit, strided and offset X and Y."""
     n_rows, n_cols = shape_for(qtype)
     seed = SEED + 3000 + 10 * int(qtype)
@@ -218,8 +219,9 @@ def test_repacked_matmul_format(gpu, qtype):
 
 
 def test_repacked_matmul_row_groups(gpu):
-    """1031 rows: two full 512-row groups of the tiled driver plus a 7-row remainder (a partial quad),
-    and 1031 = 4 x 257 + 3 for the matvec driver; 33 tokens = two full tiles and one token."""
+    """1031 rows: eight full 128-row groups of the tiled driver plus a 7-row remainder (a partial
+    quad), and 1031 = 4 x 257 + 3 for the matvec driver; 33 tokens = two full tiles and one token."""
+    assert wgsl_const(wgsl_file("matmul_tiled"), "ROWS_PER_WG", 0) == 128
     for i, (driver, T) in enumerate([("tiled", 33), ("matvec", 2)]):
         run_case(gpu, Q.Q8_0, 1031, 64, T, SEED + 3100 + i, driver, offsets=True)
     run_case(gpu, Q.Q6_K, 1031, 256, 18, SEED + 3110, "tiled")

@@ -9,6 +9,10 @@
 // subgroupBroadcast hands each token's 4 values to every lane. Needs subgroups of at least 8
 // lanes (lavapipe's are 8, NVIDIA's 32: lanes past 8 load copies nobody reads).
 //
+// 16 threads a workgroup (128 rows): with 64 (512 rows) Gemma's 256- and 640-row weights left a
+// third to a half of each workgroup computing copies of the last quad; a 128-token pass capturing
+// output_norm went from 0.90 to 0.80 s on Gemma and from 1.08-1.35 to 0.92 s on SmolLM2.
+//
 // Why this shape (FACTS.md, measured on lavapipe): llvmpipe runs each storage load as a
 // per-lane loop, so the count of loads sets the speed (textures are gathered, 7x faster here,
 // hence both operands in textures): one vec4<u32> texel brings the same word of 4 rows, one
@@ -21,7 +25,7 @@ struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u
 @group(0) @binding(3) var<uniform> P: Params;
 
 const ROWS_PER_THREAD: u32 = 8u;
-const ROWS_PER_WG: u32 = 512u;  // 64 threads x ROWS_PER_THREAD
+const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD
 const TOKENS_PER_WG: u32 = 16u;
 
 // Y row for one token: the 8 rows r.. that exist
@@ -37,7 +41,7 @@ fn store8(yb: u32, r: u32, lo: vec4<f32>, hi: vec4<f32>) {
     if (n > 7u) { Y[yb + 7u] = hi.w; }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
     let lin = wid.x + wid.y * nwg.x;
