@@ -34,7 +34,7 @@ from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
 from labkit.gpu.matmul import prepare_matmul
-from labkit.gpu.plan_cache import PlanCache, active_cache
+from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
 from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.repack import repack_weight
 from labkit.gpu.scratch import ScratchPool, last_readers
@@ -324,7 +324,7 @@ class GpuExecutor:
 
     def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
         """A storage buffer of n floats: fresh, or the active plan cache's (labkit.gpu.plan_cache)."""
-        size = max(16, (4 * n_floats + 15) & ~15)
+        size = storage_bytes(n_floats)
         max_size = int(self.gpu.limits.get("max-buffer-size", size))
         if size > max_size:
             raise BufferLimitError(
@@ -644,7 +644,7 @@ class GpuExecutor:
                 self._apply_patch(seg[-1], patch[seg[-1].stage.name])
             if readback is not None:
                 got = readback.read(keep_staging=streamed)
-                if readback.owns_staging:
+                if streamed and readback.owns_staging:  # a bigger one than the last: lend it on
                     if staging is not None:
                         staging.destroy()
                     staging = readback.staging

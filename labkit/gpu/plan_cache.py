@@ -26,6 +26,17 @@ import wgpu
 _ACTIVE: ContextVar[PlanCache | None] = ContextVar("labkit_plan_cache", default=None)
 
 
+def storage_bytes(n_floats: int) -> int:
+    """Bytes of a storage buffer holding n floats: a multiple of 16, at least 16."""
+    return max(16, (4 * int(n_floats) + 15) & ~15)
+
+
+def pow2_at_most(n: int, limit: int) -> int:
+    """n rounded up to a power of two, but not past `limit`: a size that grows a little each step
+    (a decode step's attention maps, one key longer) keeps its buffer for many steps."""
+    return min(1 << (int(n) - 1).bit_length(), limit)
+
+
 def active_cache() -> PlanCache | None:
     """The plan cache the current pass is built with, if any."""
     return _ACTIVE.get()
@@ -58,7 +69,7 @@ class PlanCache:
     def buffer(self, size: int, usage: int, label: str = "") -> Any:
         """The buffer this request got last pass (same label, size, usage, order), or a new one."""
         if size <= self.round_limit and usage & wgpu.BufferUsage.STORAGE:
-            size = min(1 << (int(size) - 1).bit_length(), self.round_limit)
+            size = pow2_at_most(size, self.round_limit)
         key = (label, int(size), int(usage))
         i = self._used_buffers.get(key, 0)
         self._used_buffers[key] = i + 1

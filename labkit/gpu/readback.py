@@ -91,7 +91,7 @@ class Readback:
         spans, held = rows_to_copy(name, shape, T, positions)
         amap = is_attention_map(name) and len(shape) == 3
         row_floats = int(np.prod(shape[2:] if amap else shape[1:]))
-        heads = list(range(shape[0] if amap else 1)) if not amap or self.heads is None else self.heads
+        heads = self.heads if amap and self.heads is not None else list(range(shape[0] if amap else 1))
         rows_total = shape[1] if amap else shape[0]
         pieces = []
         for h in heads:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from labkit.gpu.plan_cache import pow2_at_most, storage_bytes
 from labkit.model.graph import Stage
 
 SEGMENT_BYTES = 256 << 20  # captured bytes per segment of a streamed pass (its staging round)
@@ -67,9 +68,9 @@ class ScratchPool:
 
     def take(self, n_floats: int, name: str) -> Any:
         """A buffer of n floats for stage `name`: one a finished stage left, or a new one."""
-        size = max(16, (4 * n_floats + 15) & ~15)
+        size = storage_bytes(n_floats)
         if size <= self.round_below:
-            size = min(1 << (size - 1).bit_length(), self.round_below)
+            size = pow2_at_most(size, self.round_below)
         pool = self.free.get(size)
         if pool:
             buf = pool.pop()

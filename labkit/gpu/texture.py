@@ -20,6 +20,7 @@ import wgpu
 
 from labkit.errors import GpuLimitError
 from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
+from labkit.gpu.plan_cache import pow2_at_most
 from labkit.gpu.shader import compile_pipeline
 from labkit.ops.base import Params, wgsl_file
 
@@ -59,7 +60,7 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses
     # its plan's texture for many steps (kernels read only the rows they were given)
-    height = min(1 << (rows.rows - 1).bit_length(), dim)
+    height = pow2_at_most(rows.rows, dim)
     view = texture_view(gpu, (rows.width // 4, height), wgpu.TextureFormat.rgba32float, usage, "operand texture")
     src = wgsl_file("to_texture")
     pipeline = compile_pipeline(gpu, src, label="to_texture")
