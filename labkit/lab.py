@@ -371,8 +371,9 @@ class Lab:
         cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
 
         def step(ids: list[int]) -> np.ndarray:
-            plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")  # a step reuses the last one's objects
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
+            # a step replays the last one's plans where they still hold; the prefill reuses objects
+            plans = {"replay": ex.step_replay()} if len(ids) == 1 else {"plan_cache": ex.plan_cache("prefill")}
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, **plans)
             return res.captures["logits"][-1]
 
         return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)

@@ -22,6 +22,7 @@ import labkit
 from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError, PromptTooLongError, UnknownStageError
 from labkit.gpu.dispatch import encode
 from labkit.gpu.readback import Readback
+from labkit.ops import OPS
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
 
@@ -228,14 +229,18 @@ def test_long_gemma_prompt_says_what_to_capture():
     assert "logits" in msg and "2048.0 MiB" in msg and 'positions="last"' in msg, msg
 
 
-def decode(lab, prompt_ids, steps: int) -> list[bytes]:
-    """Greedy decode through generate's cached plans; the logits bytes of every step."""
+def decode(lab, prompt_ids, steps: int, replay: bool = True) -> list[bytes]:
+    """Greedy decode as generate runs it (steps replay the last step's plans), or with every step
+    planned afresh through a plan cache; the logits bytes of every step."""
     ex = lab.executor
     cache = ex.new_cache(len(prompt_ids) + steps)
     out, ids = [], list(prompt_ids)
     for _ in range(steps):
-        plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")
-        res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
+        if len(ids) == 1 and replay:
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+        else:
+            plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
         logits = res.captures["logits"][-1]
         out.append(logits.tobytes())
         ids = [int(np.argmax(logits))]
@@ -244,15 +249,42 @@ def decode(lab, prompt_ids, steps: int) -> list[bytes]:
 
 def test_warm_decode_creates_no_gpu_objects(lab):
     decode(lab, IDS, 3)
-    cache = lab.executor.plan_cache("decode")
     ex = lab.executor
+    replay = ex.step_replay()
     kv = ex.new_cache(len(IDS) + 8)
     ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
     for step in range(4):
-        before = cache.created
-        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, plan_cache=cache)
+        before = replay.created
+        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, replay=replay)
         if step >= 1:  # the first step on a new KV cache binds it once
-            assert cache.created == before, f"step {step}: {cache.created - before} GPU objects created"
+            assert replay.created == before, f"step {step}: {replay.created - before} GPU objects created"
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_replayed_decode_equals_decode_planned_each_step(tiny_model, arch):
+    """Steps that keep the stage plans that still hold give the logits of steps planned afresh, bit for
+    bit, across attention maps outgrowing their buffers (pow2 sizes: keys 12 to 40) and a variant
+    switch between two decodes."""
+    lab = labkit.open(tiny_model(arch, "Q8_0"))
+    assert decode(lab, IDS, 30) == decode(lab, IDS, 30, replay=False)
+    lab.use("rope", "normal_pairs")
+    assert decode(lab, IDS[:4], 12) == decode(lab, IDS[:4], 12, replay=False)
+
+
+@pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)
+def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
+    """A warm decode step plans afresh only the stages that read the position or token (embed, rope,
+    attention) or write the KV cache; every other stage replays its last plan."""
+    ex = real_lab.executor
+    ids = real_lab.prompt_ids("The capital of France is")
+    kv = ex.new_cache(len(ids) + 4)
+    ex.run_pass(ids, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    for _ in range(3):  # the last two steps have 8 and 9 keys: the same pow2 buffers
+        ex.run_pass([5], kv, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+    per_step = {st.name for st in real_lab.graph if OPS[st.op].per_step or st.kv_write or st.op == "softmax"}
+    replanned = set(ex.step_replay().replanned)
+    assert replanned <= per_step, sorted(replanned - per_step)  # softmax: its input, the scores, grew
+    assert {st.op for st in real_lab.graph if st.name not in replanned} >= {"matmul", "rmsnorm", "add", "glu"}
 
 
 def test_cached_plans_leak_no_state(tiny_model):

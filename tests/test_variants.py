@@ -94,7 +94,7 @@ def test_softmax_faults_show_under_large_scores(tiny_model):
 
 USER_VARIANTS = {
     # family: (a WGSL edit of the shipped kernel, the first stage that must diverge on gemma3)
-    "glu": (("let a = select(silu(g), gelu_tanh(g), P.act == 0u);", "let a = max(g, 0.0);"), "blk.0.ffn_act"),
+    "glu": (("let a = select(silu(g), gelu_tanh(g), act == 0u);", "let a = max(g, 0.0);"), "blk.0.ffn_act"),
     "add": (
         ("Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + 0.5 * B[i % P.period];"),
         "blk.0.resid_mid",
@@ -156,7 +156,7 @@ def test_live_switch_recomputes_only_from_the_affected_stage(tiny_model):
     labkit.register_variant(
         "glu",
         "test_relu",
-        kernel_source("glu").replace("let a = select(silu(g), gelu_tanh(g), P.act == 0u);", "let a = max(g, 0.0);"),
+        kernel_source("glu").replace("let a = select(silu(g), gelu_tanh(g), act == 0u);", "let a = max(g, 0.0);"),
     )
     lab.use("glu", "test_relu")
     second = lab.run(IDS)

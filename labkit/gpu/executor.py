@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import wgpu
@@ -33,10 +35,12 @@ from labkit.captures import POISON_BITS, poison_count  # defined with the captur
 from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
+from labkit.gpu.fusion import Epilogue, epilogue_for
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
 from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.repack import repack_weight
+from labkit.gpu.replay import StepReplay
 from labkit.gpu.scratch import ScratchPool, last_readers
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
@@ -48,7 +52,7 @@ from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
-from labkit.ops.matmul import REPACK_PARAMS
+from labkit.ops.matmul import EPILOGUE_PARAMS, REPACK_PARAMS, epilogue_source, format_name
 from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, selected
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -77,6 +81,7 @@ class StagePlan:
     signature: tuple = ()  # kernel, policy and skip that produced it; a re-run starts where this changes
     skipped: bool = False  # nothing reads it under the selected kernels: not computed in this pass
     segment_end: bool = False  # a streamed pass submits and reads its captures back after this stage
+    also_writes: dict[str, Region] = field(default_factory=dict)  # later stages its kernel writes (fusion)
 
 
 @dataclass
@@ -115,13 +120,23 @@ class StageContext:
     """What one stage's op `plan` sees (labkit.ops.base.GpuStage); collects its dispatches."""
 
     def __init__(
-        self, ex: GpuExecutor, st: Stage, kernel: Kernel, regions: dict, cache: GpuKVCache, ids, last_only, scratch=None
+        self,
+        ex: GpuExecutor,
+        st: Stage,
+        kernel: Kernel,
+        regions: dict,
+        cache: GpuKVCache,
+        ids,
+        last_only,
+        scratch=None,
+        epilogue: Epilogue | None = None,
     ):
         self.ex, self.stage, self.kernel, self.regions, self.kv = ex, st, kernel, regions, cache
-        self.ids, self.last_only, self.scratch = ids, last_only, scratch
+        self.ids, self.last_only, self.scratch, self.epilogue = ids, last_only, scratch, epilogue
         self.T, self.n_past = len(ids), cache.n_past
         self.shape = PassShape(self.T, self.n_past)
         self.dispatches: list[Dispatch] = []
+        self.also_writes: dict[str, Region] = {}  # the fused epilogue stage's region
 
     def input(self, i: int) -> Region:
         return self.regions[self.stage.inputs[i]]
@@ -178,8 +193,10 @@ class GpuExecutor:
         check_selection(self.variants)
         self._weights: dict[tuple, GpuWeight] = {}
         self._repacked: dict[tuple, GpuWeight] = {}
-        self._plan_caches: dict[str, PlanCache] = {}  # (weight label, repack source) -> repacked weight
+        self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "decode") -> its plan cache
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
+        self._replay: StepReplay | None = None
+        self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
         self.upload_seconds = 0.0
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
@@ -315,6 +332,16 @@ class GpuExecutor:
             for st in self.graph
         ]
 
+    def selection(self) -> tuple[dict[str, Kernel], set[str], list[tuple]]:
+        """(kernels, skipped, signatures) of the graph under the current variants and adapter: worked
+        out once per selection, not every decode step."""
+        key = (tuple(sorted(self.variants.items())), self.adapter_type)
+        if self._selection[0] != key:
+            kernels = {st.name: self.kernel(st) for st in self.graph}
+            skipped = self.skipped(kernels)
+            self._selection = (key, (kernels, skipped, self.signatures(kernels, skipped)))
+        return self._selection[1]
+
     # ----- buffers and limits
     @property
     def binding_limit(self) -> int:
@@ -335,6 +362,12 @@ class GpuExecutor:
         if cache is not None:
             return cache.buffer(size, STORAGE, label)
         return self.device.create_buffer(size=size, usage=STORAGE, label=label)
+
+    def step_replay(self) -> StepReplay:
+        """The executor's decode-step replay: generate's steps keep the stage plans that still hold."""
+        if self._replay is None:
+            self._replay = StepReplay(self.device, round_limit=self.binding_limit // 4)
+        return self._replay
 
     def plan_cache(self, role: str) -> PlanCache:
         """The executor's cache for passes of one role ("prefill", "decode"): generate reuses one
@@ -409,8 +442,12 @@ class GpuExecutor:
         K, N = w.n_cols, w.n_rows
         target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
         source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
+        epilogue = None
+        if ctx.epilogue is not None and rows_T == 1:  # the next stage in the same dispatch
+            source, epilogue = self._epilogue(ctx, w, out)
         if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
-            OPS["matmul"].params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
+            params = OPS["matmul"].params if epilogue is None else EPILOGUE_PARAMS
+            params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
             self._checked.add(("matmul", source))
         dsp = prepare_matmul(
             self.gpu,
@@ -425,6 +462,7 @@ class GpuExecutor:
             source=source,
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
+            epilogue=epilogue,
         )
         if st.bias:  # the biased output may live inside the cache (v at n_past): pass its offset
             add = self.kernel_for_op("add", st.layer)
@@ -433,6 +471,16 @@ class GpuExecutor:
             dsp.append(self.dispatch(st, OPS["add"], add, ctx.shape, [target.buffer, self.vector(st.bias), out.buffer],
                                      values, n_wg))  # fmt: skip
         return dsp
+
+    def _epilogue(self, ctx: StageContext, w: GpuWeight, out: Region) -> tuple[str, tuple[list, dict]]:
+        """The fused kernel's source, and its extra bindings and Params (labkit.gpu.fusion): the next
+        stage's other input E, and its region Z, which that stage's plan takes over."""
+        ep = ctx.epilogue
+        z = self.region(ep.stage, out.shape, ctx.shape, ctx.scratch)
+        e = ctx.regions[ep.other]
+        ctx.also_writes[ep.stage.name] = z
+        source = epilogue_source(format_name(w.ggml_type), ep.stage.op)
+        return source, ([e.buffer, z.buffer], ep.values(e.offset, z.offset))
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's
@@ -461,6 +509,7 @@ class GpuExecutor:
         start: int = 0,
         keep: set[str] | None = None,
         streamed: set[str] | None = None,
+        replay: StepReplay | None = None,
     ) -> list[StagePlan]:
         """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
 
@@ -468,33 +517,52 @@ class GpuExecutor:
         With `keep`, only those stages get regions of their own; the others get scratch regions
         (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
         captured stages of a streamed pass; keep is then empty), captured regions are held until
-        their segment ends (`StagePlan.segment_end`), where the pass reads them back."""
-        kernels = {st.name: self.kernel(st) for st in self.graph}
-        skipped = self.skipped(kernels)
-        sigs = self.signatures(kernels, skipped)
+        their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
+        a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
+        kernels, skipped, sigs = self.selection()
         scratch, textures = None, TexturePool(self.device)
         if keep is not None:
             readers = last_readers(self.graph, lambda st: _reads(st, kernels[st.name]), skipped)
             scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit, streamed=streamed)
         regions: dict[str, Region] = {}
+        fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
         plans: list[StagePlan] = []
         for i, st in enumerate(self.graph):
             if reuse is not None and i < start:
                 old = reuse[i]
                 plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
-            elif st.name in skipped:  # a placeholder buffer: never dispatched, never captured
-                plans.append(StagePlan(st, Region(self.buffer(4, st.name + ".skipped"), 0, (0,)), [], sigs[i], True))
             else:
-                ctx = StageContext(self, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch)
-                with textures.stage():  # its operand textures serve later stages once it is recorded
-                    out = OPS[st.op].plan(st, ctx)
-                plans.append(StagePlan(st, out, ctx.dispatches, sigs[i]))
+                ep = epilogue_for(self.graph, i, kernels, len(ids)) if replay is not None else None
+                ctx = partial(
+                    StageContext, self, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch, ep
+                )
+                make = partial(self._plan_stage, ctx, sigs[i], st.name in skipped, textures, fused.get(st.name))
+                if replay is None:
+                    plans.append(make())
+                else:  # the last step's plan of this stage, when nothing it depends on changed
+                    inputs = (*(regions[n] for n in st.inputs), fused.get(st.name))
+                    plans.append(replay.stage(i, st, sigs[i], inputs, make))
             regions[st.name] = plans[-1].out
+            fused.update(plans[-1].also_writes)
             if scratch is not None:
                 plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
         if plans and streamed:
             plans[-1].segment_end = True  # the last captures are read after the last stage
         return plans
+
+    def _plan_stage(self, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
+        """One stage's regions and dispatches (`context()` makes its StageContext); a skipped stage
+        gets a placeholder buffer, never dispatched and never captured; a `fused` one, the region
+        an earlier stage's kernel writes, and no dispatch."""
+        ctx = context()
+        st = ctx.stage
+        if skipped:
+            return StagePlan(st, Region(self.buffer(4, st.name + ".skipped"), 0, (0,)), [], signature, True)
+        if fused is not None:
+            return StagePlan(st, fused, [], signature)
+        with textures.stage():  # its operand textures serve later stages once it is recorded
+            out = OPS[st.op].plan(st, ctx)
+        return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes)
 
     # ----- running
     @property
@@ -520,11 +588,11 @@ class GpuExecutor:
             )
         return names
 
-    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep, streamed):
+    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep, streamed, replay=None):
         """Plans of a pass, reusing a previous pass of the same ids from the first changed signature
         (a previous pass on scratch regions is planned afresh: its regions were overwritten)."""
         if previous is None:
-            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
+            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
         cache.n_past -= len(ids)  # the previous pass advanced it
         if not previous.reusable or keep is not None:
             return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
@@ -547,6 +615,7 @@ class GpuExecutor:
         plan_cache: PlanCache | None = None,
         positions: list[int] | None = None,
         heads: list[int] | None = None,
+        replay: StepReplay | None = None,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
@@ -554,23 +623,36 @@ class GpuExecutor:
         With `previous` (a result for the same ids on the same cache), only the stages from the
         first one whose kernel, policy or skip changed are recomputed; earlier regions keep their data.
         With `plan_cache`, the pass reuses the GPU objects of the cache's last pass (its regions do
-        not outlive the next pass: no `previous` then).
+        not outlive the next pass: no `previous` then). With `replay` (a decode step), stages whose
+        last plan still holds keep it, the others are planned with their own plan caches.
 
         `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps);
         `heads`: attention maps hold only those heads.
         The unembedding runs for the last position only when nothing reads the other positions'
         logits: `last_logits_only`, logits not captured, or positions = [last]."""
+        if debug or patch or stepped or previous is not None:
+            replay = None  # a replayed plan is a plain decode step's
+        scope = nullcontext()
         if plan_cache is not None:
-            with plan_cache.active():
-                return self.run_pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch,
-                                     positions=positions, heads=heads)  # fmt: skip
+            scope, previous = plan_cache.active(), None
+        elif replay is not None:
+            scope = replay.active((len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads))))
+        with scope:
+            return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, previous,
+                              positions, heads, replay)  # fmt: skip
+
+    def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, previous, positions,
+              heads, replay) -> PassResult:  # fmt: skip
+        """run_pass within its plan cache or replay."""
         t0 = time.perf_counter()
         patch = dict(patch or {})
         names = self.check_names(names, patch)
         last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
         reuse = previous if previous is not None and not debug and not patch else None
         keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
-        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed)
+        if replay is not None:  # every stage keeps its own region: a replayed plan holds on to it
+            keep, streamed = None, None
+        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed, replay)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")

@@ -174,6 +174,7 @@ def prepare_matmul(
     source: str | None = None,
     max_binding: int | None = None,
     window_filter: Callable[[int, int], bool] | None = None,
+    epilogue: tuple[list, dict] | None = None,
 ) -> list[Dispatch]:
     """Dispatches computing Y[y_offset + t*y_stride + n] for all rows n, t < T: one per weight
     window and token chunk.
@@ -182,7 +183,8 @@ def prepare_matmul(
     most the device's, lowers it: tests use it to force chunking). A bigger buffer (Gemma's logits
     are [T, 262144]: 1 MiB per token) is bound per chunk of tokens, at offsets aligned to
     max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
-    windows that get dispatched (the lm_head variants); all by default."""
+    windows that get dispatched (the lm_head variants); all by default. `epilogue` = (buffers bound
+    after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion)."""
     fmt = format_name(weight.ggml_type)
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
@@ -206,6 +208,7 @@ def prepare_matmul(
         raise GpuLimitError(f"{weight.name}: {e}") from None
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{fmt}")
     keep = window_filter or (lambda index, count: True)
+    extra, extra_values = epilogue or ([], {})
     windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
     out = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
@@ -213,9 +216,9 @@ def prepare_matmul(
     for w in windows:
         for c in chunks:
             values = dict(K=K, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset, x_stride=x_stride,
-                          y_offset=c.y_offset, y_stride=y_stride)  # fmt: skip
+                          y_offset=c.y_offset, y_stride=y_stride, **extra_values)  # fmt: skip
             params = uniform_bytes(gpu, PARAMS.pack(source, values))
-            bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params])
+            bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params, *extra])
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
             label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"
             label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""

@@ -129,4 +129,5 @@ OP = Op(
             workgroups=lambda T, n_heads, size: T * n_heads,
         ),
     ),
+    per_step=True,
 )

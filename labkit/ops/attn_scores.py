@@ -142,4 +142,5 @@ OP = Op(
             faulty=True,
         ),
     ),
+    per_step=True,
 )

@@ -221,6 +221,9 @@ class Op:
     family: Callable[..., str] | None = field(default=None, repr=False)
     weight: str | None = None  # how its weight reaches the GPU: "matrix" (GGUF bytes), "vector" (f32), "rows"
     chunked_output: bool = False  # its output may exceed one storage binding (bound per token chunk)
+    # its plan reads the pass position or tokens, not only its input regions: a replayed decode
+    # step plans it afresh (labkit.gpu.replay)
+    per_step: bool = False
     # stage kind → what that use of the op does in a transformer, for people (lab.explain)
     roles: dict[str, str] = field(default_factory=dict)
 

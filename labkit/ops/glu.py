@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(n="u32", act="u32")
 ACT_CODES = {"gelu_tanh": 0, "silu": 1}
@@ -63,5 +63,5 @@ OP = Op(
     reference=reference,
     plan=plan,
     shapes=shapes,
-    kernels=(Kernel("glu", "default", "the correct kernel", from_file("glu")),),
+    kernels=(Kernel("glu", "default", "the correct kernel", lambda shape: compose("glu_act", "glu")),),
 )

@@ -31,6 +31,12 @@ PARAMS = Params(
 
 REPACK_PARAMS = Params(K="u32", rows="u32", row0="u32")
 
+# the decode matvec fused with the elementwise stage after it (labkit.gpu.fusion): where the
+# other input E is read and the result Z written, the gated activation's act, and whether the
+# matmul's own value is the gate (glu's first input)
+EPILOGUE_PARAMS = Params(**PARAMS.fields, e_offset="u32", z_offset="u32", act="u32", y_first="u32")
+EPILOGUES = {"add": ("epilogue_add",), "glu": ("glu_act", "epilogue_glu")}  # op -> the files defining `epilogue`
+
 FORMATS = {
     GGMLQuantizationType.F32: "f32",
     GGMLQuantizationType.F16: "f16",
@@ -111,9 +117,18 @@ def repacked_source(fmt: str, T: int) -> str:
     return _repacked_source(fmt, "matvec" if T <= MATVEC_MAX_T else "tiled")
 
 
+def epilogue_source(fmt: str, op: str) -> str:
+    """The decode matvec on repacked weights, storing its rows and `op` (add, glu) of them with the
+    next stage's other input: one dispatch for two stages."""
+    return _repacked_source(fmt, "matvec", op)
+
+
 @lru_cache(maxsize=64)
-def _repacked_source(fmt: str, driver: str) -> str:
-    return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose("repacked", DRIVERS[driver])
+def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
+    files = ["repacked", DRIVERS[driver]]
+    if driver == "matvec":  # how it stores its rows: plainly, or with the next stage's op
+        files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
+    return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(*files)
 
 
 def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Kernel:

@@ -15,10 +15,9 @@
 // and Gemma's from 11.5 to 11.8 (fewer rows computed past the end of 192-, 576- and 640-row
 // weights; 16 threads lost on Gemma's 262 144-row unembedding).
 // Needs subgroups of at least 8 lanes.
+// Y, Params and `store4` come from the composed store file: matvec_store.wgsl (plain), or
+// matvec_store_epilogue.wgsl (fused with the elementwise stage after the matmul).
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
-@group(0) @binding(3) var<uniform> P: Params;
 
 const ROWS_PER_THREAD: u32 = 4u;
 const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
@@ -64,9 +63,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         acc += subgroupBroadcast(v, 6u) * quad4(slot(w + 6u), sb, ob);
         acc += subgroupBroadcast(v, 7u) * quad4(slot(w + 7u), sb, ob);
     }
-    let yb = P.y_offset + t * P.y_stride + P.row0 + r;
-    if (r < P.rows) { Y[yb] = acc.x; }
-    if (r + 1u < P.rows) { Y[yb + 1u] = acc.y; }
-    if (r + 2u < P.rows) { Y[yb + 2u] = acc.z; }
-    if (r + 3u < P.rows) { Y[yb + 3u] = acc.w; }
+    store4(t * P.y_stride + P.row0 + r, r, acc);
 }

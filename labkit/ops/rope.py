@@ -96,4 +96,5 @@ OP = Op(
             faulty=True,
         ),
     ),
+    per_step=True,
 )
