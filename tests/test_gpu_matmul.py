@@ -26,7 +26,8 @@ from labkit.gpu.repack import repack_weight, repacked_bytes
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
 from labkit.ops.base import wgsl_const, wgsl_file
-from labkit.ops.matmul import INTEGER_FORMATS, format_name, repacked_source
+from labkit.ops.glu import ACT_CODES, ACTIVATIONS
+from labkit.ops.matmul import EPILOGUE_PARAMS, INTEGER_FORMATS, epilogue_source, format_name, repacked_source
 from labkit.ops.matmul import source as mm_source
 
 try:
@@ -600,3 +601,51 @@ def test_token_chunks_edges():
             assert len(chunks) <= -(-T // worst), f"{what}: {len(chunks)} chunks where {-(-T // worst)} do"
             sizes = [c.n for c in chunks]
             assert len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0], f"{what}: uneven chunks {sizes}"
+
+
+def _numpy_epilogue(op: str, y: np.ndarray, e: np.ndarray, act: str, y_first: bool) -> np.ndarray:
+    if op == "add":
+        return e + y
+    g, u = (y, e) if y_first else (e, y)
+    return ACTIVATIONS[act](g) * u
+
+
+@pytest.mark.parametrize("qtype", INTEGER_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize(
+    "op, act, y_first", [("add", "silu", False), ("glu", "silu", False), ("glu", "gelu_tanh", True)]
+)
+def test_matvec_epilogue(gpu, qtype, op, act, y_first):
+    """The decode matvec fused with the next stage (labkit.gpu.fusion): Y is the plain matvec's, bit
+    for bit, and Z = add / glu of Y and E matches numpy on the gguf.quants weight; 67 rows (past a
+    quad), windows of at most 8 rows, odd offsets for Y, E and Z, nothing written outside them."""
+    n_rows, n_cols = shape_for(qtype)
+    seed = SEED + 4000 + 10 * int(qtype) + len(op) + y_first
+    rng = np.random.default_rng(seed)
+    raw = random_weight(rng, qtype, n_rows, n_cols)
+    what = f"{qtype.name} {op}/{act} y_first={y_first} seed={seed}"
+    fmt = format_name(int(qtype))
+    weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=13 * (raw.nbytes // n_rows) + 15)
+    weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repacked_bytes(8, n_cols, 16))
+    x = rng.standard_normal(8 + n_cols).astype(np.float32)
+    e = rng.standard_normal(5 + n_rows).astype(np.float32)
+    sentinel = np.float32(-12345.0)
+    y_off, z_off = 7, 3
+    yb, zb = storage(gpu, np.full(y_off + n_rows + 3, sentinel)), storage(gpu, np.full(z_off + n_rows + 3, sentinel))
+    plain = storage(gpu, np.full(y_off + n_rows + 3, sentinel))
+    xb, eb = storage(gpu, x), storage(gpu, e)
+    values = {"e_offset": 5, "z_offset": z_off, "act": ACT_CODES[act], "y_first": int(y_first)}
+    src = epilogue_source(fmt, op)
+    EPILOGUE_PARAMS.check(src, what)
+    fused = prepare_matmul(gpu, weight, xb, yb, 1, 8, n_cols, y_off, n_rows, src, epilogue=([eb, zb], values))
+    unfused = prepare_matmul(gpu, weight, xb, plain, 1, 8, n_cols, y_off, n_rows, repacked_source(fmt, 1))
+    submit(gpu, fused + unfused)
+    y, z = read_f32(gpu, yb), read_f32(gpu, zb)
+    assert y.tobytes() == read_f32(gpu, plain).tobytes(), f"{what}: Y differs from the unfused matvec's"
+    for buf, off in ((y, y_off), (z, z_off)):
+        outside = np.r_[buf[:off], buf[off + n_rows : off + n_rows + 3]]
+        assert np.all(outside == sentinel), f"{what}: wrote outside its output"
+    for name, w in oracles(raw, qtype, n_rows, n_cols):
+        y_ref = w @ x[8:].astype(np.float64)
+        check_close(y[y_off : y_off + n_rows], y_ref, f"{what} Y vs {name}", 1e-9)
+        z_ref = _numpy_epilogue(op, y_ref, e[5:].astype(np.float64), act, y_first)
+        check_close(z[z_off : z_off + n_rows], z_ref, f"{what} Z vs {name}", 1e-9)

@@ -23,6 +23,7 @@ from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError,
 from labkit.gpu.dispatch import encode
 from labkit.gpu.readback import Readback
 from labkit.ops import OPS
+from labkit.ops.registry import kernel_source
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
 
@@ -326,3 +327,39 @@ def test_long_running_lab_is_bounded(tiny_model):
     grown_buffers, grown_rss = live_buffers() - buffers, rss_mb() - rss
     assert grown_buffers <= 50, f"{grown_buffers} more live GPU buffers after 176 more passes"
     assert grown_rss < 60, f"RSS grew {grown_rss:.0f} MB over 176 more passes"
+
+
+def warm_step_plans(lab) -> dict:
+    """The stage plans of a warm replayed decode step after IDS."""
+    ex = lab.executor
+    kv = ex.new_cache(len(IDS) + 3)
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    for _ in range(3):
+        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+    return {p.stage.name: p for p in res.plans}
+
+
+def test_decode_fuses_only_correct_elementwise_kernels(tiny_model):
+    """In a decode step the residual adds after attn_out and ffn_down, and the gated activation after
+    ffn_up, are written by the matmul before them and dispatch nothing themselves; with a user glu
+    variant selected, ffn_act runs its own kernel again, so generate shows the variant."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    plans = warm_step_plans(lab)
+    fused = {n for p in plans.values() for n in p.also_writes}
+    want = {
+        s.name
+        for s in lab.graph
+        if s.layer is not None and s.name.split(".")[-1] in ("resid_mid", "resid_out", "ffn_act")
+    }
+    assert fused == want, sorted(fused ^ want)
+    assert all(not plans[n].dispatches for n in fused)
+    source = kernel_source("glu").replace("let a = select(silu(g), gelu_tanh(g), act == 0u);", "let a = max(g, 0.0);")
+    labkit.register_variant("glu", "test_relu_decode", source)
+    lab.use("glu", "test_relu_decode")
+    plans = warm_step_plans(lab)
+    assert not any(n.endswith("ffn_act") for p in plans.values() for n in p.also_writes)
+    assert all(plans[n].dispatches for n in plans if n.endswith("ffn_act"))
+    relu = decode(lab, IDS, 4)
+    assert relu == decode(lab, IDS, 4, replay=False)
+    lab.use("glu", "default")
+    assert relu != decode(lab, IDS, 4), "the glu variant does not show in decode"

@@ -540,7 +540,7 @@ class GpuExecutor:
                 if replay is None:
                     plans.append(make())
                 else:  # the last step's plan of this stage, when nothing it depends on changed
-                    inputs = (*(regions[n] for n in st.inputs), fused.get(st.name))
+                    inputs = (*(regions[n] for n in st.inputs), fused.get(st.name), ep)  # ep: fused or not
                     plans.append(replay.stage(i, st, sigs[i], inputs, make))
             regions[st.name] = plans[-1].out
             fused.update(plans[-1].also_writes)

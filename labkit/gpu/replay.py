@@ -10,7 +10,8 @@ stage's plan and hands it back unchanged when
 - its op does not read the pass position (`Op.per_step` is False) and it writes no KV cache,
 - its kernel, policy and skip (the stage signature) are the ones it was planned with,
 - the regions it reads are the ones it was planned over (a region that moved, because an
-  attention map outgrew its buffer, makes its readers plan again).
+  attention map outgrew its buffer, makes its readers plan again), and so is its fusion with the
+  next stage (labkit.gpu.fusion: a variant selected for that stage ends it).
 
 Everything else is planned afresh, each stage with its own `PlanCache`, so re-planning one stage
 never moves another stage's objects: the k-th request of a stage gets the object its k-th request
