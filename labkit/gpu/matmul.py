@@ -185,7 +185,7 @@ def prepare_matmul(
     max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
     windows that get dispatched (the lm_head variants); all by default. `epilogue` = (buffers bound
     after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion)."""
-    fmt = format_name(weight.ggml_type)
+    format_name(weight.ggml_type)  # UnsupportedTensorTypeError before any work
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
     y_stride = N if y_stride is None else int(y_stride)
@@ -201,26 +201,33 @@ def prepare_matmul(
     if "X: array<vec4<f32>>" in source and (x_offset % 4 or x_stride % 4):
         raise ValueError(f"{weight.name}: this kernel reads X as vec4; x_offset {x_offset} and x_stride {x_stride} "
                          "must be multiples of 4")  # fmt: skip
-    rows_per_wg, tokens_per_wg = driver_geometry(source)
+    tokens_per_wg = driver_geometry(source)[1]
     try:
         chunks = token_chunks(T, x, x_offset, x_stride, K, y, y_offset, y_stride, N, limit, align, tokens_per_wg)
     except GpuLimitError as e:
         raise GpuLimitError(f"{weight.name}: {e}") from None
-    pipeline = compile_pipeline(gpu, source, label=f"matmul_{fmt}")
     keep = window_filter or (lambda index, count: True)
-    extra, extra_values = epilogue or ([], {})
     windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
-    out = []
+    fills = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
-        out, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name)
+        fills, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name)
+    return fills + _dispatches(gpu, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}))
+
+
+def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, epilogue) -> list[Dispatch]:
+    """One dispatch per weight window and token chunk."""
+    pipeline = compile_pipeline(gpu, source, label=f"matmul_{format_name(weight.ggml_type)}")
+    rows_per_wg, tokens_per_wg = driver_geometry(source)
+    (x_stride, y_stride), (extra, extra_values) = strides, epilogue
+    out = []
     for w in windows:
         for c in chunks:
-            values = dict(K=K, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset, x_stride=x_stride,
-                          y_offset=c.y_offset, y_stride=y_stride, **extra_values)  # fmt: skip
+            values = dict(K=weight.n_cols, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset,
+                          x_stride=x_stride, y_offset=c.y_offset, y_stride=y_stride, **extra_values)  # fmt: skip
             params = uniform_bytes(gpu, PARAMS.pack(source, values))
             bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params, *extra])
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
-            label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={T}"
+            label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={sum(c.n for c in chunks)}"
             label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""
             out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label))
     return out
