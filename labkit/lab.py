@@ -294,9 +294,11 @@ class Lab:
         those heads of the attention maps, and `logits="last"` computes the logits of the last
         position only. `capture=` takes the same as one policy: a `labkit.Capture`, a dict of its
         fields, or names. With positions="last", logits="last", or logits not captured, the
-        unembedding runs for the last position only. A long Gemma prompt needs one of those: its
-        [T, 262144] logits take 1 MiB per token, and at 2048 tokens no single buffer may hold them
-        (a BufferLimitError says so, before any GPU work).
+        unembedding runs for the last position only. From 256 tokens on a pass streams its
+        captures and computes and reads its logits in 64 MiB token chunks, so 2048 Gemma tokens run
+        with every stage captured (their [2048, 262144] logits alone are 2 GiB of host memory).
+        Past that, an attention map outgrows one storage binding: a BufferLimitError says so before
+        any GPU work, and what to capture or select instead.
 
         `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
         the pass continues from it. Re-running the same prompt after `use()` reuses the stages

@@ -17,6 +17,7 @@ import os
 import numpy as np
 import pytest
 import wgpu
+from gguf.quants import dequantize as gguf_dequantize
 
 import labkit
 from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError, PromptTooLongError, UnknownStageError
@@ -138,6 +139,31 @@ def test_long_pass_streams_its_captures_segment_by_segment(lab, monkeypatch):
     assert cut["blk.1.attn_probs"].tobytes() == full["blk.1.attn_probs"][:, -1:].tobytes()
 
 
+@pytest.mark.parametrize("T", [37, 33])
+def test_long_pass_reads_logits_in_token_chunks(lab, monkeypatch, T):
+    """A streamed pass computes and reads its logits in token chunks over one region (here 16-token
+    chunks; at 33 tokens the last token joins the chunk before it): bit-identical to a pass that
+    holds all logits, with positions cut across chunk edges and a chunk nothing is read from."""
+    from labkit.gpu import chunked_logits, executor
+
+    ids = [1 + (7 * i) % (lab.config.vocab_size - 1) for i in range(T)]
+    lab.forget_last_pass()
+    full = lab.run(ids, names=["logits"])
+    monkeypatch.setattr(executor, "STREAM_MIN_TOKENS", 16)
+    monkeypatch.setattr(chunked_logits, "CHUNK_BYTES", 1)
+    res = lab.executor.run_pass(ids, lab.executor.new_cache(T), names=["logits"])
+    assert [(c.t0, c.n) for c in res.plans[-1].chunks] == (
+        [(0, 16), (16, 16), (32, 5)] if T == 37 else [(0, 16), (16, 17)]
+    )
+    assert res.plans[-1].out.shape[0] == (16 if T == 37 else 17)
+    assert res.captures["logits"].tobytes() == full["logits"].tobytes()
+    for positions in (slice(10, 20), [1, T - 1], [17]):
+        cut = lab.run(ids, names=["logits"], positions=positions)
+        rows = list(range(T))[positions] if isinstance(positions, slice) else positions
+        assert cut.positions["logits"] == tuple(rows)
+        assert cut["logits"].tobytes() == full["logits"][rows].tobytes(), positions
+
+
 def test_heads_cut_attention_maps_and_keep_values(lab):
     """heads=[...] reads back only those heads of every attention map; the rest of the pass is the
     same, a head is looked up by its number, and compare meets a full run on the heads both hold."""
@@ -218,16 +244,35 @@ def test_capture_split_across_staging_buffers(lab):
         assert a[name].tobytes() == b[name].tobytes(), name
 
 
-def test_long_gemma_prompt_says_what_to_capture():
+def test_long_gemma_prompt_runs_with_its_logits_in_chunks():
     """2048 tokens of Gemma 3: [2048, 262144] f32 logits are 2 GiB, one byte over lavapipe's
-    max-buffer-size. Raised while planning, before any GPU work; typed both ways."""
+    max-buffer-size. The streamed pass computes and reads them 64 tokens at a time, so they never
+    need one buffer; rows at chunk edges are output_norm · Wᵀ (W from gguf.quants, numpy)."""
     lab = labkit.open("gemma3-270m")
     ids = [2] + [1000 + i % 5000 for i in range(2047)]
+    run = lab.run(ids, names=["output_norm", "logits"])
+    logits, hidden = run["logits"], run["output_norm"]
+    assert logits.shape == (2048, lab.config.vocab_size) and np.isfinite(logits).all()
+    st = lab.graph[-1]
+    t = lab.gguf.tensors[st.weight]
+    w = gguf_dequantize(np.asarray(lab.gguf.raw(st.weight)), t.ggml_type).reshape(t.n_rows, t.n_cols)
+    for row in (0, 63, 64, 1000, 2047):
+        want = w @ hidden[row].astype(np.float64)
+        err = np.abs(logits[row] - want).max()
+        assert err < 2e-3 * np.abs(want).max(), f"row {row}: max |diff| {err:.3g}"
+
+
+def test_longer_gemma_prompt_says_what_to_capture():
+    """4096 tokens of Gemma 3 with every stage captured: each [4, 4096, 4096] attention map takes 256
+    MiB, over lavapipe's 128 MiB storage binding, and its kernels bind it whole. Raised while
+    planning, before any GPU work; typed both ways, and it says what to do instead."""
+    lab = labkit.open("gemma3-270m")
+    ids = [2] + [1000 + i % 5000 for i in range(4095)]
     with pytest.raises(BufferLimitError) as e:
         lab.run(ids)
     assert isinstance(e.value, GpuLimitError) and isinstance(e.value, PromptTooLongError)
     msg = str(e.value)
-    assert "logits" in msg and "2048.0 MiB" in msg and 'positions="last"' in msg, msg
+    assert "attn_scores" in msg and "256.0 MiB" in msg and "streaming" in msg, msg
 
 
 def decode(lab, prompt_ids, steps: int, replay: bool = True) -> list[bytes]:

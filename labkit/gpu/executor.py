@@ -33,6 +33,7 @@ import wgpu
 
 from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
 from labkit.errors import BufferLimitError, UnknownStageError
+from labkit.gpu.chunked_logits import LogitsChunk, read_chunks, token_spans
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
 from labkit.gpu.fusion import Epilogue, epilogue_for
@@ -82,6 +83,7 @@ class StagePlan:
     skipped: bool = False  # nothing reads it under the selected kernels: not computed in this pass
     segment_end: bool = False  # a streamed pass submits and reads its captures back after this stage
     also_writes: dict[str, Region] = field(default_factory=dict)  # later stages its kernel writes (fusion)
+    chunks: list[LogitsChunk] = field(default_factory=list)  # run and read back one by one (chunked_logits)
 
 
 @dataclass
@@ -537,6 +539,8 @@ class GpuExecutor:
                     StageContext, self, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch, ep
                 )
                 make = partial(self._plan_stage, ctx, sigs[i], st.name in skipped, textures, fused.get(st.name))
+                if i == len(self.graph) - 1 and self._logits_in_chunks(st, len(ids), last_logits_only, streamed):
+                    make = partial(self._plan_logits_chunks, ctx, sigs[i], textures)
                 if replay is None:
                     plans.append(make())
                 else:  # the last step's plan of this stage, when nothing it depends on changed
@@ -563,6 +567,27 @@ class GpuExecutor:
         with textures.stage():  # its operand textures serve later stages once it is recorded
             out = OPS[st.op].plan(st, ctx)
         return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes)
+
+    def _logits_in_chunks(self, st: Stage, T: int, last_only: bool, streamed: set[str] | None) -> bool:
+        """A streamed pass computes and reads its captured unembedding in token chunks when it is
+        the last stage and bigger than one chunk (labkit.gpu.chunked_logits)."""
+        if not streamed or st.name not in streamed or st.policy != "lm_head" or last_only:
+            return False
+        return len(token_spans(T, 4 * st.params["out"])) > 1
+
+    def _plan_logits_chunks(self, context, signature: tuple, textures: TexturePool) -> StagePlan:
+        """The unembedding as token chunks over one region of the largest chunk's rows."""
+        ctx = context()
+        st, x, width = ctx.stage, ctx.input(0), ctx.stage.params["out"]
+        spans = token_spans(ctx.T, 4 * width)
+        out = ctx.output((max(n for _, n in spans), width))
+        keep = ctx.policy("lm_head").window_filter
+        chunks = []
+        with textures.stage():
+            for t0, n in spans:
+                rows = Region(out.buffer, out.offset, (n, width))
+                chunks.append(LogitsChunk(t0, n, self.matmul(ctx, x, rows, n, t0, keep)))
+        return StagePlan(st, out, [], signature, chunks=chunks)
 
     # ----- running
     @property
@@ -702,8 +727,8 @@ class GpuExecutor:
         caps, held, held_heads, stage_ms = {}, {}, {}, {}
         staging = None  # a streamed pass reads every segment through one staging buffer
         for k, seg in enumerate(segments):
-            if streamed:
-                reading = [p for p in seg if p.stage.name in names]
+            if streamed:  # the unembedding in chunks reads itself back (below)
+                reading = [p for p in seg if p.stage.name in names and not p.chunks]
             else:
                 reading = captured if k == len(segments) - 1 else []
             enc = self.device.create_command_encoder()
@@ -736,6 +761,11 @@ class GpuExecutor:
             if ts_buf is not None:
                 ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
                 stage_ms.update({p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(seg, ticks)})
+            if seg and seg[-1].chunks:  # the unembedding of a streamed pass, chunk after chunk
+                name, got = seg[-1].stage.name, read_chunks(self.device, seg[-1], cut[0], staging, timed)
+                caps[name], staging = got.array, got.staging
+                held.update({name: got.positions} if got.positions is not None else {})
+                stage_ms.update({name: got.gpu_ms} if timed else {})
         if staging is not None:
             staging.destroy()
         return caps, held, held_heads, stage_ms

@@ -25,7 +25,9 @@ from typing import Any
 from labkit.gpu.plan_cache import pow2_at_most, storage_bytes
 from labkit.model.graph import Stage
 
-SEGMENT_BYTES = 256 << 20  # captured bytes per segment of a streamed pass (its staging round)
+# captured bytes per segment of a streamed pass (its staging round): against 256 MiB, a 512-token
+# Gemma pass capturing every stage peaked at 2.28 GB RSS instead of 2.63, in the same time
+SEGMENT_BYTES = 128 << 20
 
 
 def last_readers(graph: list[Stage], reads: Callable[[Stage], Iterable[str]], skipped: set[str]) -> dict[str, int]:
