@@ -313,6 +313,7 @@ class Lab:
         last = self._last_pass
         reuse = last is not None and last[0] == ids and not debug and not patch and not stepped
         cache, previous = (last[1], last[2]) if reuse else (ex.new_cache(len(ids)), None)
+        plans = self._run_plan_cache(len(ids), previous is None and not stepped)
         res = ex.run_pass(
             ids,
             cache,
@@ -325,6 +326,7 @@ class Lab:
             previous=previous,
             positions=rows,
             heads=head_list,
+            plan_cache=plans,
         )
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects (a
         # pass on scratch regions cannot be re-run from its middle: dropping it frees its buffers now)
@@ -357,6 +359,15 @@ class Lab:
     def forget_last_pass(self) -> None:
         """The next run plans afresh instead of re-running the kept pass (timing a full pass)."""
         self._last_pass = None
+
+    def _run_plan_cache(self, T: int, fresh: bool):
+        """The plan cache a fresh short `run` reuses the last one's buffers through: their pages stay
+        warm (lavapipe's device memory is host memory, and fresh pages cost about 0.6 ms per MB, 0.25 s
+        for a 128-token Gemma pass). The pass kept for a re-run after a switch is the last one anyway.
+        A streamed pass (STREAM_MIN_TOKENS or more) frees its scratch buffers instead."""
+        from labkit.gpu.executor import STREAM_MIN_TOKENS
+
+        return self.executor.plan_cache("run") if fresh and T < STREAM_MIN_TOKENS else None
 
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
