@@ -408,3 +408,16 @@ def test_decode_fuses_only_correct_elementwise_kernels(tiny_model):
     assert relu == decode(lab, IDS, 4, replay=False)
     lab.use("glu", "default")
     assert relu != decode(lab, IDS, 4), "the glu variant does not show in decode"
+
+
+def test_replayed_decode_on_a_real_gpu_adapter(tiny_model):
+    """With the adapter forced to a discrete GPU (wg_reduce matmuls on the GGUF bytes), decode steps
+    still replay, bit for bit with steps planned afresh, and nothing is fused: the epilogues belong
+    to the repacked matvec."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    lab.executor.adapter_type = "DiscreteGPU"
+    assert lab.kernels()["q"]["kernel"] == "wg_reduce"
+    assert decode(lab, IDS, 12) == decode(lab, IDS, 12, replay=False)
+    plans = warm_step_plans(lab)
+    assert not any(p.also_writes for p in plans.values())
+    assert all(plans[n].dispatches for n in plans if n.endswith(("resid_mid", "ffn_act")))
