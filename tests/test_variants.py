@@ -341,3 +341,16 @@ def test_sampler_softmax_ignores_the_attention_softmax_variant(tiny_model):
     z = logits / 0.5
     want = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
     assert np.isfinite(p).all() and np.abs(p - want).max() < 1e-5
+
+
+def test_re_registering_a_selected_variant_takes_effect(tiny_model):
+    """A notebook edits a user kernel and registers it again under the same name while it is selected:
+    the next run uses the new source (the executor's cached kernel selection is not stale)."""
+    line = "let a = select(silu(g), gelu_tanh(g), act == 0u);"
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    labkit.register_variant("glu", "test_edited", kernel_source("glu").replace(line, "let a = max(g, 0.0);"))
+    lab.use("glu", "test_edited")
+    first = lab.run(IDS)["blk.0.ffn_act"]
+    labkit.register_variant("glu", "test_edited", kernel_source("glu").replace(line, "let a = 2.0 * max(g, 0.0);"))
+    second = lab.run(IDS)["blk.0.ffn_act"]
+    assert second.tobytes() == (2 * first).tobytes()

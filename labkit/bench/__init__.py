@@ -3,8 +3,10 @@ path, the float64 numpy reference and llama.cpp, measured in one process.
 
 Every figure is the median of `repeats` runs after a warm-up, and is reported as a ratio against
 the reference measured in the same run (speed on this machine depends on what else runs; ratios
-taken together are what compare). Per op family, GPU time comes from timestamp queries, with the
-matmuls' GFLOP/s and GB/s (GGUF bytes read). `labkit bench` prints the table; `--json` the data.
+taken together are what compare). Per op family, GPU time over a prefill comes from timestamp
+queries; over one decode step, from each family's dispatches submitted alone and waited for
+(lavapipe's timestamps misplace small dispatches); with the matmuls' GFLOP/s and GB/s (GGUF bytes
+read). `labkit bench` prints the table; `--json` the data.
 """
 
 from __future__ import annotations
@@ -66,11 +68,11 @@ class EngineFigures:
 
 @dataclass
 class OpFamilyTime:
-    """GPU time of one kernel family over a pass, from timestamp queries."""
+    """GPU time of one kernel family over a pass (timestamps), or one decode step (wall time alone)."""
 
     family: str
     ms: float
-    dispatches: int
+    dispatches: int  # the family's stages
     gflops: float | None = None  # matmuls: 2·T·K·N per ms
     gbps: float | None = None  # matmuls: GGUF weight bytes per ms
 

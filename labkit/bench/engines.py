@@ -75,22 +75,45 @@ def op_family_times(lab: Lab, ids: list[int], decode: bool = False) -> list[OpFa
         ex = lab.executor
         cache = ex.new_cache(len(ids) + 1)
         ex.run_pass(ids, cache, names=[], last_logits_only=True)
-        stage_ms = ex.run_pass(ids[-1:], cache, names=["logits"], last_logits_only=True, timestamps=True).stage_ms
-        T = 1
-    else:
-        stage_ms, T = lab.run(ids, timestamps=True).timings.get("stage_ms", {}), len(ids)
+        plans = ex.run_pass(ids[-1:], cache, names=["logits"], last_logits_only=True).plans
+        return _per_family(lab, {p.stage.name: 0.0 for p in plans}, 1, decode_family_ms(lab, plans))
+    stage_ms, T = lab.run(ids, timestamps=True).timings.get("stage_ms", {}), len(ids)
     return _per_family(lab, stage_ms, T)
 
 
-def _per_family(lab: Lab, stage_ms: dict[str, float], T: int) -> list[OpFamilyTime]:
-    """Stage times summed per kernel family, with the matmuls' GFLOP/s and GB/s of GGUF bytes."""
+def decode_family_ms(lab: Lab, plans: list, repeats: int = 5) -> dict[str, float]:
+    """Wall ms per kernel family of one decode step: that family's dispatches alone, submitted and
+    waited for (median of `repeats`). Not timestamps: lavapipe writes a pass's end timestamp before
+    a small dispatch has finished, so a step's per-stage timestamps charge one stage's time to the
+    next one (a 2048 x 640 Q5_0 matvec read at "100 GB/s")."""
+    ex = lab.executor
+    by_family = defaultdict(list)
+    for p in plans:
+        by_family[ex.family(p.stage)] += p.dispatches
+    out = {}
+    for fam, dispatches in by_family.items():
+        if dispatches:
+            out[fam] = 1e3 * median_time(lambda d=dispatches: run_and_wait(ex, d), repeats)
+    return out
+
+
+def run_and_wait(ex, dispatches: list) -> None:
+    from labkit.gpu.dispatch import run, wait_idle
+
+    run(ex.gpu, dispatches)
+    wait_idle(ex.gpu)
+
+
+def _per_family(lab: Lab, stage_ms: dict[str, float], T: int, family_ms: dict | None = None) -> list[OpFamilyTime]:
+    """Stage times summed per kernel family (or `family_ms` as measured), with the matmuls' GFLOP/s
+    and GB/s of GGUF bytes."""
     ms, calls, flops, nbytes = defaultdict(float), defaultdict(int), defaultdict(float), defaultdict(float)
     ex = lab.executor
     for st in lab.graph:
         if st.name not in stage_ms:
             continue
         fam = ex.family(st)
-        ms[fam] += stage_ms[st.name]
+        ms[fam] = family_ms.get(fam, 0.0) if family_ms is not None else ms[fam] + stage_ms[st.name]
         calls[fam] += 1
         if OPS[st.op].weight == "matrix":
             t = lab.gguf.tensors[st.weight]

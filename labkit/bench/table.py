@@ -26,7 +26,8 @@ def render(report) -> str:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
         lines += _families(r.op_families, gbps=False)
     if r.decode_op_families:
-        lines.append(f"GPU time per op family, one decode step after {r.op_families_at} tokens (GB/s of GGUF bytes):")
+        head = f"wall time per op family, one decode step after {r.op_families_at} tokens, each family alone"
+        lines.append(head + " (GB/s of GGUF bytes):")
         lines += _families(r.decode_op_families, gbps=True)
     lines += [f"{k}: {v:.2f}" for k, v in r.ratios().items()]
     return "\n".join(lines)

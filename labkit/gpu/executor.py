@@ -54,7 +54,7 @@ from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS, REPACK_PARAMS, epilogue_source, format_name
-from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, selected
+from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, registry_generation, selected
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 Patch = Callable[[np.ndarray, str], np.ndarray]
@@ -195,7 +195,7 @@ class GpuExecutor:
         check_selection(self.variants)
         self._weights: dict[tuple, GpuWeight] = {}
         self._repacked: dict[tuple, GpuWeight] = {}
-        self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "decode") -> its plan cache
+        self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
         self._vectors: dict[str, wgpu.GPUBuffer] = {}
         self._replay: StepReplay | None = None
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
@@ -337,8 +337,8 @@ class GpuExecutor:
 
     def selection(self) -> tuple[dict[str, Kernel], set[str], list[tuple]]:
         """(kernels, skipped, signatures) of the graph under the current variants and adapter: worked
-        out once per selection, not every decode step."""
-        key = (tuple(sorted(self.variants.items())), self.adapter_type)
+        out once per selection (and registration of user variants), not every decode step."""
+        key = (tuple(sorted(self.variants.items())), self.adapter_type, registry_generation())
         if self._selection[0] != key:
             kernels = {st.name: self.kernel(st) for st in self.graph}
             skipped = self.skipped(kernels)
@@ -373,8 +373,8 @@ class GpuExecutor:
         return self._replay
 
     def plan_cache(self, role: str) -> PlanCache:
-        """The executor's cache for passes of one role ("prefill", "decode"): generate reuses one
-        decode step's buffers, uniforms and bind groups for the next."""
+        """The executor's cache for passes of one role ("prefill" for generate, "run" for a short
+        lab.run): a pass reuses the buffers, uniforms and bind groups of the last one."""
         if role not in self._plan_caches:
             self._plan_caches[role] = PlanCache(self.device, round_limit=self.binding_limit // 4)
         return self._plan_caches[role]

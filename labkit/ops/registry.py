@@ -228,4 +228,14 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
     kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups,
                     repack=like.repack)  # fmt: skip
     KERNELS[family][name] = kernel
+    global _GENERATION
+    _GENERATION += 1
     return kernel
+
+
+_GENERATION = 0  # bumped by every registration: a cached selection of kernels is stale after one
+
+
+def registry_generation() -> int:
+    """How many user variants were registered so far (a kernel of the same name may be replaced)."""
+    return _GENERATION
