@@ -421,3 +421,17 @@ def test_replayed_decode_on_a_real_gpu_adapter(tiny_model):
     plans = warm_step_plans(lab)
     assert not any(p.also_writes for p in plans.values())
     assert all(plans[n].dispatches for n in plans if n.endswith(("resid_mid", "ffn_act")))
+
+
+def test_a_run_never_sees_the_run_before(tiny_model):
+    """Short runs reuse the last run's buffers (warm pages), cleared first: a faulty run that leaves the
+    last lm_head window unwritten, after a correct run, reads those rows as 0.0, as in a fresh lab."""
+    path = tiny_model("gemma3", "Q8_0")
+    used, fresh = labkit.open(path, window_bytes=4096), labkit.open(path, window_bytes=4096)
+    used.run(IDS)
+    used.use("lm_head", "skip_last_window")
+    fresh.use("lm_head", "skip_last_window")
+    faulty, want = used.run(IDS[::-1]), fresh.run(IDS[::-1])  # same shapes: the same buffers
+    assert (faulty["logits"] == 0).any(), "the faulty policy left no row unwritten here"
+    for name in want.captures:
+        assert faulty[name].tobytes() == want[name].tobytes(), name

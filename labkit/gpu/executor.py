@@ -688,6 +688,8 @@ class GpuExecutor:
             for p in plans:
                 if not p.skipped:
                     poison_region(self.device, p.out)
+        elif replay is None and active_cache() is not None:
+            clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
         cut = (positions, heads)
         todo = plans[start:]
@@ -827,6 +829,16 @@ def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
             "end_of_pass_write_index": 2 * index + 1,
         }
     encode(enc, plan.dispatches, timestamp_writes=ts)
+
+
+def clear_regions(device, plans: list[StagePlan]) -> None:
+    """Zero the output buffers of a pass built through a plan cache, as WebGPU zero-fills a new buffer:
+    an unwritten row (a faulty variant's) reads 0.0 whatever ran before, so a run of a lab equals the
+    same run of a fresh one. The KV cache is left alone: it holds the positions before the pass."""
+    enc = device.create_command_encoder()
+    for buf in {id(p.out.buffer): p.out.buffer for p in plans if not p.skipped and not p.stage.kv_write}.values():
+        enc.clear_buffer(buf)
+    device.queue.submit([enc.finish()])
 
 
 def poison_region(device, r: Region) -> None:
