@@ -166,9 +166,10 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
         assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
         assert_close(got, want_c, 1e-11, f"{name} attention")
 
-    ctx = empty(gpu, T * H * hd)
-    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.workgroups(T * H * hd))
-    assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, "attn_ctx")
+    ctx = empty(gpu, T * H * hd)  # the pass shape's kernel: prefill tiles, or one vec4 a thread in a decode step
+    ctx_src = get_kernel("attn_ctx", "default").source(PassShape(T, n_past))
+    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.workgroups(T * H * hd), ctx_src)
+    assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"attn_ctx {'decode' if T == 1 else 'prefill'}")
 
 
 @pytest.mark.parametrize("T,n_past,window", [(9, 0, 4), (1, 30, 8), (6, 12, None)])

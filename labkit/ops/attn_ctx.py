@@ -60,11 +60,13 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 def _with_keys(keys: str):
-    """The context kernel with a key range (masked or every key), reading V as a texture in a
-    prefill and from the cache buffer in a decode step (T = 1)."""
+    """The context kernel with a key range (masked or every key): tiles of tokens reading V as a
+    texture in a prefill, one vec4 of dims a thread reading the cache buffer in a decode step (T = 1)."""
 
     def pick(shape: PassShape) -> str:
-        return compose("attn_ctx", "attn_ctx_v_buffer" if shape.T == 1 else "attn_ctx_v_texture", keys)
+        if shape.T == 1:
+            return compose("attn_ctx_decode", "attn_ctx_v_buffer", keys)
+        return compose("attn_ctx", "attn_ctx_v_texture", keys)
 
     return pick
 
