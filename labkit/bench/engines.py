@@ -13,6 +13,7 @@ from collections import defaultdict
 import numpy as np
 
 from labkit.bench import EngineFigures, LengthFigures, OpFamilyTime, measure, median_time, peak_rss_mb, prompt_of
+from labkit.gpu.dispatch import run, wait_idle
 from labkit.lab import Lab
 from labkit.lab import open as open_lab
 from labkit.ops import OPS
@@ -76,7 +77,7 @@ def op_family_times(lab: Lab, ids: list[int], decode: bool = False) -> list[OpFa
         cache = ex.new_cache(len(ids) + 1)
         ex.run_pass(ids, cache, names=[], last_logits_only=True)
         plans = ex.run_pass(ids[-1:], cache, names=["logits"], last_logits_only=True).plans
-        return _per_family(lab, {p.stage.name: 0.0 for p in plans}, 1, decode_family_ms(lab, plans))
+        return _per_family(lab, dict.fromkeys((p.stage.name for p in plans), 0.0), 1, decode_family_ms(lab, plans))
     stage_ms, T = lab.run(ids, timestamps=True).timings.get("stage_ms", {}), len(ids)
     return _per_family(lab, stage_ms, T)
 
@@ -98,28 +99,28 @@ def decode_family_ms(lab: Lab, plans: list, repeats: int = 5) -> dict[str, float
 
 
 def run_and_wait(ex, dispatches: list) -> None:
-    from labkit.gpu.dispatch import run, wait_idle
-
     run(ex.gpu, dispatches)
     wait_idle(ex.gpu)
 
 
 def _per_family(lab: Lab, stage_ms: dict[str, float], T: int, family_ms: dict | None = None) -> list[OpFamilyTime]:
-    """Stage times summed per kernel family (or `family_ms` as measured), with the matmuls' GFLOP/s
-    and GB/s of GGUF bytes."""
+    """Stage times summed per kernel family (or the family's time measured whole, `family_ms`), with
+    the matmuls' GFLOP/s and GB/s of GGUF bytes."""
     ms, calls, flops, nbytes = defaultdict(float), defaultdict(int), defaultdict(float), defaultdict(float)
     ex = lab.executor
     for st in lab.graph:
         if st.name not in stage_ms:
             continue
         fam = ex.family(st)
-        ms[fam] = family_ms.get(fam, 0.0) if family_ms is not None else ms[fam] + stage_ms[st.name]
+        ms[fam] += stage_ms[st.name]
         calls[fam] += 1
         if OPS[st.op].weight == "matrix":
             t = lab.gguf.tensors[st.weight]
             rows = t.n_rows if not st.weight_rows else st.weight_rows[1] - st.weight_rows[0]
             flops[fam] += 2.0 * T * t.n_cols * rows
             nbytes[fam] += t.nbytes * rows / t.n_rows
+    if family_ms is not None:
+        ms = {fam: family_ms.get(fam, 0.0) for fam in ms}
     out = []
     for fam in sorted(ms, key=ms.get, reverse=True):
         s = ms[fam] / 1e3

@@ -13,13 +13,13 @@ tokens independently), so the logits are the unchunked ones bit for bit (tests).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import wgpu
 
-from labkit.gpu.dispatch import encode
+from labkit.gpu.dispatch import encode, pass_timestamps, resolve_timestamps
 from labkit.gpu.readback import Readback
 
 CHUNK_BYTES = 64 << 20  # logits bytes per chunk: 64 Gemma tokens, 336 SmolLM2 ones
@@ -65,12 +65,11 @@ def read_chunks(device: Any, plan: Any, positions: list[int] | None, staging: An
             continue
         enc = device.create_command_encoder()
         qs = device.create_query_set(type=wgpu.QueryType.timestamp, count=2) if timed else None
-        ts = {"query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1} if timed else None
-        encode(enc, c.dispatches, timestamp_writes=ts)
-        rows_plan = type(plan)(plan.stage, type(plan.out)(plan.out.buffer, 0, (c.n, width)), [])
+        encode(enc, c.dispatches, timestamp_writes=pass_timestamps(qs, 0))
+        rows_plan = replace(plan, out=replace(plan.out, shape=(c.n, width)), dispatches=[], chunks=[])
         rb = Readback(device, [rows_plan], c.n, None if positions is None else mine)
         rb.record(enc, lend=staging)
-        ts_buf = _resolve(device, enc, qs) if timed else None
+        ts_buf = resolve_timestamps(device, enc, qs, 1) if timed else None
         device.queue.submit([enc.finish()])
         rb.read(keep_staging=True, into={plan.stage.name: out[at : at + len(mine)]})
         if rb.owns_staging:  # a bigger staging buffer than the one lent: lend this one on
@@ -82,9 +81,3 @@ def read_chunks(device: Any, plan: Any, positions: list[int] | None, staging: An
             ms += float(end - start) / 1e6
         at += len(mine)
     return ChunkedRead(out, None if positions is None else tuple(rows), ms, staging)
-
-
-def _resolve(device: Any, enc: Any, query_set: Any) -> Any:
-    buf = device.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    enc.resolve_query_set(query_set, 0, 2, buf, 0)
-    return buf

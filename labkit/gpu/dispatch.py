@@ -105,6 +105,24 @@ def encode(encoder: Any, dispatches: list[Dispatch], label: str = "", timestamp_
     cpass.end()
 
 
+def pass_timestamps(query_set: Any, index: int) -> dict | None:
+    """`timestamp_writes` for compute pass `index` of a query set (2 timestamps a pass); None untimed."""
+    if query_set is None:
+        return None
+    return {
+        "query_set": query_set,
+        "beginning_of_pass_write_index": 2 * index,
+        "end_of_pass_write_index": 2 * index + 1,
+    }
+
+
+def resolve_timestamps(device: Any, enc: Any, query_set: Any, n_passes: int) -> Any:
+    """A buffer the 2 timestamps of each of `n_passes` passes are resolved into, at the end of `enc`."""
+    buf = device.create_buffer(size=16 * n_passes, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+    enc.resolve_query_set(query_set, 0, 2 * n_passes, buf, 0)
+    return buf
+
+
 def run(gpu: Any, dispatches: list[Dispatch], label: str = "") -> None:
     """Encode the dispatches in one pass and submit them (no wait)."""
     enc = gpu.device.create_command_encoder(label=label)

@@ -35,7 +35,16 @@ from labkit.captures import POISON_BITS, poison_count  # defined with the captur
 from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.chunked_logits import LogitsChunk, read_chunks, token_spans
 from labkit.gpu.device import GpuDevice, get_device
-from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
+from labkit.gpu.dispatch import (
+    Dispatch,
+    bind,
+    encode,
+    grid,
+    pass_timestamps,
+    resolve_timestamps,
+    uniform_bytes,
+    wait_idle,
+)
 from labkit.gpu.fusion import Epilogue, epilogue_for
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
@@ -622,7 +631,7 @@ class GpuExecutor:
         cache.n_past -= len(ids)  # the previous pass advanced it
         if not previous.reusable or keep is not None:
             return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
-        new_sigs = self.signatures()
+        new_sigs = self.selection()[2]
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
         return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
@@ -748,7 +757,7 @@ class GpuExecutor:
             readback = Readback(self.device, reading, T, *cut) if reading else None
             if readback is not None:
                 readback.record(enc, lend=staging)
-            ts_buf = _resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
+            ts_buf = resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
             self.device.queue.submit([enc.finish()])
             if seg and seg[-1].stage.name in patch:
                 self._apply_patch(seg[-1], patch[seg[-1].stage.name])
@@ -812,23 +821,9 @@ def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list
     return segs
 
 
-def _resolve_timestamps(device, enc, query_set, n_stages: int):
-    """A buffer the segment's 2 timestamps per stage are resolved into, at the end of `enc`."""
-    buf = device.create_buffer(size=16 * n_stages, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-    enc.resolve_query_set(query_set, 0, 2 * n_stages, buf, 0)
-    return buf
-
-
 def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
     """One stage's dispatches in a compute pass of their own (timed when a query set is given)."""
-    ts = None
-    if query_set is not None:
-        ts = {
-            "query_set": query_set,
-            "beginning_of_pass_write_index": 2 * index,
-            "end_of_pass_write_index": 2 * index + 1,
-        }
-    encode(enc, plan.dispatches, timestamp_writes=ts)
+    encode(enc, plan.dispatches, timestamp_writes=pass_timestamps(query_set, index))
 
 
 def clear_regions(device, plans: list[StagePlan]) -> None:

@@ -64,13 +64,7 @@ class StepReplay:
 
     def _replayable(self, i: int, st: Any, signature: tuple, inputs: tuple) -> bool:
         old = self._plans[i]
-        return (
-            old.stage is st
-            and not st.kv_write
-            and not OPS[st.op].per_step
-            and old.signature == signature
-            and self._inputs[i] == inputs
-        )
+        return not st.kv_write and not OPS[st.op].per_step and old.signature == signature and self._inputs[i] == inputs
 
     @property
     def created(self) -> int:

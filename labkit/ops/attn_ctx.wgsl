@@ -1,5 +1,6 @@
 // Attention context: C[t, h*head_dim + d] = Σ_s probs[h, t, s] · V[s, kv_head(h)*head_dim + d]
-// Interface: @binding(0) A: array<f32> [n_heads, T, n_keys] (probabilities)
+// Interface (A, C and P declared in attn_ctx_io.wgsl, composed before this file):
+//            @binding(0) A: array<f32> [n_heads, T, n_keys] (probabilities)
 //            @binding(1) V: [n_keys, n_kv_heads*head_dim] (the layer's V cache), declared with
 //                          v_texel() by a file composed after this one: attn_ctx_v_texture.wgsl
 //                          (prefill) or attn_ctx_v_buffer.wgsl (decode)
@@ -13,11 +14,6 @@
 // Keys first_key(t0) .. last_key(t_last) - 1 are summed, from a file composed after this one:
 // attn_ctx_keys_masked.wgsl (the default: the keys the mask lets the tile's queries see) or
 // attn_ctx_keys_every.wgsl (every key).
-// The fused tiers' struct (one Params per family); scale and softcap are unused here.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
-@group(0) @binding(0) var<storage, read> A: array<f32>;
-@group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
-@group(0) @binding(3) var<uniform> P: Params;
 
 const TILE_T: u32 = 4u;
 const TILE_D: u32 = 16u;

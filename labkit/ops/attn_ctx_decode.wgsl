@@ -5,10 +5,6 @@
 // no tokens to share a V load between, and the prefill tiling left SmolLM2's 9 heads x 64 dims
 // one workgroup, so one core, summing every key of the cache (one decode step after 512 tokens:
 // SmolLM2's 30 layers of context 12.5 -> 6.5 ms, Gemma's 18 11.3 -> 7.1 ms).
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
-@group(0) @binding(0) var<storage, read> A: array<f32>;
-@group(0) @binding(2) var<storage, read_write> C: array<vec4<f32>>;
-@group(0) @binding(3) var<uniform> P: Params;
 
 const TILE_T: u32 = 1u;
 const TILE_D: u32 = 4u;
