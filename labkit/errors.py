@@ -122,3 +122,13 @@ class LayoutMismatchError(LayoutError):
 
 class RunFileError(InputFileError):
     """A saved run (.safetensors) that is missing, unreadable or not written by labkit."""
+
+
+class MemoryBudgetError(LabkitError):
+    """A model, a pass or a capture whose memory plan exceeds the budget (`labkit.open(memory=...)`,
+    by default what the machine has free). Raised before anything is allocated; the message names
+    the parts of the plan and what to drop."""
+
+
+class MemoryBudgetWarning(UserWarning):
+    """The default capture of every stage did not fit the memory budget: a smaller one was taken."""

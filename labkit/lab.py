@@ -7,6 +7,7 @@ weights and the GPU executor are each built on first use.
 from __future__ import annotations
 
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,10 +18,11 @@ import numpy as np
 
 from labkit import progress
 from labkit.captures import Run
-from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
+from labkit.errors import InvalidArgumentError, MemoryBudgetWarning, PromptTooLongError, TokenizerError
 from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.gguf_file import GgufFile, open_gguf
 from labkit.model.graph import Stage, build_graph
+from labkit.model.memory import Budget, MemoryPart, MemoryPlan, budget_of, capture_fallbacks, gb, reference_parts
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.sampling import GREEDY, Sampler
@@ -49,8 +51,10 @@ class Lab:
         variants: dict[str, str] | None = None,
         debug: bool = False,
         window_bytes: int | None = None,
+        memory: int | float | str | None = None,
     ):
         t0 = time.perf_counter()
+        self.budget: Budget = budget_of(memory)  # for weights, caches and captures of both engines
         self.name, self.path = name, path
         self.gguf: GgufFile = open_gguf(path)
         self.config: ModelConfig = config_from_metadata(self.gguf.metadata, set(self.gguf.tensors))
@@ -60,6 +64,7 @@ class Lab:
         # {family or blk.L.family: variant}, aliases resolved; shared with the executor
         self.selected: dict[str, str] = check_selection(dict(variants or {}))
         self._last_pass = None
+        self._said: set[tuple[str, str]] = set()  # capture cuts already reported (said once per lab)
         self._listeners: list[weakref.ref] = []  # called with the selection after every use()
         self.debug = debug
         self.window_bytes = window_bytes  # split weights into row windows of at most this many bytes
@@ -114,12 +119,70 @@ class Lab:
     def reference_engine(self) -> ReferenceEngine:
         return ReferenceEngine(self.gguf, self.config, self.graph)
 
-    def reference(self, prompt: Prompt, names: list[str] | None = None) -> Run:
-        """The whole prompt through the float64 numpy reference; every stage captured."""
+    def reference(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None) -> Run:
+        """The whole prompt through the float64 numpy reference; every stage captured that fits the
+        memory budget (`names`, globs allowed, and `layers` capture less)."""
         ids = self.prompt_ids(prompt)
+        names = select_names(self.graph, names, layers)
+        names = self._fit_capture("reference", len(ids), names)
+        self.reference_engine.weights.set_capacity(self._plan(len(ids), names, engines=("reference",)).room)
         t0 = time.perf_counter()
         caps = self.reference_engine.forward(ids, KVCache(), capture=names)
         return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
+
+    # ----- memory
+    def memory(self, tokens: int = 128, capture: Capture | list[str] | str | dict | None = None,
+               engine: str | None = None) -> MemoryPlan:  # fmt: skip
+        """The memory plan of a pass of `tokens` tokens with this capture policy, for both engines (or
+        `engine="gpu"`/`"reference"`), against the lab's budget: a table (`print(lab.memory())`)."""
+        if engine not in (None, "gpu", "reference"):
+            raise InvalidArgumentError(f"engine={engine!r}: give 'gpu', 'reference' or None (both)")
+        cap = Capture.of(capture) if capture is not None else Capture()
+        names = select_names(self.graph, cap.names, cap.layers)
+        return self._plan(tokens, names, cap.logits == "last", engines=(engine,) if engine else ("gpu", "reference"))
+
+    def _plan(self, T: int, names, last_only: bool = False, engines=("gpu", "reference")) -> MemoryPlan:
+        """The plan of a pass on `engines`; what the other engine already holds counts too (both
+        engines share the budget), and the reference's weight cache gets the room that is left."""
+        from labkit.model.weight_cache import dtype_for
+
+        parts: list[MemoryPart] = []
+        if "gpu" in engines or "executor" in vars(self):
+            from labkit.gpu.memory_plan import gpu_parts
+
+            gpu = gpu_parts(self.executor, T, names, last_only)
+            parts += gpu if "gpu" in engines else gpu[:1]  # the weights stay on the device
+        room = None
+        if "reference" in engines:
+            cfg = self.config
+            fixed = reference_parts(self.gguf, self.graph, cfg.n_layers, cfg.kv_dim, T, names, 8, 0)[1:]
+            room = max(self.budget.nbytes - sum(p.nbytes for p in parts + fixed), 0)
+            itemsize = dtype_for(self.gguf, room).itemsize
+            parts += reference_parts(self.gguf, self.graph, cfg.n_layers, cfg.kv_dim, T, names, itemsize, room)
+        elif "reference_engine" in vars(self):
+            parts.append(MemoryPart("reference", "weight cache", self.reference_engine.weights.nbytes, "held now"))
+        return MemoryPlan(self.budget, T, tuple(parts), room)
+
+    def _fit_capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
+        """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,
+        for the default capture of every stage, the most of it that fits, said once."""
+        plan = self._plan(T, names, last_only, engines=(engine,))
+        if plan.fits or names is not None:
+            plan.check(f"a {engine} pass of {T} tokens")
+            return names
+        for desc, smaller in capture_fallbacks(self.graph):
+            if self._plan(T, smaller, last_only, engines=(engine,)).fits:
+                if (engine, desc) not in self._said:
+                    self._said.add((engine, desc))
+                    warnings.warn(
+                        f"labkit: capturing every stage of a {T}-token {engine} pass needs {gb(plan.total())}, over "
+                        f"the memory budget of {gb(self.budget.nbytes)}; captured {desc} instead. Get the rest in "
+                        'parts: names=["blk.*.attn_scores"], layers=[...], positions="last" (see lab.memory()).',
+                        MemoryBudgetWarning, stacklevel=3,
+                    )  # fmt: skip
+                return smaller
+        plan.check(f"a {engine} pass of {T} tokens")
+        return names
 
     def _make_run(
         self,
@@ -306,6 +369,7 @@ class Lab:
         cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, cap.names, cap.layers)
+        names = self._fit_capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
         rows = select_positions(len(ids), cap.positions)
         head_list = select_heads(self.config.n_heads, cap.heads)
         ex = self.executor
@@ -404,11 +468,16 @@ def open(
     variants: dict[str, str] | None = None,  # noqa: A001
     debug: bool = False,
     window_bytes: int | None = None,
+    memory: int | float | str | None = None,
 ) -> Lab:
     """Open a registered model name or a .gguf path. Reads the header only.
+
+    memory: the budget for both engines' weights, caches and captures ("6GB", "512MB", bytes); by
+    default a share of the memory free now. A pass over it is a MemoryBudgetError before any
+    allocation, and the default capture keeps what fits (`lab.memory()` shows the plan).
 
     variants: {op family: variant} (see `lab.variants()`); debug: poison outputs before each
     pass and count unwritten elements; window_bytes: split GPU weights into row windows of at
     most this size (the binding limit otherwise), to make window edges visible on small models."""
     name, path = resolve_model(model)
-    return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes)
+    return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes, memory=memory)

@@ -51,7 +51,7 @@ from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
 from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.repack import repack_weight
 from labkit.gpu.replay import StepReplay
-from labkit.gpu.scratch import ScratchPool, last_readers
+from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
 from labkit.gpu.texture_pool import TexturePool
@@ -60,6 +60,7 @@ from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
+from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS, REPACK_PARAMS, epilogue_source, format_name

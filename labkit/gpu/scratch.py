@@ -19,27 +19,14 @@ A pass built on scratch regions cannot be re-run from its middle: its regions we
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from labkit.gpu.plan_cache import pow2_at_most, storage_bytes
-from labkit.model.graph import Stage
 
 # captured bytes per segment of a streamed pass (its staging round): against 256 MiB, a 512-token
 # Gemma pass capturing every stage peaked at 2.28 GB RSS instead of 2.63, in the same time
 SEGMENT_BYTES = 128 << 20
-
-
-def last_readers(graph: list[Stage], reads: Callable[[Stage], Iterable[str]], skipped: set[str]) -> dict[str, int]:
-    """{stage name: index of the last stage that reads its region}; a stage nobody reads is its own
-    last reader (its buffer is free as soon as its own dispatches are recorded)."""
-    last = {st.name: i for i, st in enumerate(graph)}
-    for i, st in enumerate(graph):
-        if st.name not in skipped:
-            for name in reads(st):
-                if name in last:
-                    last[name] = i
-    return last
 
 
 class ScratchPool:

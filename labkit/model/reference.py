@@ -1,8 +1,11 @@
 """The float64 numpy reference: the stage graph run plainly, each stage by its op module.
 
 Like llm.c's reference beside its fast path: slow, obvious, and the yardstick for
-every GPU stage. Weights are dequantized per tensor on first use and cached here
-(the reference only — the GPU path never dequantizes a whole model on the host).
+every GPU stage. It streams: a weight is dequantized from the memory-mapped file when a
+stage needs it and kept in a cache under the memory budget (labkit.model.weight_cache,
+least recently used out first), and a stage's output is dropped after its last reader
+unless it is captured (labkit.model.liveness). So the models people debug (1B to 8B) fit,
+and a small model's weights all stay, as before.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import numpy as np
 from labkit import progress
 from labkit.errors import UnknownStageError
 from labkit.model.config import ModelConfig
-from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
+from labkit.model.liveness import last_readers
+from labkit.model.weight_cache import WeightCache, shared_cache
 from labkit.ops import OPS
 
 
@@ -53,6 +57,10 @@ class _StageInputs:
         w = self.engine.weight(name)
         return w if rows is None else w[rows[0] : rows[1]]
 
+    def matmul(self, x: np.ndarray, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """x @ W[rows].T in float64, W held or streamed in row chunks (labkit.model.weight_cache)."""
+        return self.engine.weights.matmul(x, name, rows)
+
     def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
         return self.engine.embed_rows(name, ids)
 
@@ -63,29 +71,14 @@ class _StageInputs:
 class ReferenceEngine:
     """Runs a stage graph in float64 numpy, with a KV cache for decode."""
 
-    def __init__(self, gguf: GgufFile, cfg: ModelConfig, graph: list[Stage]):
+    def __init__(self, gguf: GgufFile, cfg: ModelConfig, graph: list[Stage], weights: WeightCache | None = None):
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
-        self._weights: dict[str, np.ndarray] = {}
-        self._loading = None  # the bar over the first pass's dequantizations, while it runs
-        self._all_loaded = False
+        self.weights = weights if weights is not None else shared_cache(gguf)
+        self._last_reader = last_readers(graph)
 
     def weight(self, name: str) -> np.ndarray:
-        """Dequantized float64 weight, cached on first use."""
-        if name not in self._weights:
-            t = self.gguf.tensors[name]
-            self._weights[name] = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(np.float64)
-            if self._loading is not None:
-                self._loading.update(1)
-        return self._weights[name]
-
-    def _to_dequantize(self) -> list[str]:
-        """The weights a pass reads whole (not the embedding's rows) that are not cached yet."""
-        if self._all_loaded:
-            return []
-        used = (n for st in self.graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias))
-        todo = [n for n in dict.fromkeys(used) if n and n not in self._weights]
-        self._all_loaded = not todo
-        return todo
+        """A dequantized weight (float32 or float64, exact either way), held under the cache's budget."""
+        return self.weights.get(name)
 
     def unembed(self, hidden: np.ndarray) -> np.ndarray:
         """Hidden states [n, d_model] → logits [n, vocab]: the final norm, the unembedding (the tied
@@ -94,17 +87,14 @@ class ReferenceEngine:
         from labkit.ops.rmsnorm import rmsnorm
 
         cfg = self.cfg
-        E = self.weight("token_embd.weight" if cfg.tied_embeddings else "output.weight")
+        E = "token_embd.weight" if cfg.tied_embeddings else "output.weight"
         h = rmsnorm(np.asarray(hidden, np.float64), self.weight("output_norm.weight"), cfg.rms_eps, cfg.d_model)
-        z = h @ E.T
+        z = self.weights.matmul(h, E)
         return cfg.final_softcap * np.tanh(z / cfg.final_softcap) if cfg.final_softcap else z
 
     def embed_rows(self, name: str, ids: np.ndarray) -> np.ndarray:
-        """Rows of the embedding for `ids` only, unless the whole table is cached (tied heads)."""
-        if name in self._weights:
-            return self._weights[name][ids]
-        t = self.gguf.tensors[name]
-        return dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, ids).astype(np.float64)
+        """Rows of the embedding for `ids` only, unless the whole table is held (tied heads)."""
+        return self.weights.rows(name, ids).astype(np.float64)
 
     def forward(
         self,
@@ -125,18 +115,23 @@ class ReferenceEngine:
         if unknown:
             raise UnknownStageError(f"names filter has unknown stage(s): {', '.join(unknown)}")
         vals: dict[str, np.ndarray] = {}
-        # the first pass dequantizes every weight as its stage comes: a bar over those tensors
-        self._loading = progress.bar(len(self._to_dequantize()), "reference: dequantizing weights", "tensor")
-        try:
-            for st in self.graph:
-                layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
-                inputs = _StageInputs(self, [vals[i] for i in st.inputs], ids, positions, n_past, layer_cache)
-                vals[st.name] = OPS[st.op].reference(st, inputs)
-                if each is not None:
-                    vals[st.name] = each(vals[st.name])
-                if st.kv_write:
-                    cache.store(st.kv_write, st.layer, vals[st.name])
-        finally:
-            self._loading.close()
-            self._loading = None
-        return {k: v for k, v in vals.items() if want is None or k in want}
+        kept: dict[str, np.ndarray] = {}
+        stages = progress.track(self.graph, "reference: dequantizing weights", min_total=2 if self._slow() else 10**9)
+        for i, st in enumerate(stages):
+            layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
+            inputs = _StageInputs(self, [vals[n] for n in st.inputs], ids, positions, n_past, layer_cache)
+            out = OPS[st.op].reference(st, inputs)
+            vals[st.name] = out if each is None else each(out)
+            if st.kv_write:
+                cache.store(st.kv_write, st.layer, vals[st.name])
+            if want is None or st.name in want:
+                kept[st.name] = vals[st.name]
+            for n in [*st.inputs, st.name]:  # free what no later stage reads (kept captures stay)
+                if self._last_reader[n] <= i:
+                    vals.pop(n, None)
+        return kept
+
+    def _slow(self) -> bool:
+        """Whether a pass will dequantize weights (its first, or any under a tight budget): a bar then."""
+        used = {st.weight for st in self.graph if st.weight and OPS[st.op].weight == "matrix"}
+        return any(n not in self.weights for n in used)

@@ -44,6 +44,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["width"]),
     roles=ROLES,
     name="add",
     what="adds the block's output to the residual stream",

@@ -83,6 +83,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["n_heads"] * st.params["head_dim"]),
     roles=ROLES,
     name="attn_ctx",
     what="mixes the values of the visible keys, weighted by the attention probabilities",

@@ -117,6 +117,8 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (st.params["n_heads"], s.T, s.n_past + s.T),
+    layout="heads",
     roles=ROLES,
     name="attn_scores",
     what="scores every (query, key) pair: scaled dot products, masked to the past (and the window)",

@@ -183,6 +183,7 @@ class RefInputs(Protocol):
     n_past: int
 
     def weight(self, name: str) -> np.ndarray: ...
+    def matmul(self, x: np.ndarray, name: str, rows: tuple[int, int] | None) -> np.ndarray: ...  # x @ W.T, f64
     def cached(self, kind: str) -> np.ndarray: ...  # this layer's K or V, cached and new positions
 
 
@@ -226,6 +227,9 @@ class Op:
     per_step: bool = False
     # stage kind → what that use of the op does in a transformer, for people (lab.explain)
     roles: dict[str, str] = field(default_factory=dict)
+    # its output's shape for a pass (the memory plan sizes both engines by it); None: its first input's
+    output: Callable[[Any, PassShape], tuple[int, ...]] | None = field(default=None, repr=False)
+    layout: str = "rows"  # "rows": [positions, width] float32/64; "heads": [heads, queries, keys]
 
     def family_of(self, stage: Any, tensor_type: Callable[[str], int]) -> str:
         return self.family(stage, tensor_type) if self.family else self.name

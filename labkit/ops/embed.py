@@ -39,6 +39,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["d_model"]),
     roles=ROLES,
     name="embed",
     what="looks up each token's row of the embedding matrix and scales it",

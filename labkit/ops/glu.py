@@ -55,6 +55,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["width"]),
     roles=ROLES,
     name="glu",
     what="gates the up projection with the activated gate projection",

@@ -75,7 +75,7 @@ def family(stage, tensor_type) -> str:
 
 
 def reference(stage, ref) -> np.ndarray:
-    y = ref.x[0] @ ref.weight(stage.weight, stage.weight_rows).T
+    y = ref.matmul(ref.x[0], stage.weight, stage.weight_rows)
     return y + ref.weight(stage.bias) if stage.bias else y
 
 
@@ -191,6 +191,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["out"]),
     roles=ROLES,
     name="matmul",
     what="a linear layer: each output feature is a weighted sum of the input features",

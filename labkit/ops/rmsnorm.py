@@ -59,6 +59,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["width"]),
     roles=ROLES,
     name="rmsnorm",
     what="divides each group of values by its root mean square, then multiplies by a learned weight",

@@ -78,6 +78,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["n_heads"] * st.params["head_dim"]),
     roles=ROLES,
     name="rope",
     what="rotates pairs of features by an angle proportional to the token's position",

@@ -41,6 +41,7 @@ ROLES = {
 }
 
 OP = Op(
+    output=lambda st, s: (s.T, st.params["width"]),
     roles=ROLES,
     name="softcap",
     what="squashes values smoothly into (-cap, cap)",

@@ -50,6 +50,7 @@ ROLES = {
 }
 
 OP = Op(
+    layout="heads",  # output: its input's shape, [heads, queries, keys]
     roles=ROLES,
     name="softmax",
     what="turns each query's scores into probabilities over the keys",

@@ -1,0 +1,63 @@
+"""The GPU path's share of the memory plan (labkit.model.memory): its weights as the selected
+kernels read them (GGUF bytes, or the repacked int8 layout), its KV cache, the regions of a pass,
+and the host copies of the captures. On lavapipe all of it is host memory."""
+
+from __future__ import annotations
+
+import math
+
+from labkit.model.memory import CAPTURE_HINT, MemoryPart, kv_bytes, peak_live_bytes, stage_bytes
+from labkit.ops import OPS
+from labkit.ops.base import wgsl_const
+
+
+def weight_bytes(ex) -> tuple[int, str]:
+    """Bytes of the weights on the device under the selected kernels, and how they are laid out."""
+    from labkit.gpu.repack import repacked_bytes
+
+    kernels = ex.selection()[0]
+    seen: dict[tuple, int] = {}
+    layouts: set[str] = set()
+    for st in ex.graph:
+        kind = OPS[st.op].weight
+        if kind == "matrix":
+            k = kernels[st.name]
+            t = ex.gguf.tensors[st.weight]
+            rows = (st.weight_rows[1] - st.weight_rows[0]) if st.weight_rows else t.n_rows
+            if k.repack is not None:
+                group = wgsl_const(k.repack(), "GROUP", 32)
+                seen[(st.weight, st.weight_rows)] = repacked_bytes(rows, t.n_cols, group)
+                layouts.add("repacked int8")
+            else:
+                seen[(st.weight, st.weight_rows)] = t.nbytes * rows // t.n_rows
+                layouts.add("GGUF bytes")
+        for n in (st.weight if kind == "vector" else None, st.bias):
+            if n:
+                seen[(n, None)] = 4 * math.prod(ex.gguf.tensors[n].shape)
+    return sum(seen.values()), " and ".join(sorted(layouts)) or "none"
+
+
+def gpu_parts(ex, T: int, names, last_logits_only: bool, capacity: int | None = None) -> list[MemoryPart]:
+    """The GPU path's parts for a pass of T tokens capturing `names` (all when None)."""
+    from labkit.gpu.executor import STREAM_MIN_TOKENS
+    from labkit.gpu.scratch import SEGMENT_BYTES
+
+    graph, cfg = ex.graph, ex.cfg
+    wbytes, layout = weight_bytes(ex)
+    kept = {st.name for st in graph} if names is None else set(names)
+    captures = sum(stage_bytes(graph, T, 4, kept, last_logits_only).values())
+    if T >= STREAM_MIN_TOKENS:  # streamed: scratch regions, captures held per segment
+        regions = peak_live_bytes(graph, T, 4) + min(captures, SEGMENT_BYTES)
+        how = "streamed: scratch regions and one segment of captures"
+    elif names is None:  # every stage its own region
+        regions = sum(stage_bytes(graph, T, 4, None, last_logits_only).values())
+        how = "a region per stage"
+    else:
+        regions = peak_live_bytes(graph, T, 4, kept) + captures
+        how = "captured stages' regions and scratch"
+    return [
+        MemoryPart("gpu", "weights", wbytes, layout),
+        MemoryPart("gpu", "kv cache", kv_bytes(cfg.n_layers, cfg.kv_dim, capacity or T, 4), "float32"),
+        MemoryPart("gpu", "pass regions", regions, how, CAPTURE_HINT),
+        MemoryPart("gpu", "captures", captures, f"{len(kept)} stages, float32 on the host", CAPTURE_HINT),
+    ]

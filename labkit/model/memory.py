@@ -1,0 +1,228 @@
+"""The memory plan: what a model and a pass will hold, worked out before anything is allocated.
+
+Both engines are sized from one plan, derived from the stage graph (each op declares its
+output's shape, `Op.output`), liveness (labkit.model.liveness) and the capture policy:
+- the GPU path: its weights (as the selected kernels read them), the KV cache, the regions of
+  a pass and the host copies of its captures (lavapipe's device memory is host memory);
+- the float64 reference: its weight cache (labkit.model.weight_cache), its live activations,
+  its KV cache and its captures.
+A plan over the budget is a MemoryBudgetError that names the parts and what to drop, raised
+before the first allocation: never a bare MemoryError, the OOM killer or a wgpu error.
+
+The budget is `labkit.open(model, memory="6GB")`, or by default a share of the memory the
+machine has free when the lab opens (`default_budget`), for both engines together.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+from labkit.errors import InvalidArgumentError, MemoryBudgetError
+from labkit.model.graph import Stage
+from labkit.model.liveness import last_readers
+from labkit.ops import OPS
+from labkit.ops.base import PassShape
+
+DEFAULT_SHARE = 0.8  # of the memory available when a lab opens: the rest is the process's own and the OS's
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KIB": 2**10, "MIB": 2**20,
+          "GIB": 2**30, "TIB": 2**40}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bytes a lab may hold, and where that figure came from (shown in the plan)."""
+
+    nbytes: int
+    source: str
+
+
+def parse_size(size: int | float | str) -> int:
+    """Bytes from 6_000_000_000, "6GB", "6 GB", "5.5GiB" or "512MB" (GB = 10⁹ bytes, GiB = 2³⁰)."""
+    if isinstance(size, int | float) and not isinstance(size, bool):
+        n = float(size)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(size))
+        unit = m.group(2).upper() if m else None
+        if m is None or unit not in _UNITS:
+            raise InvalidArgumentError(f"memory={size!r}: give bytes or a size such as '6GB', '512MB' or '5.5GiB'")
+        n = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(n) or n <= 0:
+        raise InvalidArgumentError(f"memory={size!r}: a budget must be a positive size")
+    return int(n)
+
+
+def available_bytes() -> int:
+    """Memory the machine has free now (MemAvailable: free pages plus what the kernel can reclaim)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def budget_of(memory: int | float | str | None) -> Budget:
+    """The lab's budget: the one given, or DEFAULT_SHARE of what is free now."""
+    if memory is not None:
+        n = parse_size(memory)
+        return Budget(n, f"memory={memory!r}")
+    free = available_bytes()
+    return Budget(int(DEFAULT_SHARE * free), f"default: {DEFAULT_SHARE:.0%} of the {gb(free)} available")
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+@dataclass(frozen=True)
+class MemoryPart:
+    """One line of the plan: which engine holds it, what it is, its bytes, and how to make it smaller."""
+
+    engine: str  # "gpu" or "reference"
+    part: str  # "weights", "kv cache", "pass regions", "captures", "weight cache", "activations"
+    nbytes: int
+    detail: str = ""
+    drop: str = ""  # what to give up to shrink it ("" when it cannot shrink)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """The parts a lab will hold for a pass, against its budget. `table()` shows it; `check()` raises."""
+
+    budget: Budget
+    tokens: int
+    parts: tuple[MemoryPart, ...] = field(default_factory=tuple)
+    room: int | None = None  # bytes left for the reference's weight cache (None: the reference is not planned)
+
+    def total(self, engine: str | None = None) -> int:
+        return sum(p.nbytes for p in self.parts if engine is None or p.engine == engine)
+
+    @property
+    def fits(self) -> bool:
+        return self.total() <= self.budget.nbytes
+
+    def rows(self) -> list[dict]:
+        return [{"engine": p.engine, "part": p.part, "bytes": p.nbytes, "detail": p.detail} for p in self.parts]
+
+    def table(self) -> str:
+        lines = [f"memory plan for {self.tokens} tokens; budget {gb(self.budget.nbytes)} ({self.budget.source})"]
+        lines += [f"  {p.engine:9} {p.part:14} {gb(p.nbytes):>10}  {p.detail}" for p in self.parts]
+        verdict = "fits" if self.fits else f"over the budget by {gb(self.total() - self.budget.nbytes)}"
+        lines.append(f"  {'total':24} {gb(self.total()):>10}  {verdict}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def _repr_pretty_(self, p, cycle) -> None:  # IPython shows the table, not the dataclass
+        p.text(self.table())
+
+    def check(self, what: str) -> None:
+        """MemoryBudgetError when the plan does not fit: the parts, largest first, and what to drop."""
+        if self.fits:
+            return
+        parts = sorted(self.parts, key=lambda p: -p.nbytes)
+        listed = "; ".join(f"{p.engine} {p.part} {gb(p.nbytes)}" for p in parts if p.nbytes)
+        drops = list(dict.fromkeys(p.drop for p in parts if p.drop))
+        raise MemoryBudgetError(
+            f"{what} needs {gb(self.total())}, over the memory budget of {gb(self.budget.nbytes)} "
+            f"({self.budget.source}): {listed}."
+            + (f" To fit: {'; '.join(drops)}." if drops else "")
+            + " Or open the lab with a larger memory= budget."
+        )
+
+
+# ----------------------------------------------------------------- sizes from the graph
+def stage_shapes(graph: list[Stage], T: int, n_past: int = 0) -> dict[str, tuple[int, ...]]:
+    """Each stage's output shape for a pass of T new tokens after n_past cached ones."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for st in graph:
+        op = OPS[st.op]
+        shapes[st.name] = op.output(st, PassShape(T, n_past)) if op.output else shapes[st.inputs[0]]
+    return shapes
+
+
+def stage_bytes(graph: list[Stage], T: int, itemsize: int, names=None, last_logits_only: bool = False) -> dict:
+    """{stage: bytes of its output} for the stages in `names` (all when None). With
+    `last_logits_only`, the unembedding and what follows hold one position."""
+    shapes = stage_shapes(graph, T)
+    first_head = next((i for i, st in enumerate(graph) if st.policy == "lm_head"), len(graph))
+    out = {}
+    for i, st in enumerate(graph):
+        if names is None or st.name in names:
+            n = math.prod(shapes[st.name])
+            out[st.name] = itemsize * (n // T if last_logits_only and i >= first_head else n)
+    return out
+
+
+def peak_live_bytes(graph: list[Stage], T: int, itemsize: int, kept=frozenset()) -> int:
+    """The most bytes of uncaptured stage outputs alive at once when each is freed after its last
+    reader (a `kept` stage is counted with the captures instead)."""
+    sizes = stage_bytes(graph, T, itemsize)
+    last = last_readers(graph)
+    live, peak = 0, 0
+    frees: dict[int, int] = {}
+    for i, st in enumerate(graph):
+        if st.name not in kept:
+            live += sizes[st.name]
+            frees[last[st.name]] = frees.get(last[st.name], 0) + sizes[st.name]
+        peak = max(peak, live)
+        live -= frees.pop(i, 0)
+    return peak
+
+
+def kv_bytes(n_layers: int, kv_dim: int, positions: int, itemsize: int) -> int:
+    return 2 * n_layers * positions * kv_dim * itemsize
+
+
+CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], positions="last"'
+
+
+def reference_weight_bytes(gguf, graph: list[Stage], itemsize: int) -> int:
+    """Bytes of every weight a reference pass reads whole (an untied embedding is read by rows)."""
+    used = {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias) if n}
+    return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in used)
+
+
+def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int, names, weight_itemsize: int,
+                    weight_room: int) -> list[MemoryPart]:  # fmt: skip
+    """The float64 reference's parts for a pass of T tokens capturing `names` (all when None): its
+    live activations, KV cache and captures, and its weight cache in what room is left (the cache
+    shrinks to `weight_room`, least recently used out first, down to one streamed row chunk)."""
+    from labkit.model.weight_cache import CHUNK_BYTES
+
+    kept = {st.name for st in graph} if names is None else set(names)
+    captures = sum(stage_bytes(graph, T, 8, kept).values())
+    weights = reference_weight_bytes(gguf, graph, weight_itemsize)
+    held = max(min(weights, weight_room), 2 * CHUNK_BYTES)
+    how = "all weights held" if held >= weights else f"{held / weights:.0%} of {gb(weights)} held, the rest streamed"
+    return [
+        MemoryPart(
+            "reference",
+            "weight cache",
+            held,
+            f"{how} (float{8 * weight_itemsize})",
+            "a smaller budget streams more weights (slower, never more memory)",
+        ),  # fmt: skip
+        MemoryPart("reference", "activations", peak_live_bytes(graph, T, 8, kept), "float64, freed after last reader"),
+        MemoryPart("reference", "kv cache", kv_bytes(n_layers, kv_dim, T, 8), "float64"),
+        MemoryPart("reference", "captures", captures, f"{len(kept)} stages, float64", CAPTURE_HINT),
+    ]
+
+
+def capture_fallbacks(graph: list[Stage]) -> list[tuple[str, list[str]]]:
+    """Smaller captures to fall back to, largest first, when capturing every stage does not fit:
+    (what it holds, in words; its stage names)."""
+    every = [st.name for st in graph]
+    no_maps = [st.name for st in graph if OPS[st.op].layout != "heads"]
+    stream = [st.name for st in graph if st.layer is None or st.kind in ("resid_mid", "resid_out")]
+    return [
+        ("every stage but the attention maps", no_maps),
+        ("the residual stream (embed, resid_mid and resid_out of every layer, output_norm, logits)", stream),
+        ("the logits", [every[-1]]),
+    ]

@@ -1,0 +1,147 @@
+"""The reference's dequantized weights, least recently used first out, under a byte budget.
+
+`gguf.quants` dequantizes every GGUF type in float32 arithmetic and returns float32, so a
+float32 copy holds exactly the values the float64 reference computes with (float32 → float64
+is exact; tests/test_weight_cache.py proves it per type on random blocks). That halves what
+the reference used to hold (8 bytes a parameter). A weight is dequantized from the
+memory-mapped file when a stage needs it and dropped, least recently used first, when the
+cache would pass its capacity; a weight larger than the whole capacity is never cached: the
+reference streams it in row chunks (`row_chunks`).
+
+Widening float32 to float64 on every matmul costs time (a 7-token Gemma pass: about twice
+the matmuls'), so a small model whose float64 copy takes at most a quarter of the capacity
+is held in float64, as before: same values, today's speed (`dtype`).
+
+One cache serves every Lab of the same file in a process (`shared_cache`): a notebook (or a
+test session) that opens a model twice holds its weights once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from labkit.model.dequant import dequantize, dequantize_rows
+from labkit.model.gguf_file import GgufFile
+
+CHUNK_BYTES = 64 << 20  # float64 bytes of one row chunk of a widened or streamed weight
+F64_SHARE = 4  # float64 copies when the model's float64 weights take at most 1/F64_SHARE of the capacity
+
+
+class WeightCache:
+    """Dequantized weights of one GGUF file, at most `capacity` bytes, least recently used evicted first."""
+
+    def __init__(self, gguf: GgufFile, capacity: int | None = None):
+        self.gguf = gguf
+        self.capacity: int | None = None
+        self.dtype = np.dtype(np.float64)
+        self._held: OrderedDict[str, np.ndarray] = OrderedDict()
+        self.loads = 0  # dequantizations done (tests count them)
+        self.evictions = 0
+        self.set_capacity(capacity)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._held.values())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._held
+
+    def held_bytes(self, name: str) -> int:
+        """Bytes the weight takes once held, in the cache's dtype."""
+        return self.dtype.itemsize * n_values(self.gguf, name)
+
+    def fits(self, name: str) -> bool:
+        """Whether the whole weight may be held at all under the capacity."""
+        return self.capacity is None or self.held_bytes(name) <= self.capacity
+
+    def get(self, name: str) -> np.ndarray:
+        """The whole weight (read-only, in `dtype`), from the cache or dequantized now. A weight over
+        the capacity is dequantized and returned without being held."""
+        if name in self._held:
+            self._held.move_to_end(name)
+            return self._held[name]
+        t = self.gguf.tensors[name]
+        w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(self.dtype, copy=False)
+        w.flags.writeable = False
+        self.loads += 1
+        self.gguf.release(name)  # the mapped pages were read once; the dequantized copy is what stays
+        if self.fits(name):
+            self._make_room(w.nbytes)
+            self._held[name] = w
+        return w
+
+    def rows(self, name: str, ids: np.ndarray | slice) -> np.ndarray:
+        """Some rows of a 2-D weight (an embedding lookup, a row chunk): from the held copy, else
+        only those rows' bytes are read and dequantized (float32)."""
+        if name in self._held:
+            return self._held[name][ids]
+        t = self.gguf.tensors[name]
+        return dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, ids)
+
+    def matmul(self, x: np.ndarray, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+        """x [T, K] (float64) @ W[rows].T in float64: the held weight in one product when it is
+        float64, else row chunks widened one at a time (held float32, or streamed from the file)."""
+        t = self.gguf.tensors[name]
+        r0, r1 = rows or (0, t.n_rows)
+        if self.fits(name) and self.dtype == np.float64:
+            return x @ self.get(name)[r0:r1].T
+        whole = self.get(name) if self.fits(name) else None
+        out = np.empty((x.shape[0], r1 - r0), dtype=np.float64)
+        step = max(1, CHUNK_BYTES // (8 * t.n_cols))
+        for a in range(r0, r1, step):
+            b = min(a + step, r1)
+            w = whole[a:b] if whole is not None else self.rows(name, slice(a, b))
+            out[:, a - r0 : b - r0] = x @ w.astype(np.float64).T
+        if whole is None:
+            self.gguf.release(name)
+        return out
+
+    def set_capacity(self, capacity: int | None) -> None:
+        """Bound the cache; a model whose float64 weights take at most 1/F64_SHARE of it is held in
+        float64 (the fast products), any other in float32."""
+        self.capacity = capacity
+        dtype = dtype_for(self.gguf, capacity)
+        if dtype != self.dtype:
+            self._held.clear()
+            self.dtype = dtype
+        self._make_room(0)
+
+    def clear(self) -> None:
+        self._held.clear()
+
+    def _make_room(self, need: int) -> None:
+        if self.capacity is None:
+            return
+        while self._held and self.nbytes + need > self.capacity:
+            self._held.popitem(last=False)
+            self.evictions += 1
+
+
+def dtype_for(gguf: GgufFile, capacity: int | None) -> np.dtype:
+    """float64 when the file's float64 weights take at most 1/F64_SHARE of the capacity, else float32."""
+    total = sum(n_values(gguf, n) for n in gguf.tensors)
+    return np.dtype(np.float64 if capacity is None or 8 * total * F64_SHARE <= capacity else np.float32)
+
+
+def n_values(gguf: GgufFile, name: str) -> int:
+    return int(np.prod(gguf.tensors[name].shape, dtype=np.int64))
+
+
+_SHARED: weakref.WeakValueDictionary[tuple, WeightCache] = weakref.WeakValueDictionary()
+
+
+def shared_cache(gguf: GgufFile) -> WeightCache:
+    """The process's cache for this file (by path, size and modification time): labs of one file
+    share their dequantized weights while any of them is alive."""
+    p = Path(gguf.path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    cache = _SHARED.get(key)
+    if cache is None:
+        cache = WeightCache(gguf)
+        _SHARED[key] = cache
+    return cache
