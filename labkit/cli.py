@@ -121,9 +121,39 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from labkit.gpu.device import describe
 
-    data = describe()
-    _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+    if args.model is None:
+        data = describe()
+        _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+        return 0
+    import labkit
+
+    lab = labkit.open(args.model, memory=args.memory)
+    plan = lab.memory(tokens=args.tokens)
+    tensors = model_tensors(lab)
+    data = {"model": lab.name, "adapter": describe(), "tensors": tensors, "memory": plan.rows(),
+            "memory_total": plan.total(), "budget": plan.budget.nbytes, "fits": plan.fits}  # fmt: skip
+
+    def text() -> str:
+        lines = [repr(lab), f"{'tensor':32} {'type':6} {'shape':>16}  read by"]
+        lines += [f"{t['name']:32} {t['type']:6} {str(t['shape']):>16}  {t['kernel']}" for t in tensors]
+        return "\n".join([*lines, "", plan.table()])
+
+    _emit(args, data, text)
     return 0
+
+
+def model_tensors(lab) -> list[dict]:
+    """Each tensor of the file with its type, shape, and the kernel (family/variant) that reads it."""
+    readers: dict[str, str] = {}
+    for st in lab.graph:
+        for n in (st.weight, st.bias):
+            if n:
+                c = lab.executor.choice(st) if n == st.weight else None
+                readers.setdefault(n, f"{c.family}/{c.kernel.name}" if c else "add/default (bias)")
+    return [
+        {"name": n, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes, "kernel": readers.get(n, "unused")}
+        for n, t in lab.gguf.tensors.items()
+    ]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -261,7 +291,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bad = [e for e in engines if e not in ("gpu", "reference", "llamacpp")]
     if bad:
         raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp")
-    res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines)
+    res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines,
+                    memory=args.memory)  # fmt: skip
     _emit(args, res.to_dict(), res.table)
     return 0
 
@@ -331,6 +362,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     return 0
 
 
+MEMORY_HELP = "memory budget for weights, caches and captures, e.g. 6GB (default: 80%% of what is free)"
 WGSL_HELP = "register the WGSL in FILE as variant NAME of op family OP and select it (repeatable)"
 VARIANT_HELP = "select variant NAME of family OP for every layer, or of one layer as blk.L.OP (repeatable)"
 
@@ -344,7 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_models)
 
-    s = sub.add_parser("info", help="the WebGPU adapter, backend and limits")
+    s = sub.add_parser("info", help="the WebGPU adapter and limits; with MODEL its tensors, kernels and memory plan")
+    s.add_argument("model", nargs="?", help="a registered model or a .gguf path")
+    s.add_argument("--tokens", type=_count, default=128, help="tokens of the pass the memory plan is for")
+    s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 
@@ -429,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeats", type=_count, default=3, help="runs per figure after a warm-up (median)")
     s.add_argument("--decode-tokens", type=_count, default=32)
     s.add_argument("--engines", default="gpu,reference,llamacpp", help="which engines to measure")
+    s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 

@@ -120,3 +120,16 @@ def llama_loadable_tiny(tmp_path, monkeypatch):
         return write_tiny_model(tmp_path / f"tiny-{arch}-{weight_type.lower()}.gguf", spec)
 
     return make
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    """LABKIT_RSS_LOG=FILE: after each test, its name with the process's resident and peak memory
+    (MB), to find what holds memory in a suite that must stay under 8 GB."""
+    log = os.environ.get("LABKIT_RSS_LOG")
+    if not log:
+        return
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    rss, hwm = (int(status[k].split()[0]) // 1024 for k in ("VmRSS", "VmHWM"))
+    with open(log, "a") as f:
+        f.write(f"{rss}\t{hwm}\t{item.nodeid}\n")

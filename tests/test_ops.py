@@ -340,6 +340,9 @@ class HarnessInputs:
     def rows(self, name: str, ids) -> np.ndarray:
         return self.case.weight(name)[ids]
 
+    def matmul(self, x: np.ndarray, name: str, rows=None) -> np.ndarray:
+        return x @ self.weight(name, rows).T  # the case's weight, from gguf.quants: float64 throughout
+
     def cached(self, kind: str) -> np.ndarray:
         return self.case.cache[kind][: self.case.n_past + self.case.T]
 

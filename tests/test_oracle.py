@@ -212,7 +212,7 @@ def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
     eng, i = lab.reference_engine, lab.stages.index(target)
     st = eng.graph[i]
     if make is None:
-        monkeypatch.setitem(eng._weights, st.weight, -eng.weight(st.weight))
+        monkeypatch.setitem(eng.weights._held, st.weight, -eng.weight(st.weight))
     else:  # the stage as the graph describes it, with a wrong parameter
         wrong = dataclasses.replace(st, params={**st.params, **make(st)})
         monkeypatch.setattr(eng, "graph", [*eng.graph[:i], wrong, *eng.graph[i + 1 :]])

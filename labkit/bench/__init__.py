@@ -45,6 +45,19 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (lavapipe's speed moves 2-3x with it: every figure names it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"
+
+
 @dataclass
 class LengthFigures:
     """One engine at one prompt length: median seconds (None: not measured, with the reason in `note`)."""
@@ -86,6 +99,8 @@ class BenchReport:
     op_families: list[OpFamilyTime] = field(default_factory=list)
     op_families_at: int = 0
     decode_op_families: list[OpFamilyTime] = field(default_factory=list)  # one decode step after op_families_at
+    cpu: str = ""  # the host CPU's model name
+    file_mb: float | None = None  # the GGUF file's size
 
     def ratios(self) -> dict[str, float]:
         """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
@@ -199,13 +214,15 @@ def run_bench(
     decode_tokens: int = 32,
     quiet: bool = False,
     engines: tuple[str, ...] = ("gpu", "reference", "llamacpp"),
+    memory: str | None = None,
 ) -> BenchReport:
-    """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp."""
+    """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp.
+    `model` is a registered name or a .gguf path; `memory` the labs' budget (labkit.open)."""
     from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_reference, op_family_times
 
     say = progress(quiet, n_steps(engines, lengths))
     out: dict[str, EngineFigures] = {}
-    lab = open_lab(model)
+    lab = open_lab(model, memory=memory)
     try:
         with bars.quiet():  # one bar: the measured generates and passes show none of their own
             if "gpu" in engines:
@@ -218,7 +235,7 @@ def run_bench(
             else:
                 ops, dec_ops, ops_at = [], [], 0
             if "reference" in engines:
-                out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say)
+                out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say, memory)
             if "llamacpp" in engines:
                 lc = bench_llamacpp(lab, lengths, repeats, decode_tokens, say)
                 if lc is not None:
@@ -227,7 +244,8 @@ def run_bench(
         say.close()
     from labkit.gpu.device import get_device
 
-    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops)
+    file_mb = lab.path.stat().st_size / 2**20
+    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops, cpu_model(), file_mb)
 
 
 def save(report: BenchReport, path: Path) -> None:

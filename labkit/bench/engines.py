@@ -130,10 +130,10 @@ def _per_family(lab: Lab, stage_ms: dict[str, float], T: int, family_ms: dict | 
     return out
 
 
-def bench_reference(model: str, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures:
-    say("reference load (float64 dequantization of every weight)")
+def bench_reference(model: str, lengths, repeats: int, decode_tokens: int, say, memory=None) -> EngineFigures:
+    say("reference load (dequantizing the weights that fit the budget)")
     t0 = time.perf_counter()
-    lab = open_lab(model)
+    lab = open_lab(model, memory=memory)
     lab.reference(prompt_of(lab, 4), names=["logits"])  # dequantizes and caches the float64 weights
     load = time.perf_counter() - t0
     figures = []

@@ -9,7 +9,10 @@ def _s(v: float | None) -> str:
 
 def render(report) -> str:
     r = report
-    lines = [f"{r.model} on {r.adapter}: medians of {r.repeats} runs after a warm-up"]
+    size = f" ({r.file_mb:.0f} MiB file)" if r.file_mb else ""
+    lines = [
+        f"{r.model}{size} on {r.adapter}, host CPU {r.cpu or 'unknown'}: medians of {r.repeats} runs after a warm-up"
+    ]
     lines.append(f"{'engine':10} {'T':>5} {'logits all':>10} {'all stages':>10} {'last only':>10}  note")
     for name, eng in r.engines.items():
         for f in eng.lengths:

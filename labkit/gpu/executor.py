@@ -43,27 +43,26 @@ from labkit.gpu.dispatch import (
     pass_timestamps,
     resolve_timestamps,
     uniform_bytes,
-    wait_idle,
 )
 from labkit.gpu.fusion import Epilogue, epilogue_for
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
 from labkit.gpu.readback import Readback, read_now
-from labkit.gpu.repack import repack_weight
 from labkit.gpu.replay import StepReplay
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
 from labkit.gpu.texture_pool import TexturePool
-from labkit.gpu.weights import GpuWeight, upload_weight
+from labkit.gpu.weight_store import shared_store
+from labkit.gpu.weights import GpuWeight
 from labkit.model.config import ModelConfig
-from labkit.model.dequant import dequantize, dequantize_rows
+from labkit.model.dequant import dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
-from labkit.ops.matmul import EPILOGUE_PARAMS, REPACK_PARAMS, epilogue_source, format_name
+from labkit.ops.matmul import EPILOGUE_PARAMS, epilogue_source, format_name
 from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, registry_generation, selected
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
@@ -203,68 +202,32 @@ class GpuExecutor:
         self.device = self.gpu.device
         self.variants: dict[str, str] = variants if variants is not None else {}  # shared with the Lab
         check_selection(self.variants)
-        self._weights: dict[tuple, GpuWeight] = {}
-        self._repacked: dict[tuple, GpuWeight] = {}
+        self.store = shared_store(self.gpu, gguf)
         self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
-        self._vectors: dict[str, wgpu.GPUBuffer] = {}
         self._replay: StepReplay | None = None
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
-        self.upload_seconds = 0.0
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
         self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
         self.adapter_type: str = self.gpu.adapter_type  # tests force "DiscreteGPU" to take the real-GPU defaults
 
-    # ----- weights
+    # ----- weights (labkit.gpu.weight_store, shared by the executors of one file)
     def weight(self, name: str, rows: tuple[int, int] | None = None) -> GpuWeight:
-        """A matmul weight (or a row range of one): GGUF bytes uploaded unchanged, in row windows
-        above the binding limit."""
-        key = (name, rows)
-        if key not in self._weights:
-            t0 = time.perf_counter()
-            t = self.gguf.tensors[name]
-            raw, n_rows = self.gguf.raw(name), t.n_rows
-            if rows is not None:  # rows are contiguous in every format: a byte range
-                per_row = raw.nbytes // t.n_rows
-                raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
-            label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
-            self._weights[key] = upload_weight(
-                self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, max_window_bytes=self.window_bytes
-            )
-            # write_buffer stages a host copy until the queue flushes: flush per tensor so staging
-            # never piles up, then drop the mapped pages (lavapipe keeps the buffer in host memory).
-            self.device.queue.submit([])
-            self.gguf.release(name)
-            self.upload_seconds += time.perf_counter() - t0
-        return self._weights[key]
+        """A matmul weight (or a row range of one): GGUF bytes uploaded unchanged, in row windows."""
+        return self.store.raw(name, rows, self.window_bytes)
 
     def repacked(self, name: str, rows: tuple[int, int] | None, source: str) -> GpuWeight:
-        """A matmul weight repacked on the GPU by `source` (the format's reader, or a faulty
-        variant's), once per weight and reader. The GGUF bytes are uploaded for the repack and then
-        dropped (lavapipe holds GPU buffers in host memory); a raw-bytes kernel uploads them again."""
-        key = (name, rows, source)
-        if key not in self._repacked:
-            had_raw = (name, rows) in self._weights
-            raw = self.weight(name, rows)
-            t0 = time.perf_counter()
-            REPACK_PARAMS.check(source, f"repack {raw.type_name}")
-            self._repacked[key] = repack_weight(self.gpu, raw, source, self.binding_limit)
-            if not had_raw:  # wgpu keeps the buffers alive until the submitted repack has run
-                del self._weights[(name, rows)]
-            # wait for the repack, so wgpu frees the GGUF upload and the staging buffer now (lavapipe
-            # holds them in host memory), not after every weight has piled up its own
-            wait_idle(self.gpu)
-            self.upload_seconds += time.perf_counter() - t0
-        return self._repacked[key]
+        """A matmul weight repacked on the GPU by `source`, once per weight and reader."""
+        return self.store.repacked(name, rows, source, self.binding_limit, self.window_bytes)
 
     def vector(self, name: str) -> wgpu.GPUBuffer:
-        """A 1-D tensor (norm weight, bias) as f32: tiny, so decoded on the host."""
-        if name not in self._vectors:
-            t = self.gguf.tensors[name]
-            data = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(np.float32).ravel()
-            self._vectors[name] = self.device.create_buffer_with_data(data=data.tobytes(), usage=STORAGE)
-        return self._vectors[name]
+        """A 1-D tensor (norm weight, bias) as f32."""
+        return self.store.vector(name)
+
+    @property
+    def upload_seconds(self) -> float:
+        return self.store.upload_seconds
 
     def upload_all(self) -> None:
         """Put every weight on the GPU now, as the selected kernels read it (otherwise on first use)."""
@@ -283,9 +246,7 @@ class GpuExecutor:
 
     def gpu_bytes(self) -> int:
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
-        weights = [*self._weights.values(), *self._repacked.values()]
-        windows = sum(win.nbytes for w in weights for win in w.windows)
-        return windows + sum(b.size for b in self._vectors.values())
+        return self.store.nbytes()
 
     def embed_input(self, ids: list[int], name: str = "token_embd.weight") -> wgpu.GPUBuffer:
         """Embedding rows of the new tokens, read from the mapped file (only those rows)."""

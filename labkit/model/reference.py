@@ -75,6 +75,7 @@ class ReferenceEngine:
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
         self.weights = weights if weights is not None else shared_cache(gguf)
         self._last_reader = last_readers(graph)
+        self.peak_live_bytes = 0  # the last pass's most bytes of uncaptured outputs alive at once
 
     def weight(self, name: str) -> np.ndarray:
         """A dequantized weight (float32 or float64, exact either way), held under the cache's budget."""
@@ -114,10 +115,20 @@ class ReferenceEngine:
         unknown = sorted(want - {st.name for st in self.graph}) if want is not None else []
         if unknown:
             raise UnknownStageError(f"names filter has unknown stage(s): {', '.join(unknown)}")
+        todo = self._to_dequantize()
+        with progress.bar(len(todo), "reference: dequantizing weights", "tensor") as bar:
+            self.weights.on_load = lambda name: bar.update(name in todo)
+            try:
+                return self._forward(ids, cache, want, each, positions, n_past)
+            finally:
+                self.weights.on_load = None
+
+    def _forward(self, ids, cache: KVCache, want, each, positions, n_past) -> dict[str, np.ndarray]:
+        """forward's loop over the stages, freeing each output after its last reader."""
         vals: dict[str, np.ndarray] = {}
         kept: dict[str, np.ndarray] = {}
-        stages = progress.track(self.graph, "reference: dequantizing weights", min_total=2 if self._slow() else 10**9)
-        for i, st in enumerate(stages):
+        live = self.peak_live_bytes = 0
+        for i, st in enumerate(self.graph):
             layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
             inputs = _StageInputs(self, [vals[n] for n in st.inputs], ids, positions, n_past, layer_cache)
             out = OPS[st.op].reference(st, inputs)
@@ -126,12 +137,17 @@ class ReferenceEngine:
                 cache.store(st.kv_write, st.layer, vals[st.name])
             if want is None or st.name in want:
                 kept[st.name] = vals[st.name]
-            for n in [*st.inputs, st.name]:  # free what no later stage reads (kept captures stay)
-                if self._last_reader[n] <= i:
-                    vals.pop(n, None)
+            else:
+                live += vals[st.name].nbytes
+            self.peak_live_bytes = max(self.peak_live_bytes, live)
+            for n in dict.fromkeys([*st.inputs, st.name]):  # free what no later stage reads (kept captures stay)
+                if self._last_reader[n] <= i and n in vals:
+                    gone = vals.pop(n)
+                    live -= 0 if n in kept else gone.nbytes
         return kept
 
-    def _slow(self) -> bool:
-        """Whether a pass will dequantize weights (its first, or any under a tight budget): a bar then."""
-        used = {st.weight for st in self.graph if st.weight and OPS[st.op].weight == "matrix"}
-        return any(n not in self.weights for n in used)
+    def _to_dequantize(self) -> set[str]:
+        """The weights a pass reads whole (not the embedding's rows) that are not held: its first
+        pass's, or, under a tight budget, those evicted or streamed. A bar counts them."""
+        used = (n for st in self.graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias))
+        return {n for n in used if n and n not in self.weights}

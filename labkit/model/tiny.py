@@ -70,7 +70,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     """Write a synthetic model; returns the path."""
     path = Path(path)
     w = GGUFWriter(str(path), spec.arch)
-    _write_metadata(w, spec)
+    write_metadata(w, spec)
     _write_tensors(w, spec, np.random.default_rng(spec.seed))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -79,11 +79,12 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     return path
 
 
-def _write_metadata(w: GGUFWriter, spec: TinySpec) -> None:
-    """The architecture's keys (as llama.cpp's load_hparams reads them) and a tiny gpt2 vocabulary."""
+def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merges: list[str] = ()) -> None:
+    """The architecture's keys (as llama.cpp's load_hparams reads them) and a gpt2 vocabulary of
+    placeholder tokens (`merges`: llama.cpp's gpt2 loader wants at least one)."""
     a = spec.arch
     # no architecture in the name: llama.cpp keys vocab fix-ups on it ("phi3" wants a "</s>" token)
-    w.add_name(f"labkit tiny {spec.weight_type}")
+    w.add_name(name or f"labkit tiny {spec.weight_type}")
     w.add_block_count(spec.n_layers)
     w.add_context_length(spec.context)
     w.add_embedding_length(spec.d_model)
@@ -105,7 +106,7 @@ def _write_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"<t{i}>" for i in range(spec.vocab)])
     w.add_token_types([1] * spec.vocab)
-    w.add_token_merges([])
+    w.add_token_merges(list(merges))
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_add_bos_token(a != "llama")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,7 @@ class WeightCache:
         self._held: OrderedDict[str, np.ndarray] = OrderedDict()
         self.loads = 0  # dequantizations done (tests count them)
         self.evictions = 0
+        self.on_load: Callable[[str], object] | None = None  # told each weight dequantized whole (a bar)
         self.set_capacity(capacity)
 
     @property
@@ -49,6 +51,14 @@ class WeightCache:
 
     def __contains__(self, name: str) -> bool:
         return name in self._held
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def _loaded(self, name: str) -> None:
+        self.loads += 1
+        if self.on_load is not None:
+            self.on_load(name)
 
     def held_bytes(self, name: str) -> int:
         """Bytes the weight takes once held, in the cache's dtype."""
@@ -67,7 +77,7 @@ class WeightCache:
         t = self.gguf.tensors[name]
         w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(self.dtype, copy=False)
         w.flags.writeable = False
-        self.loads += 1
+        self._loaded(name)
         self.gguf.release(name)  # the mapped pages were read once; the dequantized copy is what stays
         if self.fits(name):
             self._make_room(w.nbytes)
@@ -98,6 +108,7 @@ class WeightCache:
             out[:, a - r0 : b - r0] = x @ w.astype(np.float64).T
         if whole is None:
             self.gguf.release(name)
+            self._loaded(name)
         return out
 
     def set_capacity(self, capacity: int | None) -> None:

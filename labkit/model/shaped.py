@@ -1,0 +1,153 @@
+"""Random-weight GGUF files with the public shapes of the models people debug (0.5B to 8B).
+
+No hub can be reached here, so labkit writes its own: real widths, real vocabularies, the
+tensor types llama.cpp's Q4_K_M gives (Q4_K; Q6_K for attn_v, ffn_down and the output; Q5_0
+and Q8_0 where a row is not a whole number of 256-value blocks, as llama.cpp falls back), and
+random blocks whose scales are set so each weight has a standard deviation of about
+`GAIN / sqrt(n_cols)`: activations stay in range through every layer, as in a trained model.
+Tests write 2 layers (CI stays fast); benchmarks write them all. The file is written tensor
+by tensor, so an 8B file (4.8 GB) never sits in memory. Never commit one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf.quants import dequantize
+
+from labkit.model.tiny import TinySpec, write_metadata
+
+Q = GGMLQuantizationType
+GAIN = 0.7  # weight std × sqrt(n_cols): a little under 1, so 32 random layers neither blow up nor die
+# byte offset of each f16 scale in a block; a K-quant's second field is its dmin
+_F16_AT = {Q.Q8_0: (0,), Q.Q5_0: (0,), Q.Q4_0: (0,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+_FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}  # llama.cpp's, for rows not a multiple of 256
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A model's public shape: what labkit needs to write a file of it."""
+
+    arch: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    vocab: int
+    tied: bool
+    context: int = 4096
+
+
+SHAPES = {
+    "qwen2.5-0.5b": Shape("qwen2", 24, 896, 14, 2, 64, 4864, 151936, tied=True),
+    "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 64, 8192, 128256, tied=True),
+    "llama-3.2-3b": Shape("llama", 28, 3072, 24, 8, 128, 8192, 128256, tied=True),
+    "llama-3.1-8b": Shape("llama", 32, 4096, 32, 8, 128, 14336, 128256, tied=False),
+}
+
+
+def tensor_types(shape: Shape) -> dict[str, GGMLQuantizationType]:
+    """Q4_K_M as llama.cpp assigns it: Q6_K for attn_v, ffn_down and the output (the tied embedding
+    when there is no output.weight), Q4_K for the other matrices."""
+    types = {"token_embd.weight": Q.Q6_K if shape.tied else Q.Q4_K}
+    if not shape.tied:
+        types["output.weight"] = Q.Q6_K
+    for L in range(shape.n_layers):
+        for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
+            types[f"blk.{L}.{n}.weight"] = Q.Q4_K
+        types[f"blk.{L}.attn_v.weight"] = Q.Q6_K
+        types[f"blk.{L}.ffn_down.weight"] = Q.Q6_K
+    return types
+
+
+def tensor_shapes(shape: Shape) -> dict[str, tuple[int, int] | tuple[int]]:
+    """Every tensor of the architecture, in numpy order ([rows, cols]; a vector is [n])."""
+    d, qd, kvd, ff = shape.d_model, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim, shape.d_ff
+    out: dict = {"token_embd.weight": (shape.vocab, d)}
+    if not shape.tied:
+        out["output.weight"] = (shape.vocab, d)
+    out["output_norm.weight"] = (d,)
+    for L in range(shape.n_layers):
+        p = f"blk.{L}."
+        out |= {p + "attn_norm.weight": (d,), p + "attn_q.weight": (qd, d), p + "attn_k.weight": (kvd, d)}
+        out |= {p + "attn_v.weight": (kvd, d), p + "attn_output.weight": (d, qd)}
+        if shape.arch == "qwen2":
+            out |= {p + "attn_q.bias": (qd,), p + "attn_k.bias": (kvd,), p + "attn_v.bias": (kvd,)}
+        out |= {p + "ffn_norm.weight": (d,), p + "ffn_gate.weight": (ff, d), p + "ffn_up.weight": (ff, d)}
+        out[p + "ffn_down.weight"] = (d, ff)
+    return out
+
+
+def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:
+    """The type a row of n_cols values is stored in: llama.cpp's fallback when blocks do not fit."""
+    block = GGML_QUANT_SIZES[qtype][0]
+    return _FALLBACK[qtype] if n_cols % block else qtype
+
+
+def unit_std(qtype: GGMLQuantizationType, rng: np.random.Generator) -> float:
+    """The standard deviation of a random block's values with f16 scale 1 (a K-quant's dmin set to
+    cancel its mean): what a scale of s multiplies by s."""
+    raw = random_blocks(rng, qtype, 512, 1.0)
+    return float(dequantize(raw, qtype).std())
+
+
+def random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, n_blocks: int, scale: float) -> np.ndarray:
+    """n_blocks random blocks of qtype, each with its f16 scale in [0.5, 1] × scale (a K-quant's dmin
+    7.5 times it, so the mean value is about zero)."""
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    d = rng.uniform(0.5, 1.0, n_blocks) * scale
+    for k, off in enumerate(_F16_AT[qtype]):
+        f = (d * (7.5 if k else 1.0)).astype("<f2")
+        raw[:, off : off + 2] = f.view(np.uint8).reshape(n_blocks, 2)
+    return raw
+
+
+def write_shaped_model(path: str | Path, shape: Shape | str, n_layers: int | None = None, seed: int = 0) -> Path:
+    """Write a random-weight file of `shape` (a Shape or a SHAPES name), `n_layers` of its layers
+    (all by default); returns the path. Written tensor by tensor: memory stays at one tensor."""
+    shape = SHAPES[shape] if isinstance(shape, str) else shape
+    shape = replace(shape, n_layers=n_layers or shape.n_layers)
+    path = Path(path)
+    rng = np.random.default_rng(seed)
+    types, shapes = tensor_types(shape), tensor_shapes(shape)
+    w = GGUFWriter(str(path), shape.arch)
+    spec = TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
+                    n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
+                    vocab=shape.vocab, context=shape.context, tied=shape.tied)  # fmt: skip
+    write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["< t"])
+    stored = {}
+    for name, shp in shapes.items():
+        if len(shp) == 1:
+            w.add_tensor_info(name, shp, np.dtype(np.float32), 4 * shp[0])
+            continue
+        qt = storage_type(types[name], shp[1])
+        block, size = GGML_QUANT_SIZES[qt]
+        stored[name] = qt
+        w.add_tensor_info(name, (shp[0], shp[1] // block * size), np.dtype(np.uint8), shp[0] * shp[1] // block * size,
+                          raw_dtype=qt)  # fmt: skip
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    units = {qt: unit_std(qt, rng) for qt in set(stored.values())}
+    for name, shp in shapes.items():
+        w.write_tensor_data(_tensor(rng, name, shp, stored.get(name), units))
+    w.close()
+    return path
+
+
+def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict) -> np.ndarray:
+    if qt is None:  # norm weights near 1, biases near 0
+        base = 0.0 if name.endswith(".bias") else 1.0
+        return (base + 0.1 * rng.standard_normal(shp[0])).astype(np.float32)
+    rows, cols = shp
+    block, size = GGML_QUANT_SIZES[qt]
+    scale = GAIN / np.sqrt(cols) / units[qt]
+    if name == "token_embd.weight":
+        scale = 1.0 / units[qt]  # embeddings of about unit size, as trained models have
+    return random_blocks(rng, qt, rows * cols // block, scale).reshape(rows, cols // block * size)

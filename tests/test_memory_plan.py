@@ -1,0 +1,205 @@
+"""The memory plan (labkit.model.memory) and the streaming reference (labkit.model.weight_cache).
+
+Expected values come from gguf.quants (an independent dequantizer) and from the reference run
+under an unbounded budget; budgets in the tests are derived from each plan's own parts, so a
+change in a part's size moves the budget with it and the check still bites where it should."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf.quants import dequantize as oracle_dequantize
+
+import labkit
+from labkit.cli import main
+from labkit.errors import InvalidArgumentError, MemoryBudgetError, MemoryBudgetWarning
+from labkit.model.dequant import SUPPORTED_TYPES
+from labkit.model.gguf_file import open_gguf
+from labkit.model.liveness import last_readers
+from labkit.model.memory import parse_size, peak_live_bytes, stage_shapes
+from labkit.model.weight_cache import WeightCache
+from tests.test_dequant import random_tensor
+
+T = GGMLQuantizationType
+PROMPT = [1, 5, 9, 33, 2, 7, 11, 40]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return tiny_model("llama", "Q4_K")
+
+
+# ----------------------------------------------------------------- sizes and budgets
+@pytest.mark.parametrize(
+    "text,want",
+    [
+        ("6GB", 6 * 10**9),
+        ("6 GB", 6 * 10**9),
+        ("5.5GiB", int(5.5 * 2**30)),
+        ("512MB", 512 * 10**6),
+        (1234, 1234),
+        ("2048", 2048),
+        ("1tb", 10**12),
+    ],  # fmt: skip
+)
+def test_parse_size(text, want):
+    assert parse_size(text) == want
+
+
+@pytest.mark.parametrize("bad", ["6XB", "", "-1GB", "0", "GB", "nan", 0, -5])
+def test_parse_size_rejects_nonsense(bad):
+    with pytest.raises(InvalidArgumentError, match="memory="):
+        parse_size(bad)
+
+
+def test_default_budget_is_below_what_is_free(tiny):
+    from labkit.model.memory import available_bytes
+
+    lab = labkit.open(tiny)
+    assert 0 < lab.budget.nbytes < available_bytes() * 1.05 and "available" in lab.budget.source
+    assert labkit.open(tiny, memory="3GB").budget.nbytes == 3 * 10**9
+
+
+# ----------------------------------------------------------------- float32 storage is exact
+@pytest.mark.parametrize("qtype", sorted(SUPPORTED_TYPES), ids=lambda t: T(t).name)
+def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, tmp_path):
+    """Random blocks of every type labkit reads: the float32 and the float64 tiers of the cache both
+    hold gguf.quants' values exactly (float32 widens to float64 without rounding)."""
+    rng = np.random.default_rng(int(qtype))
+    qtype = T(qtype)
+    block = GGML_QUANT_SIZES[qtype][0]
+    raw = random_tensor(rng, qtype, 5, 3 if block > 1 else 96)
+    path = tmp_path / f"{qtype.name}.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_tensor("w", raw, raw_dtype=qtype)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    want = oracle_dequantize(raw, qtype)
+    assert want.dtype == np.float32  # so storing float32 loses nothing
+    f = open_gguf(path)
+    for capacity, dtype in ((None, np.float64), (10**9, np.float32)):
+        cache = WeightCache(f, capacity)
+        cache.set_capacity(capacity if capacity is None else 8 * want.size * 4 - 1)  # just too small for f64
+        got = cache.get("w")
+        assert got.dtype == dtype
+        assert np.array_equal(got, want.astype(dtype), equal_nan=True), f"{qtype.name}: cache differs from gguf.quants"
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "IQ3_S", "IQ2_XXS", "TQ1_0", "TQ2_0", "MXFP4", "Q2_K", "Q3_K"])
+def test_gguf_quants_dequantizes_the_other_types_to_float32_too(name):
+    """The types labkit does not read yet also come out of gguf.quants as float32: the float32
+    cache will hold them exactly once they are read."""
+    if not hasattr(T, name):
+        pytest.skip(f"gguf has no {name}")
+    qtype = T[name]
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = np.random.default_rng(7).integers(0, 256, size=(4, size), dtype=np.uint8)
+    assert oracle_dequantize(raw, qtype).dtype == np.float32
+
+
+# ----------------------------------------------------------------- the streaming reference
+def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
+    """float32 held, the biggest weights streamed in row chunks, least recently used evicted: the
+    same float64 values as every weight held in float64."""
+    free = labkit.open(tiny).reference(PROMPT)
+    plan = labkit.open(tiny).memory(tokens=len(PROMPT), engine="reference")
+    fixed = plan.total() - next(p.nbytes for p in plan.parts if p.part == "weight cache")
+    from labkit.model import weight_cache
+
+    weights = sum(4 * np.prod(t.shape) for t in open_gguf(tiny).tensors.values())
+    budget = int(fixed + weights // 3)  # a third of the float32 weights fits
+    old = weight_cache.CHUNK_BYTES
+    weight_cache.CHUNK_BYTES = 4096  # row chunks of a few rows: every streamed product crosses chunk edges
+    try:
+        lab = labkit.open(tiny, memory=budget)
+        cache = lab.reference_engine.weights = WeightCache(lab.gguf)  # its own, not the file's shared one
+        tight = lab.reference(PROMPT)
+    finally:
+        weight_cache.CHUNK_BYTES = old
+    assert cache.dtype == np.float32 and cache.evictions > 0 and cache.nbytes <= weights // 3 + 1
+    for name in free.stages:
+        np.testing.assert_allclose(tight[name], free[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_reference_frees_what_no_later_stage_reads(tiny):
+    """With only the logits captured, the outputs alive at once stay at the plan's peak, far below
+    every stage's output; with everything captured, everything stays."""
+    lab = labkit.open(tiny)
+    eng = lab.reference_engine
+    caps = eng.forward(PROMPT, capture=["logits"])
+    assert list(caps) == ["logits"]
+    got, peak = eng.peak_live_bytes, peak_live_bytes(lab.graph, len(PROMPT), 8, {"logits"})
+    every = sum(a.nbytes for a in lab.reference(PROMPT).captures.values())
+    assert got == peak and peak < every / 5, (got, peak, every)
+
+
+def test_liveness_last_readers():
+    from labkit.model.graph import Stage
+
+    g = [Stage("a", "add"), Stage("b", "add", ("a",)), Stage("c", "add", ("a", "b")), Stage("d", "add", ("b",))]
+    assert last_readers(g) == {"a": 2, "b": 3, "c": 2, "d": 3}
+
+
+def test_op_output_shapes_match_what_the_reference_computes(tiny):
+    lab = labkit.open(tiny)
+    ref = lab.reference(PROMPT)
+    shapes = stage_shapes(lab.graph, len(PROMPT))
+    for name in lab.stages:
+        assert ref[name].shape == shapes[name], name
+
+
+# ----------------------------------------------------------------- budgets that do not fit
+def test_gpu_pass_over_the_budget_is_a_typed_error_before_any_allocation(tiny):
+    lab = labkit.open(tiny, memory="100KB")
+    with pytest.raises(MemoryBudgetError, match=r"gpu weights .*To fit") as e:
+        lab.run(PROMPT, names=["logits"])
+    assert "memory=" in str(e.value)
+    assert "executor" in vars(lab) and lab.executor.gpu_bytes() == 0  # nothing was uploaded
+
+
+def test_reference_over_the_budget_is_a_typed_error(tiny):
+    lab = labkit.open(tiny, memory="10KB")
+    with pytest.raises(MemoryBudgetError, match="reference"):
+        lab.reference(PROMPT, names=["logits"])
+
+
+def test_default_capture_keeps_what_fits_and_says_so_once(tiny):
+    lab = labkit.open(tiny)
+    full = lab.memory(tokens=len(PROMPT), engine="gpu")
+    maps = sum(
+        4 * np.prod(s) for n, s in stage_shapes(lab.graph, len(PROMPT)).items() if n.endswith(("scores", "probs"))
+    )
+    budget = full.total() - maps  # everything but the attention maps fits (twice: regions and captures)
+    lab = labkit.open(tiny, memory=int(budget))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        run = lab.run(PROMPT)
+        lab.run(PROMPT)
+    said = [x for x in w if issubclass(x.category, MemoryBudgetWarning)]
+    assert len(said) == 1 and "attention maps" in str(said[0].message) and "names=" in str(said[0].message)
+    assert "blk.0.attn_scores" not in run.captures and "blk.0.attn_out" in run.captures
+    whole = labkit.open(tiny).run(PROMPT)
+    np.testing.assert_array_equal(run["logits"], whole["logits"])
+    with pytest.raises(MemoryBudgetError):  # every stage asked for by name: no silent cut
+        lab.run(PROMPT, names=lab.stages)
+
+
+def test_memory_table_and_cli_info(tiny, capsys):
+    lab = labkit.open(tiny, memory="2GB")
+    plan = lab.memory(tokens=16)
+    assert {(p.engine, p.part) for p in plan.parts} >= {("gpu", "weights"), ("reference", "weight cache")}
+    assert plan.total() == sum(r["bytes"] for r in plan.rows()) and plan.fits
+    assert "budget 2.00 GB" in plan.table()
+    assert main(["info", str(tiny), "--tokens", "16", "--memory", "2GB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] and data["budget"] == 2 * 10**9
+    kinds = {t["name"]: t["kernel"] for t in data["tensors"]}
+    assert kinds["blk.0.attn_q.weight"].startswith("matmul_q4_k/") and kinds["blk.0.attn_norm.weight"].startswith(
+        "rmsnorm"
+    )
+    assert main(["info", str(tiny), "--memory", "12XB"]) == 2
+    assert capsys.readouterr().err.startswith("labkit: error: memory=")
