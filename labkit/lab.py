@@ -125,7 +125,6 @@ class Lab:
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, names, layers)
         names = self._fit_capture("reference", len(ids), names)
-        self.reference_engine.weights.set_capacity(self._plan(len(ids), names, engines=("reference",)).room)
         t0 = time.perf_counter()
         caps = self.reference_engine.forward(ids, KVCache(), capture=names)
         return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
@@ -147,6 +146,8 @@ class Lab:
         from labkit.model.weight_cache import dtype_for
 
         parts: list[MemoryPart] = []
+        if self.budget.baseline:
+            parts.append(MemoryPart("process", "baseline", self.budget.baseline, "resident when the lab opened"))
         if "gpu" in engines or "executor" in vars(self):
             from labkit.gpu.memory_plan import gpu_parts
 
@@ -159,9 +160,22 @@ class Lab:
             room = max(self.budget.nbytes - sum(p.nbytes for p in parts + fixed), 0)
             itemsize = dtype_for(self.gguf, room).itemsize
             parts += reference_parts(self.gguf, self.graph, cfg.n_layers, cfg.kv_dim, T, names, itemsize, room)
-        elif "reference_engine" in vars(self):
-            parts.append(MemoryPart("reference", "weight cache", self.reference_engine.weights.nbytes, "held now"))
+        elif "reference_engine" in vars(self):  # held weights yield to the pass, least recently used first
+            room = max(self.budget.nbytes - sum(p.nbytes for p in parts), 0)
+            held = self.reference_engine.weights.nbytes
+            parts.append(MemoryPart("reference", "weight cache", min(held, room), "held; yields to the pass"))
         return MemoryPlan(self.budget, T, tuple(parts), room)
+
+    def _make_room(self, plan: MemoryPlan, engine: str) -> None:
+        """Bound the reference's weight cache by the plan's room for it: its own pass's room, or what a
+        GPU pass leaves (held weights are evicted, least recently used first)."""
+        if plan.room is None or (engine != "reference" and "reference_engine" not in vars(self)):
+            return
+        cache = self.reference_engine.weights
+        if engine == "reference":
+            cache.set_capacity(plan.room)
+        else:
+            cache.shrink_to(plan.room)
 
     def _fit_capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
         """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,
@@ -169,9 +183,11 @@ class Lab:
         plan = self._plan(T, names, last_only, engines=(engine,))
         if plan.fits or names is not None:
             plan.check(f"a {engine} pass of {T} tokens")
+            self._make_room(plan, engine)
             return names
         for desc, smaller in capture_fallbacks(self.graph):
-            if self._plan(T, smaller, last_only, engines=(engine,)).fits:
+            if (cut := self._plan(T, smaller, last_only, engines=(engine,))).fits:
+                self._make_room(cut, engine)
                 if (engine, desc) not in self._said:
                     self._said.add((engine, desc))
                     warnings.warn(

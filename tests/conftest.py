@@ -122,6 +122,17 @@ def llama_loadable_tiny(tmp_path, monkeypatch):
     return make
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _release_reference_weights():
+    """Each module's reference weights go with it: the labs shared across the session keep their
+    GPU weights, but the float64 weight caches (2.1 GB for Gemma) are dequantized again where a
+    later module needs them, so the suite's peak stays under 8 GB."""
+    yield
+    from labkit.model.weight_cache import release_all
+
+    release_all()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item):
     """LABKIT_RSS_LOG=FILE: after each test, its name with the process's resident and peak memory

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -168,24 +169,33 @@ def test_reference_over_the_budget_is_a_typed_error(tiny):
 
 
 def test_default_capture_keeps_what_fits_and_says_so_once(tiny):
-    lab = labkit.open(tiny)
-    full = lab.memory(tokens=len(PROMPT), engine="gpu")
-    maps = sum(
-        4 * np.prod(s) for n, s in stage_shapes(lab.graph, len(PROMPT)).items() if n.endswith(("scores", "probs"))
-    )
-    budget = full.total() - maps  # everything but the attention maps fits (twice: regions and captures)
-    lab = labkit.open(tiny, memory=int(budget))
+    T = 200  # long enough for attention maps of a few MB
+    ids = [1 + i % 500 for i in range(T)]
+    whole = labkit.open(tiny).run(ids)
+    lab = labkit.open(tiny, memory="1TB")  # a process budget: its baseline counts, as it will below
+    full = lab.memory(tokens=T, engine="gpu")
+    maps = sum(4 * np.prod(s) for n, s in stage_shapes(lab.graph, T).items() if n.endswith(("scores", "probs")))
+    # everything but the attention maps fits (they count twice: their regions and their captures)
+    lab.budget = replace(lab.budget, nbytes=int(full.total() - maps))
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        run = lab.run(PROMPT)
-        lab.run(PROMPT)
+        run = lab.run(ids)
+        lab.run(ids)
     said = [x for x in w if issubclass(x.category, MemoryBudgetWarning)]
     assert len(said) == 1 and "attention maps" in str(said[0].message) and "names=" in str(said[0].message)
     assert "blk.0.attn_scores" not in run.captures and "blk.0.attn_out" in run.captures
-    whole = labkit.open(tiny).run(PROMPT)
     np.testing.assert_array_equal(run["logits"], whole["logits"])
     with pytest.raises(MemoryBudgetError):  # every stage asked for by name: no silent cut
-        lab.run(PROMPT, names=lab.stages)
+        lab.run(ids, names=lab.stages)
+
+
+def test_a_process_budget_counts_what_the_process_held_at_open(tiny):
+    from labkit.model.memory import resident_bytes
+
+    lab = labkit.open(tiny, memory="50GB")
+    base = next(p for p in lab.memory(tokens=4).parts if p.engine == "process")
+    assert 0.5 * resident_bytes() < base.nbytes <= resident_bytes() * 1.5
+    assert not any(p.engine == "process" for p in labkit.open(tiny).memory(tokens=4).parts)
 
 
 def test_memory_table_and_cli_info(tiny, capsys):

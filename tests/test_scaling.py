@@ -265,8 +265,9 @@ def test_long_gemma_prompt_runs_with_its_logits_in_chunks():
 def test_longer_gemma_prompt_says_what_to_capture():
     """4096 tokens of Gemma 3 with every stage captured: each [4, 4096, 4096] attention map takes 256
     MiB, over lavapipe's 128 MiB storage binding, and its kernels bind it whole. Raised while
-    planning, before any GPU work; typed both ways, and it says what to do instead."""
-    lab = labkit.open("gemma3-270m")
+    planning, before any GPU work; typed both ways, and it says what to do instead. (A budget
+    large enough that the memory plan keeps every stage: the device's limit is what is tested.)"""
+    lab = labkit.open("gemma3-270m", memory="1TB")
     ids = [2] + [1000 + i % 5000 for i in range(4095)]
     with pytest.raises(BufferLimitError) as e:
         lab.run(ids)

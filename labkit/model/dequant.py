@@ -23,7 +23,7 @@ from labkit.errors import ModelFileError, UnsupportedTensorTypeError
 
 T = GGMLQuantizationType
 SUPPORTED_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
-_CHUNK_BYTES = 32 << 20  # bytes of blocks decoded at once: bounds the temporaries
+_CHUNK_BYTES = 8 << 20  # bytes of blocks decoded at once: bounds the temporaries (about 20x as floats)
 
 
 def _type_name(ggml_type: int) -> str:

@@ -33,10 +33,14 @@ _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K
 
 @dataclass(frozen=True)
 class Budget:
-    """Bytes a lab may hold, and where that figure came from (shown in the plan)."""
+    """Bytes a lab may hold, and where that figure came from (shown in the plan). A budget given
+    as memory= bounds the whole process, so what it held when the lab opened (Python, libraries,
+    earlier labs' data) is its `baseline`; the default is a share of what is free, which already
+    leaves that out (baseline 0)."""
 
     nbytes: int
     source: str
+    baseline: int = 0
 
 
 def parse_size(size: int | float | str) -> int:
@@ -70,9 +74,21 @@ def budget_of(memory: int | float | str | None) -> Budget:
     """The lab's budget: the one given, or DEFAULT_SHARE of what is free now."""
     if memory is not None:
         n = parse_size(memory)
-        return Budget(n, f"memory={memory!r}")
+        return Budget(n, f"memory={memory!r}", resident_bytes())
     free = available_bytes()
     return Budget(int(DEFAULT_SHARE * free), f"default: {DEFAULT_SHARE:.0%} of the {gb(free)} available")
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (VmRSS)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def gb(n: float) -> str:
@@ -83,7 +99,7 @@ def gb(n: float) -> str:
 class MemoryPart:
     """One line of the plan: which engine holds it, what it is, its bytes, and how to make it smaller."""
 
-    engine: str  # "gpu" or "reference"
+    engine: str  # "gpu", "reference", or "process" (its baseline)
     part: str  # "weights", "kv cache", "pass regions", "captures", "weight cache", "activations"
     nbytes: int
     detail: str = ""

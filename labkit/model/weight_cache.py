@@ -106,8 +106,9 @@ class WeightCache:
             b = min(a + step, r1)
             w = whole[a:b] if whole is not None else self.rows(name, slice(a, b))
             out[:, a - r0 : b - r0] = x @ w.astype(np.float64).T
+            if whole is None:
+                self.gguf.release(name)  # the chunk's mapped pages were read once
         if whole is None:
-            self.gguf.release(name)
             self._loaded(name)
         return out
 
@@ -121,15 +122,18 @@ class WeightCache:
             self.dtype = dtype
         self._make_room(0)
 
+    def shrink_to(self, nbytes: int) -> None:
+        """Evict, least recently used first, until at most `nbytes` are held (the capacity stays)."""
+        while self._held and self.nbytes > nbytes:
+            self._held.popitem(last=False)
+            self.evictions += 1
+
     def clear(self) -> None:
         self._held.clear()
 
     def _make_room(self, need: int) -> None:
-        if self.capacity is None:
-            return
-        while self._held and self.nbytes + need > self.capacity:
-            self._held.popitem(last=False)
-            self.evictions += 1
+        if self.capacity is not None:
+            self.shrink_to(self.capacity - need)
 
 
 def dtype_for(gguf: GgufFile, capacity: int | None) -> np.dtype:
@@ -156,3 +160,14 @@ def shared_cache(gguf: GgufFile) -> WeightCache:
         cache = WeightCache(gguf)
         _SHARED[key] = cache
     return cache
+
+
+def release_all() -> int:
+    """Drop every held dequantized weight of every file in this process (they are dequantized again
+    when next needed); returns the bytes freed. A notebook between experiments, a test between
+    modules."""
+    freed = 0
+    for cache in list(_SHARED.values()):
+        freed += cache.nbytes
+        cache.clear()
+    return freed
