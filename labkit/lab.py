@@ -177,9 +177,28 @@ class Lab:
         else:
             cache.shrink_to(plan.room)
 
+    def _fit_weights(self, T: int, last_only: bool) -> None:
+        """GPU weights at their file size when the repacked int8 layout would not fit the budget with
+        the smallest capture (the raw-bytes kernels read them: slower on lavapipe), said once."""
+        ex = self.executor
+        if ex.weight_layout != "repacked" or self._plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+            return
+        ex.weight_layout = "gguf"
+        if not self._plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+            ex.weight_layout = "repacked"  # neither fits: the plan's error names the parts
+            return
+        warnings.warn(
+            f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.budget.nbytes)}; the "
+            "weights stay as GGUF bytes, read by the raw-bytes kernels (slower on lavapipe). A larger memory= "
+            "budget gives the repacked layout.",
+            MemoryBudgetWarning, stacklevel=4,
+        )  # fmt: skip
+
     def _fit_capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
         """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,
         for the default capture of every stage, the most of it that fits, said once."""
+        if engine == "gpu":
+            self._fit_weights(T, last_only)
         plan = self._plan(T, names, last_only, engines=(engine,))
         if plan.fits or names is not None:
             plan.check(f"a {engine} pass of {T} tokens")

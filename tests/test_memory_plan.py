@@ -57,12 +57,17 @@ def test_parse_size_rejects_nonsense(bad):
         parse_size(bad)
 
 
-def test_default_budget_is_below_what_is_free(tiny):
+def test_default_budget_is_below_what_is_free(tiny, monkeypatch):
     from labkit.model.memory import available_bytes
 
     lab = labkit.open(tiny)
     assert 0 < lab.budget.nbytes < available_bytes() * 1.05 and "available" in lab.budget.source
     assert labkit.open(tiny, memory="3GB").budget.nbytes == 3 * 10**9
+    monkeypatch.setenv("LABKIT_MEMORY_SHARE", "0.25")
+    assert labkit.open(tiny).budget.nbytes < 0.26 * available_bytes()
+    monkeypatch.setenv("LABKIT_MEMORY_SHARE", "2")
+    with pytest.raises(InvalidArgumentError, match="LABKIT_MEMORY_SHARE"):
+        labkit.open(tiny)
 
 
 # ----------------------------------------------------------------- float32 storage is exact
@@ -107,16 +112,16 @@ def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
     """float32 held, the biggest weights streamed in row chunks, least recently used evicted: the
     same float64 values as every weight held in float64."""
     free = labkit.open(tiny).reference(PROMPT)
-    plan = labkit.open(tiny).memory(tokens=len(PROMPT), engine="reference")
-    fixed = plan.total() - next(p.nbytes for p in plan.parts if p.part == "weight cache")
     from labkit.model import weight_cache
 
-    weights = sum(4 * np.prod(t.shape) for t in open_gguf(tiny).tensors.values())
-    budget = int(fixed + weights // 3)  # a third of the float32 weights fits
     old = weight_cache.CHUNK_BYTES
     weight_cache.CHUNK_BYTES = 4096  # row chunks of a few rows: every streamed product crosses chunk edges
     try:
-        lab = labkit.open(tiny, memory=budget)
+        lab = labkit.open(tiny, memory="1TB")  # a process budget: what the process holds counts
+        plan = lab.memory(tokens=len(PROMPT), engine="reference")
+        fixed = plan.total() - next(p.nbytes for p in plan.parts if p.part == "weight cache")
+        weights = sum(4 * np.prod(t.shape) for t in open_gguf(tiny).tensors.values())
+        lab.budget = replace(lab.budget, nbytes=int(fixed + weights // 3))  # a third of the float32 weights fits
         cache = lab.reference_engine.weights = WeightCache(lab.gguf)  # its own, not the file's shared one
         tight = lab.reference(PROMPT)
     finally:
@@ -199,17 +204,45 @@ def test_a_process_budget_counts_what_the_process_held_at_open(tiny):
 
 
 def test_memory_table_and_cli_info(tiny, capsys):
-    lab = labkit.open(tiny, memory="2GB")
+    from labkit.model.memory import gb, resident_bytes
+
+    budget = resident_bytes() + 2 * 10**9  # a process budget: 2 GB on top of what this process holds
+    lab = labkit.open(tiny, memory=budget)
     plan = lab.memory(tokens=16)
     assert {(p.engine, p.part) for p in plan.parts} >= {("gpu", "weights"), ("reference", "weight cache")}
     assert plan.total() == sum(r["bytes"] for r in plan.rows()) and plan.fits
-    assert "budget 2.00 GB" in plan.table()
-    assert main(["info", str(tiny), "--tokens", "16", "--memory", "2GB", "--json"]) == 0
+    assert f"budget {gb(budget)}" in plan.table()
+    assert main(["info", str(tiny), "--tokens", "16", "--memory", str(budget), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["fits"] and data["budget"] == 2 * 10**9
+    assert data["fits"] and data["budget"] == budget
     kinds = {t["name"]: t["kernel"] for t in data["tensors"]}
     assert kinds["blk.0.attn_q.weight"].startswith("matmul_q4_k/") and kinds["blk.0.attn_norm.weight"].startswith(
         "rmsnorm"
     )
     assert main(["info", str(tiny), "--memory", "12XB"]) == 2
     assert capsys.readouterr().err.startswith("labkit: error: memory=")
+
+
+def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny):
+    """Q4_K repacked to int8 takes 1.25 bytes a value, its GGUF bytes 0.5625: a budget between the
+    two keeps the GGUF bytes (the raw-bytes kernels read them), says so once, and computes the same."""
+    ids = PROMPT
+    want = labkit.open(tiny).run(ids, names=["logits"])["logits"]
+    lab = labkit.open(tiny, memory="1TB")
+    ex = lab.executor
+    plan = lab.memory(tokens=len(ids), capture=["logits"], engine="gpu")
+    repacked, repacked_weights = plan.total(), next(p.nbytes for p in plan.parts if p.part == "weights")
+    ex.weight_layout = "gguf"
+    raw = lab.memory(tokens=len(ids), capture=["logits"], engine="gpu")
+    ex.weight_layout = "repacked"
+    assert raw.total() < repacked
+    lab.budget = replace(lab.budget, nbytes=(raw.total() + repacked) // 2)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = lab.run(ids, names=["logits"])["logits"]
+    assert [str(x.message) for x in w if issubclass(x.category, MemoryBudgetWarning)][0].count("GGUF bytes") == 1
+    assert ex.weight_layout == "gguf" and "GGUF bytes" in lab.kernels()["q"]["why"]
+    assert lab.kernels()["q"]["kernel"] == "row"
+    weights = next(p for p in lab.memory(tokens=len(ids), engine="gpu").parts if p.part == "weights")
+    assert weights.detail == "GGUF bytes" and weights.nbytes < 0.6 * repacked_weights
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

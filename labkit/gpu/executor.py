@@ -211,6 +211,9 @@ class GpuExecutor:
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
         self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
         self.adapter_type: str = self.gpu.adapter_type  # tests force "DiscreteGPU" to take the real-GPU defaults
+        # "repacked": default matmuls read the int8 layout (fast on lavapipe); "gguf": the raw-bytes
+        # kernels, weights at their file size (what the lab picks when the repacked ones do not fit)
+        self.weight_layout = "repacked"
 
     # ----- weights (labkit.gpu.weight_store, shared by the executors of one file)
     def weight(self, name: str, rows: tuple[int, int] | None = None) -> GpuWeight:
@@ -274,6 +277,9 @@ class GpuExecutor:
         if name != "default":
             key = f"blk.{st.layer}.{family}"
             why = f"selected ({key if key in self.variants else family})"
+        elif kernel.repack is not None and self.weight_layout == "gguf":
+            kernel = get_kernel(family, "row", self.adapter)
+            why = "default for weights kept as GGUF bytes (the repacked layout does not fit the memory budget)"
         elif kernel.prefer:
             why = f"default on a {self.adapter_type} adapter ({self.adapter})"
         else:
@@ -309,7 +315,7 @@ class GpuExecutor:
     def selection(self) -> tuple[dict[str, Kernel], set[str], list[tuple]]:
         """(kernels, skipped, signatures) of the graph under the current variants and adapter: worked
         out once per selection (and registration of user variants), not every decode step."""
-        key = (tuple(sorted(self.variants.items())), self.adapter_type, registry_generation())
+        key = (tuple(sorted(self.variants.items())), self.adapter_type, registry_generation(), self.weight_layout)
         if self._selection[0] != key:
             kernels = {st.name: self.kernel(st) for st in self.graph}
             skipped = self.skipped(kernels)

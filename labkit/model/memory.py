@@ -75,8 +75,23 @@ def budget_of(memory: int | float | str | None) -> Budget:
     if memory is not None:
         n = parse_size(memory)
         return Budget(n, f"memory={memory!r}", resident_bytes())
-    free = available_bytes()
-    return Budget(int(DEFAULT_SHARE * free), f"default: {DEFAULT_SHARE:.0%} of the {gb(free)} available")
+    free, share = available_bytes(), default_share()
+    return Budget(int(share * free), f"default: {share:.0%} of the {gb(free)} available")
+
+
+def default_share() -> float:
+    """The share of free memory a lab's default budget takes: DEFAULT_SHARE, or LABKIT_MEMORY_SHARE
+    (a JupyterHub that runs many kernels per machine sets it lower)."""
+    text = os.environ.get("LABKIT_MEMORY_SHARE")
+    if text is None:
+        return DEFAULT_SHARE
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise InvalidArgumentError(f"LABKIT_MEMORY_SHARE={text!r}: give a share of free memory in (0, 1]")
+    return share
 
 
 def resident_bytes() -> int:

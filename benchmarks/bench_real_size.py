@@ -1,0 +1,145 @@
+"""Real sizes: random-weight files with the public shapes of Llama-3.2-1B and Llama-3.1-8B (all
+their layers, Q4_K_M-like storage, written once into ~/.cache/labkit/shaped, never into git),
+each engine in a process of its own so that its peak RSS is its own:
+
+- the GPU path: prefill, decode and peak RSS against the file's size;
+- the float64 reference: prefill and peak RSS, with the default budget and with a set one;
+- llama.cpp (the `oracle` extra): prefill and decode;
+- for the 8B shape, `compare` of a GPU pass and a reference pass in one process under 10 GB.
+
+Figures are medians of `--repeats` after a warm-up; ratios are taken within this run, against
+the reference. The host CPU is printed with them (lavapipe's speed moves 2-3x with it).
+
+    .venv/bin/python benchmarks/bench_real_size.py [--shapes llama-3.2-1b,llama-3.1-8b]
+
+Run nothing else meanwhile: on 2 cores a second job halves every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CACHE = Path.home() / ".cache" / "labkit" / "shaped"
+OUT = Path(__file__).resolve().parent / "results"
+# per shape: prompt lengths, the reference's set budget, decode tokens
+PLANS = {
+    "llama-3.2-1b": {"lengths": [64, 512], "ref_memory": "3GB", "decode": 16},
+    "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8},
+}
+
+ENGINE = r"""
+import json, statistics, sys, time
+import labkit
+from labkit.bench import peak_rss_mb, prompt_of
+engine, path, memory, lengths, decode, repeats = sys.argv[1], sys.argv[2], sys.argv[3] or None, \
+    json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+lab = labkit.open(path, memory=memory)
+out = {"engine": engine, "memory": memory, "prefill_s": {}, "file_bytes": lab.path.stat().st_size}
+def med(fn):
+    fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+t0 = time.perf_counter()
+if engine == "gpu":
+    lab.executor.upload_all()
+    out["load_s"] = time.perf_counter() - t0
+    out["gpu_weight_bytes"] = lab.executor.gpu_bytes()
+    for n in lengths:
+        ids = prompt_of(lab, n)
+        out["prefill_s"][n] = med(lambda: (lab.forget_last_pass(), lab.run(ids, names=["logits"], timestamps=False)))
+    out["decode_tok_s"] = lab.generate(prompt_of(lab, 8), max_new_tokens=decode).timings["decode_tok_s"]
+elif engine == "reference":
+    for n in lengths:
+        ids = prompt_of(lab, n)
+        out["prefill_s"][n] = med(lambda: lab.reference(ids, names=["logits"]))
+    out["weight_cache_bytes"] = lab.reference_engine.weights.nbytes
+elif engine == "llamacpp":
+    from labkit.bench.engines import bench_llamacpp
+    f = bench_llamacpp(lab, tuple(lengths), repeats, decode, lambda msg: None)
+    out["prefill_s"] = {x.length: x.logits_all_s for x in f.lengths}
+    out["decode_tok_s"] = f.decode_tok_s
+elif engine == "compare":
+    ids = prompt_of(lab, lengths[0])
+    run = lab.run(ids)
+    ref = lab.reference(ids)
+    cmp = labkit.compare(run, ref)
+    out["passed"], out["first_divergence"] = cmp.passed, cmp.first_divergence
+out["peak_rss_bytes"] = peak_rss_mb() * 2**20
+print(json.dumps(out))
+"""
+
+
+def shaped_file(name: str) -> Path:
+    from labkit.model.shaped import write_shaped_model
+
+    path = CACHE / f"{name}.gguf"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        print(f"writing {path} (random weights, public shape)", file=sys.stderr)
+        write_shaped_model(path.with_suffix(".part"), name).rename(path)
+    return path
+
+
+def one(engine: str, path: Path, memory: str | None, lengths, decode: int, repeats: int) -> dict:
+    args = [engine, str(path), memory or "", json.dumps(lengths), str(decode), str(repeats)]
+    p = subprocess.run([sys.executable, "-c", ENGINE, *args], capture_output=True, text=True,
+                       env={**os.environ, "LABKIT_PROGRESS": "0"})  # fmt: skip
+    if p.returncode != 0:
+        return {"engine": engine, "memory": memory, "error": p.stderr.strip().splitlines()[-1:]}
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def bench_shape(name: str, repeats: int) -> list[dict]:
+    plan, path = PLANS[name], shaped_file(name)
+    L, dec = plan["lengths"], plan["decode"]
+    rows = [one("gpu", path, None, L, dec, repeats)]
+    rows.append(one("reference", path, None, L, 0, repeats))
+    rows.append(one("reference", path, plan["ref_memory"], L[-1:], 0, 1))
+    rows.append(one("llamacpp", path, None, L, dec, repeats))
+    if name == "llama-3.1-8b":
+        rows.append(one("compare", path, "10GB", [16], 0, 0))
+    return rows
+
+
+def table(name: str, rows: list[dict], cpu: str) -> str:
+    ref = next((r for r in rows if r["engine"] == "reference" and not r.get("memory")), {})
+    lines = [f"{name}: {rows[0].get('file_bytes', 0) / 2**30:.2f} GiB file; host CPU {cpu}"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"  {r['engine']:10} {r.get('memory') or 'default':8} error: {r['error']}")
+            continue
+        pre = ", ".join(
+            f"T={n}: {s:.2f} s" + (f" ({s / ref['prefill_s'][n]:.2f}x ref)" if ref.get("prefill_s", {}).get(n) else "")
+            for n, s in r.get("prefill_s", {}).items()
+        )
+        dec = f"; decode {r['decode_tok_s']:.2f} tok/s" if r.get("decode_tok_s") else ""
+        rss = r["peak_rss_bytes"]
+        extra = f"; passed={r['passed']} first divergence {r['first_divergence']}" if "passed" in r else ""
+        lines.append(f"  {r['engine']:10} {r.get('memory') or 'default':8} {pre}{dec}; peak RSS "
+                     f"{rss / 1e9:.2f} GB ({rss / r['file_bytes']:.2f}x the file){extra}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> None:
+    from labkit.bench import cpu_model
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(PLANS))
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    OUT.mkdir(exist_ok=True)
+    for name in args.shapes.split(","):
+        rows = bench_shape(name, args.repeats)
+        (OUT / f"real-size-{name}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
+        print(table(name, rows, cpu_model()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
