@@ -14,10 +14,8 @@ import numpy as np
 
 from labkit.errors import UnknownStageError
 
-# The bit pattern a debug run fills every output region with before the pass (a NaN payload that
-# no arithmetic produces); an element still holding it afterwards was never written. Defined here,
-# not in the GPU package, because data flows file → model → gpu → captures.
-POISON_BITS = 0x7FBADBAD
+# the debug-mode poison (labkit.poison, below both the executor and the captures), re-exported
+from labkit.poison import POISON_BITS, poison_count  # noqa: F401
 
 # Attention maps are [heads, q_pos, k_pos]; every other capture is [positions, ...].
 ATTENTION_MAPS = ("attn_scores", "attn_probs")
@@ -96,14 +94,6 @@ def as_f64(a: np.ndarray) -> np.ndarray:
     (a RuntimeWarning), so the cast ignores it; the result holds quiet NaNs."""
     with np.errstate(invalid="ignore"):
         return np.asarray(a, dtype=np.float64)
-
-
-def poison_count(a: np.ndarray) -> int:
-    """Elements of a float32 array still holding POISON_BITS: never written by a debug pass."""
-    a = np.asarray(a)
-    if a.dtype != np.float32:
-        return 0
-    return int(np.count_nonzero(np.ascontiguousarray(a).view(np.uint32) == POISON_BITS))
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

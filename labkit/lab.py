@@ -278,13 +278,15 @@ class Lab:
         )
 
     # ----- llama.cpp as an oracle (extra "oracle")
-    def oracle(self, prompt: Prompt) -> Run:
-        """llama.cpp's own intermediate tensors for the prompt, under labkit's stage names."""
+    def oracle(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None) -> Run:
+        """llama.cpp's own intermediate tensors for the prompt, under labkit's stage names; `names`
+        (globs allowed) and `layers` keep fewer, as `run` does, so an 8B prompt's tensors fit."""
         from labkit.oracle.llamacpp import run_llamacpp
 
         ids = self.prompt_ids(prompt)
+        keep = select_names(self.graph, names, layers)
         t0 = time.perf_counter()
-        captures = run_llamacpp(self.path, self.config, self.graph, ids)
+        captures = run_llamacpp(self.path, self.config, self.graph, ids, None if keep is None else set(keep))
         return self._make_run("llamacpp", ids, captures, {"total_s": time.perf_counter() - t0})
 
     def oracle_thresholds(self) -> dict[str, float]:

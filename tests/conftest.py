@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# Labs opened by the suite (and the notebooks and processes it starts) take 40% of what is free
+# Labs opened by the suite (and the notebooks and processes it starts) take 30% of what is free
 # as their default budget, not 80%: the suite holds many labs in one process, and a budget that
 # leaves Gemma's reference its float64 tier (2.1 GB) in every module would pass 8 GB.
-os.environ.setdefault("LABKIT_MEMORY_SHARE", "0.4")
+os.environ.setdefault("LABKIT_MEMORY_SHARE", "0.3")
 
 import labkit  # noqa: E402
 from labkit.model.tiny import TinySpec, write_tiny_model  # noqa: E402

@@ -262,3 +262,15 @@ def test_cli_compare_against_llamacpp_json():
     lab = _lab("smollm2-135m")
     assert len(data["stages"]) >= 0.9 * len(lab.stages)
     assert {stage_kind(r["stage"]) for r in data["stages"]} == {s.kind for s in build_graph(lab.config)}
+
+
+@pytest.mark.oracle
+@needs_llama
+def test_oracle_takes_the_capture_filters_of_run():
+    """names (globs) and layers keep fewer of llama.cpp's tensors, the same values as a full capture."""
+    lab, prompt = _lab("smollm2-135m"), PROMPTS[0]
+    full = _oracle("smollm2-135m", prompt)
+    some = lab.oracle(prompt, names=["blk.*.attn_norm", "logits"], layers=[2])
+    assert sorted(some.captures) == ["blk.2.attn_norm", "logits"]
+    for name in some.captures:
+        np.testing.assert_array_equal(some[name], full[name], err_msg=name)

@@ -48,7 +48,7 @@ def _ranges(rows: np.ndarray) -> list[tuple[int, int]]:
 
 
 def _unwritten_rows(z: np.ndarray) -> np.ndarray:
-    from labkit.gpu.executor import POISON_BITS
+    from labkit.poison import POISON_BITS
 
     z = np.ascontiguousarray(z, dtype=np.float32)
     return np.flatnonzero(z.view(np.uint32) == POISON_BITS)

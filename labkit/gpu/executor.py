@@ -31,7 +31,6 @@ from functools import partial
 import numpy as np
 import wgpu
 
-from labkit.captures import POISON_BITS, poison_count  # defined with the captures that report it; re-exported here
 from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu.chunked_logits import LogitsChunk, read_chunks, token_spans
 from labkit.gpu.device import GpuDevice, get_device
@@ -64,6 +63,7 @@ from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS, epilogue_source, format_name
 from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, registry_generation, selected
+from labkit.poison import POISON_BITS, poison_count
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 Patch = Callable[[np.ndarray, str], np.ndarray]
@@ -77,6 +77,7 @@ class Region:
     buffer: wgpu.GPUBuffer
     offset: int  # in floats
     shape: tuple[int, ...]
+    layout: str = "rows"  # "rows": [positions, ...]; "heads": an attention map [heads, queries, keys]
 
     @property
     def size(self) -> int:
@@ -381,9 +382,10 @@ class GpuExecutor:
         n = math.prod(shape)
         if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
+        layout = OPS[st.op].layout
         if scratch is not None and scratch.wants(st.name):
-            return Region(scratch.take(n, st.name), 0, shape)
-        return Region(self.buffer(n, st.name), 0, shape)
+            return Region(scratch.take(n, st.name), 0, shape, layout)
+        return Region(self.buffer(n, st.name), 0, shape, layout)
 
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim

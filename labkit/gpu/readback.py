@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from labkit.captures import is_attention_map
 from labkit.gpu.plan_cache import active_cache
 
 COPY_ALIGN = 256  # staging offsets: copy_buffer_to_buffer wants 4; 256 keeps pieces tidy
@@ -45,12 +44,12 @@ class Selection:
     heads: tuple[int, ...] | None = None  # the heads an attention map holds, when cut
 
 
-def rows_to_copy(name: str, shape: tuple[int, ...], T: int, positions: list[int] | None):
+def rows_to_copy(shape: tuple[int, ...], T: int, positions: list[int] | None, by_heads: bool = False):
     """(row spans [(first row, n rows)], rows per span unit, kept positions) of a capture.
 
     A region of n < T rows holds the last n positions (the unembedding of a last-position pass).
     Attention maps are [heads, q_pos, k_pos]: the query rows are cut in every head."""
-    n = shape[1] if is_attention_map(name) and len(shape) == 3 else shape[0]
+    n = shape[1] if by_heads else shape[0]
     first = T - n
     if positions is None:
         return [(0, n)], None
@@ -88,8 +87,8 @@ class Readback:
 
     def _select(self, plan: Any, T: int, positions: list[int] | None, limit: int) -> Selection:
         name, shape = plan.stage.name, tuple(plan.out.shape)
-        spans, held = rows_to_copy(name, shape, T, positions)
-        amap = is_attention_map(name) and len(shape) == 3
+        amap = plan.out.layout == "heads" and len(shape) == 3  # the region says how its rows lie
+        spans, held = rows_to_copy(shape, T, positions, amap)
         row_floats = int(np.prod(shape[2:] if amap else shape[1:]))
         heads = self.heads if amap and self.heads is not None else list(range(shape[0] if amap else 1))
         rows_total = shape[1] if amap else shape[0]

@@ -433,8 +433,11 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
     return (a[:, :, :T] * np.float32(scale) + m[None, :, :T]).astype(np.float32)
 
 
-def run_llamacpp(path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int]) -> dict[str, np.ndarray]:
-    """llama.cpp's intermediate tensors for one prompt pass, keyed by labkit stage name.
+def run_llamacpp(
+    path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int], names: set[str] | None = None
+) -> dict[str, np.ndarray]:
+    """llama.cpp's intermediate tensors for one prompt pass, keyed by labkit stage name (only those
+    in `names`, when given: the others are never copied out of llama.cpp).
 
     One fresh context per call (the model is loaded once per path and kept): n_ctx and
     the (u)batch hold the whole prompt so it is one graph, every position's logits are
@@ -446,7 +449,7 @@ def run_llamacpp(path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: li
     T = len(ids)
     if T == 0:
         raise OracleError("empty prompt")
-    by_key, by_reads, scores_of = _wants(cfg, graph)
+    by_key, by_reads, scores_of = _wants(cfg, [st for st in graph if names is None or st.name in names])
     with be.lock:
         model = be.model(path)
         col = _Collector(be.ggml, by_key, by_reads)
