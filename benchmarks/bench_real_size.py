@@ -60,6 +60,7 @@ elif engine == "reference":
         ids = prompt_of(lab, n)
         out["prefill_s"][n] = med(lambda: lab.reference(ids, names=["logits"]))
     out["weight_cache_bytes"] = lab.reference_engine.weights.nbytes
+    out["weight_dtype"] = str(lab.reference_engine.weights.dtype)
 elif engine == "llamacpp":
     from labkit.bench.engines import bench_llamacpp
     f = bench_llamacpp(lab, tuple(lengths), repeats, decode, lambda msg: None)
@@ -122,6 +123,8 @@ def table(name: str, rows: list[dict], cpu: str) -> str:
         dec = f"; decode {r['decode_tok_s']:.2f} tok/s" if r.get("decode_tok_s") else ""
         rss = r["peak_rss_bytes"]
         extra = f"; passed={r['passed']} first divergence {r['first_divergence']}" if "passed" in r else ""
+        if "weight_dtype" in r:
+            extra += f"; weights held {r['weight_cache_bytes'] / 1e9:.2f} GB {r['weight_dtype']}"
         lines.append(f"  {r['engine']:10} {r.get('memory') or 'default':8} {pre}{dec}; peak RSS "
                      f"{rss / 1e9:.2f} GB ({rss / r['file_bytes']:.2f}x the file){extra}")  # fmt: skip
     return "\n".join(lines)
