@@ -7,7 +7,6 @@ weights and the GPU executor are each built on first use.
 from __future__ import annotations
 
 import time
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,11 +17,12 @@ import numpy as np
 
 from labkit import progress
 from labkit.captures import Run
-from labkit.errors import InvalidArgumentError, MemoryBudgetWarning, PromptTooLongError, TokenizerError
+from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
+from labkit.memory_fit import MemoryFit
 from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.gguf_file import GgufFile, open_gguf
 from labkit.model.graph import Stage, build_graph
-from labkit.model.memory import Budget, MemoryPart, MemoryPlan, budget_of, capture_fallbacks, gb, reference_parts
+from labkit.model.memory import Budget, MemoryPlan, budget_of
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.sampling import GREEDY, Sampler
@@ -64,7 +64,7 @@ class Lab:
         # {family or blk.L.family: variant}, aliases resolved; shared with the executor
         self.selected: dict[str, str] = check_selection(dict(variants or {}))
         self._last_pass = None
-        self._said: set[tuple[str, str]] = set()  # capture cuts already reported (said once per lab)
+        self.fit = MemoryFit(self)  # plans each pass against the budget (labkit.memory_fit)
         self._listeners: list[weakref.ref] = []  # called with the selection after every use()
         self.debug = debug
         self.window_bytes = window_bytes  # split weights into row windows of at most this many bytes
@@ -124,7 +124,7 @@ class Lab:
         memory budget (`names`, globs allowed, and `layers` capture less)."""
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, names, layers)
-        names = self._fit_capture("reference", len(ids), names)
+        names = self.fit.capture("reference", len(ids), names)
         t0 = time.perf_counter()
         caps = self.reference_engine.forward(ids, KVCache(), capture=names)
         return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
@@ -138,86 +138,7 @@ class Lab:
             raise InvalidArgumentError(f"engine={engine!r}: give 'gpu', 'reference' or None (both)")
         cap = Capture.of(capture) if capture is not None else Capture()
         names = select_names(self.graph, cap.names, cap.layers)
-        return self._plan(tokens, names, cap.logits == "last", engines=(engine,) if engine else ("gpu", "reference"))
-
-    def _plan(self, T: int, names, last_only: bool = False, engines=("gpu", "reference")) -> MemoryPlan:
-        """The plan of a pass on `engines`; what the other engine already holds counts too (both
-        engines share the budget), and the reference's weight cache gets the room that is left."""
-        from labkit.model.weight_cache import dtype_for
-
-        parts: list[MemoryPart] = []
-        if self.budget.baseline:
-            parts.append(MemoryPart("process", "baseline", self.budget.baseline, "resident when the lab opened"))
-        if "gpu" in engines or "executor" in vars(self):
-            from labkit.gpu.memory_plan import gpu_parts
-
-            gpu = gpu_parts(self.executor, T, names, last_only)
-            parts += gpu if "gpu" in engines else gpu[:1]  # the weights stay on the device
-        room = None
-        if "reference" in engines:
-            cfg = self.config
-            fixed = reference_parts(self.gguf, self.graph, cfg.n_layers, cfg.kv_dim, T, names, 8, 0)[1:]
-            room = max(self.budget.nbytes - sum(p.nbytes for p in parts + fixed), 0)
-            itemsize = dtype_for(self.gguf, room).itemsize
-            parts += reference_parts(self.gguf, self.graph, cfg.n_layers, cfg.kv_dim, T, names, itemsize, room)
-        elif "reference_engine" in vars(self):  # held weights yield to the pass, least recently used first
-            room = max(self.budget.nbytes - sum(p.nbytes for p in parts), 0)
-            held = self.reference_engine.weights.nbytes
-            parts.append(MemoryPart("reference", "weight cache", min(held, room), "held; yields to the pass"))
-        return MemoryPlan(self.budget, T, tuple(parts), room)
-
-    def _make_room(self, plan: MemoryPlan, engine: str) -> None:
-        """Bound the reference's weight cache by the plan's room for it: its own pass's room, or what a
-        GPU pass leaves (held weights are evicted, least recently used first)."""
-        if plan.room is None or (engine != "reference" and "reference_engine" not in vars(self)):
-            return
-        cache = self.reference_engine.weights
-        if engine == "reference":
-            cache.set_capacity(plan.room)
-        else:
-            cache.shrink_to(plan.room)
-
-    def _fit_weights(self, T: int, last_only: bool) -> None:
-        """GPU weights at their file size when the repacked int8 layout would not fit the budget with
-        the smallest capture (the raw-bytes kernels read them: slower on lavapipe), said once."""
-        ex = self.executor
-        if ex.weight_layout != "repacked" or self._plan(T, ["logits"], last_only, engines=("gpu",)).fits:
-            return
-        ex.weight_layout = "gguf"
-        if not self._plan(T, ["logits"], last_only, engines=("gpu",)).fits:
-            ex.weight_layout = "repacked"  # neither fits: the plan's error names the parts
-            return
-        warnings.warn(
-            f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.budget.nbytes)}; the "
-            "weights stay as GGUF bytes, read by the raw-bytes kernels (slower on lavapipe). A larger memory= "
-            "budget gives the repacked layout.",
-            MemoryBudgetWarning, stacklevel=4,
-        )  # fmt: skip
-
-    def _fit_capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
-        """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,
-        for the default capture of every stage, the most of it that fits, said once."""
-        if engine == "gpu":
-            self._fit_weights(T, last_only)
-        plan = self._plan(T, names, last_only, engines=(engine,))
-        if plan.fits or names is not None:
-            plan.check(f"a {engine} pass of {T} tokens")
-            self._make_room(plan, engine)
-            return names
-        for desc, smaller in capture_fallbacks(self.graph):
-            if (cut := self._plan(T, smaller, last_only, engines=(engine,))).fits:
-                self._make_room(cut, engine)
-                if (engine, desc) not in self._said:
-                    self._said.add((engine, desc))
-                    warnings.warn(
-                        f"labkit: capturing every stage of a {T}-token {engine} pass needs {gb(plan.total())}, over "
-                        f"the memory budget of {gb(self.budget.nbytes)}; captured {desc} instead. Get the rest in "
-                        'parts: names=["blk.*.attn_scores"], layers=[...], positions="last" (see lab.memory()).',
-                        MemoryBudgetWarning, stacklevel=3,
-                    )  # fmt: skip
-                return smaller
-        plan.check(f"a {engine} pass of {T} tokens")
-        return names
+        return self.fit.plan(tokens, names, cap.logits == "last", engines=(engine,) if engine else ("gpu", "reference"))
 
     def _make_run(
         self,
@@ -406,7 +327,7 @@ class Lab:
         cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, cap.names, cap.layers)
-        names = self._fit_capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
+        names = self.fit.capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
         rows = select_positions(len(ids), cap.positions)
         head_list = select_heads(self.config.n_heads, cap.heads)
         ex = self.executor

@@ -36,13 +36,10 @@ TEXT = (
 def peak_rss_mb() -> float:
     """This process's peak resident set. VmHWM, not getrusage: ru_maxrss survives exec, so a
     child of a big process (pytest) would report its parent's peak."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    from labkit.model.memory import proc_kib
+
+    kib = proc_kib("/proc/self/status", "VmHWM")
+    return kib / 1024.0 if kib is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def cpu_model() -> str:

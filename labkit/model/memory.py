@@ -58,16 +58,22 @@ def parse_size(size: int | float | str) -> int:
     return int(n)
 
 
-def available_bytes() -> int:
-    """Memory the machine has free now (MemAvailable: free pages plus what the kernel can reclaim)."""
+def proc_kib(path: str, key: str) -> int | None:
+    """A `Key:   N kB` field of a /proc file (meminfo, self/status), in KiB; None where there is none."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
     except OSError:
         pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def available_bytes() -> int:
+    """Memory the machine has free now (MemAvailable: free pages plus what the kernel can reclaim)."""
+    kib = proc_kib("/proc/meminfo", "MemAvailable")
+    return kib * 1024 if kib is not None else os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def budget_of(memory: int | float | str | None) -> Budget:
@@ -96,14 +102,7 @@ def default_share() -> float:
 
 def resident_bytes() -> int:
     """This process's resident memory now (VmRSS)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return 1024 * (proc_kib("/proc/self/status", "VmRSS") or 0)
 
 
 def gb(n: float) -> str:

@@ -75,12 +75,14 @@ class WeightCache:
             self._held.move_to_end(name)
             return self._held[name]
         t = self.gguf.tensors[name]
+        keep = self.fits(name)
+        if keep:  # room first: the cache never holds more than its capacity, even while this one decodes
+            self._make_room(self.held_bytes(name))
         w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(self.dtype, copy=False)
         w.flags.writeable = False
         self._loaded(name)
         self.gguf.release(name)  # the mapped pages were read once; the dequantized copy is what stays
-        if self.fits(name):
-            self._make_room(w.nbytes)
+        if keep:
             self._held[name] = w
         return w
 

@@ -1,0 +1,107 @@
+"""Fitting each pass into a lab's memory budget, before anything is allocated (labkit.model.memory
+makes the plan; this decides with it).
+
+Per pass it: plans both engines' parts (what the other engine already holds counts too); keeps GPU
+weights as GGUF bytes when the repacked layout would not fit; cuts the default capture of every
+stage to what fits, and says once what it left out; raises MemoryBudgetError for a capture asked
+for by name that does not fit; and bounds the reference's weight cache by the room left (a GPU
+pass evicts held weights, least recently used first).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from labkit.errors import MemoryBudgetWarning
+from labkit.model.memory import MemoryPart, MemoryPlan, capture_fallbacks, gb, reference_parts
+
+
+class MemoryFit:
+    """The budget policy of one lab (`lab.fit`)."""
+
+    def __init__(self, lab: Any):
+        self.lab = lab
+        self.said: set[tuple[str, str]] = set()  # capture cuts already reported (said once per lab)
+
+    def plan(self, T: int, names, last_only: bool = False, engines=("gpu", "reference")) -> MemoryPlan:
+        """The plan of a pass on `engines`; what the other engine already holds counts too (both
+        engines share the budget), and the reference's weight cache gets the room that is left."""
+        from labkit.model.weight_cache import dtype_for
+
+        parts: list[MemoryPart] = []
+        if self.lab.budget.baseline:
+            parts.append(MemoryPart("process", "baseline", self.lab.budget.baseline, "resident when the lab opened"))
+        if "gpu" in engines or "executor" in vars(self.lab):
+            from labkit.gpu.memory_plan import gpu_parts
+
+            gpu = gpu_parts(self.lab.executor, T, names, last_only)
+            parts += gpu if "gpu" in engines else gpu[:1]  # the weights stay on the device
+        room = None
+        if "reference" in engines:
+            lab, cfg = self.lab, self.lab.config
+
+            def reference(itemsize: int, room: int) -> list[MemoryPart]:
+                return reference_parts(lab.gguf, lab.graph, cfg.n_layers, cfg.kv_dim, T, names, itemsize, room)
+
+            fixed = reference(8, 0)[1:]  # all but the weight cache, which takes the room left
+            room = max(lab.budget.nbytes - sum(p.nbytes for p in parts + fixed), 0)
+            parts += reference(dtype_for(lab.gguf, room).itemsize, room)
+        elif "reference_engine" in vars(self.lab):  # held weights yield to the pass, least recently used first
+            room = max(self.lab.budget.nbytes - sum(p.nbytes for p in parts), 0)
+            held = self.lab.reference_engine.weights.nbytes
+            parts.append(MemoryPart("reference", "weight cache", min(held, room), "held; yields to the pass"))
+        return MemoryPlan(self.lab.budget, T, tuple(parts), room)
+
+    def make_room(self, plan: MemoryPlan, engine: str) -> None:
+        """Bound the reference's weight cache by the plan's room for it: its own pass's room, or what a
+        GPU pass leaves (held weights are evicted, least recently used first)."""
+        if plan.room is None or (engine != "reference" and "reference_engine" not in vars(self.lab)):
+            return
+        cache = self.lab.reference_engine.weights
+        if engine == "reference":
+            cache.set_capacity(plan.room)
+        else:
+            cache.shrink_to(plan.room)
+
+    def weights(self, T: int, last_only: bool) -> None:
+        """GPU weights at their file size when the repacked int8 layout would not fit the budget with
+        the smallest capture (the raw-bytes kernels read them: slower on lavapipe), said once."""
+        ex = self.lab.executor
+        if ex.weight_layout != "repacked" or self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+            return
+        ex.weight_layout = "gguf"
+        if not self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+            ex.weight_layout = "repacked"  # neither fits: the plan's error names the parts
+            return
+        warnings.warn(
+            f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.lab.budget.nbytes)}; the "
+            "weights stay as GGUF bytes, read by the raw-bytes kernels (slower on lavapipe). A larger memory= "
+            "budget gives the repacked layout.",
+            MemoryBudgetWarning, stacklevel=4,
+        )  # fmt: skip
+
+    def capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
+        """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,
+        for the default capture of every stage, the most of it that fits, said once."""
+        if engine == "gpu":
+            self.weights(T, last_only)
+        plan = self.plan(T, names, last_only, engines=(engine,))
+        if plan.fits or names is not None:
+            plan.check(f"a {engine} pass of {T} tokens")
+            self.make_room(plan, engine)
+            return names
+        for desc, smaller in capture_fallbacks(self.lab.graph):
+            if (cut := self.plan(T, smaller, last_only, engines=(engine,))).fits:
+                self.make_room(cut, engine)
+                if (engine, desc) not in self.said:
+                    self.said.add((engine, desc))
+                    warnings.warn(
+                        f"labkit: capturing every stage of a {T}-token {engine} pass needs {gb(plan.total())}, over "
+                        f"the memory budget of {gb(self.lab.budget.nbytes)}; captured {desc} instead. Get the rest in "
+                        'parts: names=["blk.*.attn_scores"], layers=[...], positions="last" (see lab.memory()).',
+                        MemoryBudgetWarning, stacklevel=3,
+                    )  # fmt: skip
+                return smaller
+        plan.check(f"a {engine} pass of {T} tokens")
+        return names
