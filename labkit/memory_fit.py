@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from labkit.errors import MemoryBudgetWarning
-from labkit.model.memory import MemoryPart, MemoryPlan, capture_fallbacks, gb, reference_parts
+from labkit.model.memory import MemoryPart, MemoryPlan, capture_fallbacks, gb, reference_parts, resident_bytes
 
 
 class MemoryFit:
@@ -31,7 +31,7 @@ class MemoryFit:
 
         parts: list[MemoryPart] = []
         if self.lab.budget.baseline:
-            parts.append(MemoryPart("process", "baseline", self.lab.budget.baseline, "resident when the lab opened"))
+            parts.append(MemoryPart("process", "baseline", self.baseline(), "resident, besides the parts below"))
         if "gpu" in engines or "executor" in vars(self.lab):
             from labkit.gpu.memory_plan import gpu_parts
 
@@ -52,6 +52,15 @@ class MemoryFit:
             held = self.lab.reference_engine.weights.nbytes
             parts.append(MemoryPart("reference", "weight cache", min(held, room), "held; yields to the pass"))
         return MemoryPlan(self.lab.budget, T, tuple(parts), room)
+
+    def baseline(self) -> int:
+        """What the process holds besides this plan's parts: resident now, less the weights both
+        engines hold (they are parts of their own), and never less than when the lab opened. So the
+        GPU runtime, earlier runs' captures and other labs count against a memory= budget."""
+        lab = self.lab
+        held = lab.reference_engine.weights.nbytes if "reference_engine" in vars(lab) else 0
+        held += lab.executor.gpu_bytes() if "executor" in vars(lab) else 0
+        return max(lab.budget.baseline, resident_bytes() - held)
 
     def make_room(self, plan: MemoryPlan, engine: str) -> None:
         """Bound the reference's weight cache by the plan's room for it: its own pass's room, or what a

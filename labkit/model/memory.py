@@ -210,6 +210,9 @@ def kv_bytes(n_layers: int, kv_dim: int, positions: int, itemsize: int) -> int:
     return 2 * n_layers * positions * kv_dim * itemsize
 
 
+# what a reference pass holds besides its parts: a float64 row chunk, its float32 source, the product,
+# and gguf.quants' temporaries over 8 MB of blocks (a streamed 8B-shape pass at 6 GB overshot by this)
+WORKING_SET = 384 << 20
 CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], positions="last"'
 
 
@@ -224,21 +227,14 @@ def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int
     """The float64 reference's parts for a pass of T tokens capturing `names` (all when None): its
     live activations, KV cache and captures, and its weight cache in what room is left (the cache
     shrinks to `weight_room`, least recently used out first, down to one streamed row chunk)."""
-    from labkit.model.weight_cache import CHUNK_BYTES
-
     kept = {st.name for st in graph} if names is None else set(names)
     captures = sum(stage_bytes(graph, T, 8, kept).values())
     weights = reference_weight_bytes(gguf, graph, weight_itemsize)
-    held = max(min(weights, weight_room), 2 * CHUNK_BYTES)
+    held = min(weights, weight_room)
     how = "all weights held" if held >= weights else f"{held / weights:.0%} of {gb(weights)} held, the rest streamed"
     return [
-        MemoryPart(
-            "reference",
-            "weight cache",
-            held,
-            f"{how} (float{8 * weight_itemsize})",
-            "a smaller budget streams more weights (slower, never more memory)",
-        ),  # fmt: skip
+        MemoryPart("reference", "weight cache", held, f"{how} (float{8 * weight_itemsize})"),
+        MemoryPart("reference", "working set", WORKING_SET, "a widened row chunk and dequantization temporaries"),
         MemoryPart("reference", "activations", peak_live_bytes(graph, T, 8, kept), "float64, freed after last reader"),
         MemoryPart("reference", "kv cache", kv_bytes(n_layers, kv_dim, T, 8), "float64"),
         MemoryPart("reference", "captures", captures, f"{len(kept)} stages, float64", CAPTURE_HINT),
