@@ -216,10 +216,15 @@ WORKING_SET = 384 << 20
 CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], positions="last"'
 
 
+def weights_read_whole(graph: list[Stage]) -> set[str]:
+    """The tensors a reference pass reads whole: matrices, vectors and biases (an untied embedding is
+    read by rows only)."""
+    return {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias) if n}
+
+
 def reference_weight_bytes(gguf, graph: list[Stage], itemsize: int) -> int:
-    """Bytes of every weight a reference pass reads whole (an untied embedding is read by rows)."""
-    used = {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias) if n}
-    return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in used)
+    """Bytes of every weight a reference pass reads whole, held at `itemsize` bytes a value."""
+    return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in weights_read_whole(graph))
 
 
 def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int, names, weight_itemsize: int,

@@ -21,6 +21,7 @@ from labkit.model.config import ModelConfig
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
+from labkit.model.memory import weights_read_whole
 from labkit.model.weight_cache import WeightCache, shared_cache
 from labkit.ops import OPS
 
@@ -149,5 +150,4 @@ class ReferenceEngine:
     def _to_dequantize(self) -> set[str]:
         """The weights a pass reads whole (not the embedding's rows) that are not held: its first
         pass's, or, under a tight budget, those evicted or streamed. A bar counts them."""
-        used = (n for st in self.graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias))
-        return {n for n in used if n and n not in self.weights}
+        return {n for n in weights_read_whole(self.graph) if n not in self.weights}
