@@ -2,7 +2,8 @@
 their layers, Q4_K_M-like storage, written once into ~/.cache/labkit/shaped, never into git),
 each engine in a process of its own so that its peak RSS is its own:
 
-- the GPU path: prefill, decode and peak RSS against the file's size;
+- the GPU path: prefill, decode and peak RSS against the file's size, in its default layout
+  (blocks for Q4_K and Q6_K) and in the int8 layout (`gpu_int8`);
 - the float64 reference: prefill and peak RSS, with the default budget and with a set one;
 - llama.cpp (the `oracle` extra): prefill and decode;
 - for the 8B shape, `compare` of a GPU pass and a reference pass in one process under 10 GB.
@@ -10,7 +11,7 @@ each engine in a process of its own so that its peak RSS is its own:
 Figures are medians of `--repeats` after a warm-up; ratios are taken within this run, against
 the reference. The host CPU is printed with them (lavapipe's speed moves 2-3x with it).
 
-    .venv/bin/python benchmarks/bench_real_size.py [--shapes llama-3.2-1b,llama-3.1-8b]
+    .venv/bin/python benchmarks/bench_real_size.py [--shapes llama-3.2-1b,llama-3.1-8b] [--engines gpu,...]
 
 Run nothing else meanwhile: on 2 cores a second job halves every figure.
 """
@@ -29,7 +30,7 @@ OUT = Path(__file__).resolve().parent / "results"
 # per shape: prompt lengths, the reference's set budget, decode tokens
 PLANS = {
     "llama-3.2-1b": {"lengths": [64, 512], "ref_memory": "3GB", "decode": 16},
-    "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB"},
+    "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB", "int8_memory": "20GB"},
 }
 
 ENGINE = r"""
@@ -39,6 +40,9 @@ from labkit.bench import peak_rss_mb, prompt_of
 engine, path, memory, lengths, decode, repeats = sys.argv[1], sys.argv[2], sys.argv[3] or None, \
     json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 lab = labkit.open(path, memory=memory)
+if engine == "gpu_int8":  # the int8 layout, against the default blocks layout of Q4_K and Q6_K
+    lab.use("matmul_q4_k", "repacked")
+    lab.use("matmul_q6_k", "repacked")
 out = {"engine": engine, "memory": memory, "prefill_s": {}, "file_bytes": lab.path.stat().st_size}
 def med(fn):
     fn()
@@ -47,7 +51,7 @@ def med(fn):
         t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 t0 = time.perf_counter()
-if engine == "gpu":
+if engine.startswith("gpu"):
     lab.run(prompt_of(lab, 4), names=["logits"])  # a first pass: fits the weights to the budget, uploads them
     out["load_s"] = time.perf_counter() - t0
     out["weight_layout"] = lab.executor.weight_layout
@@ -98,18 +102,21 @@ def one(engine: str, path: Path, memory: str | None, lengths, decode: int, repea
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_shape(name: str, repeats: int) -> list[dict]:
+def bench_shape(name: str, repeats: int, engines: set[str]) -> list[dict]:
     plan, path = PLANS[name], shaped_file(name)
     L, dec = plan["lengths"], plan["decode"]
-    rows = [one("gpu", path, None, L, dec, repeats)]
-    if plan.get("gpu_memory"):  # a budget under the repacked layout: weights stay GGUF bytes
-        rows.append(one("gpu", path, plan["gpu_memory"], L[:1], 4, 1))
-    rows.append(one("reference", path, None, L, 0, repeats))
-    rows.append(one("reference", path, plan["ref_memory"], L[-1:], 0, 1))
-    rows.append(one("llamacpp", path, None, L, dec, repeats))
+    runs = [("gpu", None, L, dec, repeats)]
+    if plan.get("gpu_memory"):  # the GPU path under a budget near the file's size
+        runs.append(("gpu", plan["gpu_memory"], L[:1], 4, 1))
+    runs += [
+        ("gpu_int8", plan.get("int8_memory"), L, dec, repeats),
+        ("reference", None, L, 0, repeats),
+        ("reference", plan["ref_memory"], L[-1:], 0, 1),
+        ("llamacpp", None, L, dec, repeats),
+    ]
     if name == "llama-3.1-8b":
-        rows.append(one("compare", path, "10GB", [16], 0, 0))
-    return rows
+        runs.append(("compare", "10GB", [16], 0, 0))
+    return [one(e, path, *rest) for e, *rest in runs if e in engines]
 
 
 def table(name: str, rows: list[dict], cpu: str) -> str:
@@ -141,10 +148,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(PLANS))
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--engines", default="gpu,gpu_int8,reference,llamacpp,compare")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     for name in args.shapes.split(","):
-        rows = bench_shape(name, args.repeats)
+        rows = bench_shape(name, args.repeats, set(args.engines.split(",")))
         (OUT / f"real-size-{name}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
         print(table(name, rows, cpu_model()), flush=True)
 

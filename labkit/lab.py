@@ -328,6 +328,7 @@ class Lab:
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, cap.names, cap.layers)
         names = self.fit.capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
+        self.executor.upload_all()  # the first pass: weights to the GPU, with a bar for a large model
         rows = select_positions(len(ids), cap.positions)
         head_list = select_heads(self.config.n_heads, cap.heads)
         ex = self.executor
@@ -404,6 +405,7 @@ class Lab:
 
         ex = self.executor
         cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
+        ex.upload_all()
 
         def step(ids: list[int]) -> np.ndarray:
             # a step replays the last one's plans where they still hold; the prefill reuses objects

@@ -25,10 +25,19 @@ from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import repack_weight, repacked_bytes
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
-from labkit.ops.base import wgsl_const, wgsl_file
+from labkit.ops.base import PassShape, wgsl_const, wgsl_file
 from labkit.ops.glu import ACT_CODES, ACTIVATIONS
-from labkit.ops.matmul import EPILOGUE_PARAMS, INTEGER_FORMATS, epilogue_source, format_name, repacked_source
+from labkit.ops.matmul import (
+    BLOCK_FORMATS,
+    EPILOGUE_PARAMS,
+    INTEGER_FORMATS,
+    block_texels,
+    epilogue_source,
+    format_name,
+    repacked_source,
+)
 from labkit.ops.matmul import source as mm_source
+from labkit.ops.registry import get_kernel
 
 try:
     from labkit.model.dequant import dequantize as labkit_dequantize
@@ -140,7 +149,7 @@ def run_case(
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
     if window_rows is not None:
         assert len(weight.windows) == -(-n_rows // window_rows), what
-    repacked = driver in ("tiled", "matvec")
+    repacked = driver in ("tiled", "matvec", "blocks_tiled", "blocks_matvec")
     # the repacked drivers read X as vec4: X offsets stay multiples of 4 (Y's need not)
     x_off, x_stride = ((8, n_cols + 4) if repacked else (5, n_cols + 3)) if offsets else (0, n_cols)
     y_off, y_stride = (7, n_rows + 2) if offsets else (0, n_rows)
@@ -148,7 +157,11 @@ def run_case(
     sentinel = np.float32(-12345.0)
     y0 = np.full(y_off + T * y_stride + 3, sentinel, dtype=np.float32)
     xb, yb = storage(gpu, x), storage(gpu, y0)
-    if repacked:
+    if driver.startswith("blocks_"):  # the GGUF blocks padded to texels, the format's own drivers
+        kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks", "cpu")
+        weight = repack_weight(gpu, weight, kernel.repack(), max_binding=repack_binding)
+        src = kernel.source(PassShape(1 if driver == "blocks_matvec" else 3, 0))
+    elif repacked:
         fmt = format_name(int(qtype))
         weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repack_binding)
         src = repacked_source(fmt, 1 if driver == "matvec" else 3)
@@ -217,6 +230,28 @@ def test_repacked_matmul_format(gpu, qtype):
     limit = repacked_bytes(8, n_cols, 16)  # at most 8 rows per repacked window: many re-cut windows
     run_case(gpu, qtype, n_rows, n_cols, 5, seed + 5, "tiled", window_rows=13, repack_binding=limit)
     run_case(gpu, qtype, n_rows, n_cols, 1, seed + 6, "matvec", window_rows=13, repack_binding=limit)
+
+
+BLOCK_TYPES = [q for q in FORMATS if format_name(int(q)) in BLOCK_FORMATS]
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda q: q.name)
+def test_blocks_matmul_format(gpu, qtype):
+    """The blocks layout: GGUF blocks padded to whole texels on the GPU, read by the format's own
+    decode and prefill drivers, against gguf.quants. Odd rows past a quad and a 128-row group,
+    T at the tile edges, K of 3 blocks, re-cut windows, strided and offset X and Y."""
+    n_rows, n_cols = shape_for(qtype)
+    seed = SEED + 3500 + 10 * int(qtype)
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed, "blocks_matvec")
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed + 1, "blocks_matvec", window_rows=5, offsets=True)
+    run_case(gpu, qtype, n_rows, n_cols, 2, seed + 2, "blocks_tiled", window_rows=13, offsets=True)
+    run_case(gpu, qtype, n_rows, n_cols, 16, seed + 3, "blocks_tiled")
+    run_case(gpu, qtype, n_rows, n_cols, 17, seed + 4, "blocks_tiled", offsets=True)
+    run_case(gpu, qtype, 1031, 256, 33, seed + 5, "blocks_tiled")
+    run_case(gpu, qtype, 1031, 512, 1, seed + 6, "blocks_matvec", offsets=True)
+    limit = 8 * block_texels(format_name(int(qtype))) * 16 * (n_cols // 256)  # 8 rows a window
+    run_case(gpu, qtype, n_rows, n_cols, 5, seed + 7, "blocks_tiled", window_rows=13, repack_binding=limit)
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed + 8, "blocks_matvec", window_rows=13, repack_binding=limit)
 
 
 def test_repacked_matmul_row_groups(gpu):

@@ -227,12 +227,14 @@ def test_memory_table_and_cli_info(tiny, capsys):
     assert capsys.readouterr().err.startswith("labkit: error: memory=")
 
 
-def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny, monkeypatch):
-    """Q4_K repacked to int8 takes 1.25 bytes a value, its GGUF bytes 0.5625: a budget between the
-    two keeps the GGUF bytes (the raw-bytes kernels read them), says so once, and computes the same."""
+def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny_model, monkeypatch):
+    """Q4_0 repacked to int8 takes 1.25 bytes a value, its GGUF bytes 0.5625: a budget between the
+    two keeps the GGUF bytes (the raw-bytes kernels read them), says so once, and computes the same.
+    (Q4_K and Q6_K default to the blocks layout, at their GGUF width: see the test below.)"""
     import labkit.memory_fit
 
     monkeypatch.setattr(labkit.memory_fit, "resident_bytes", lambda: 10**8)  # a steady process baseline
+    tiny = tiny_model("llama", "Q4_0")
     ids = PROMPT
     want = labkit.open(tiny).run(ids, names=["logits"])["logits"]
     lab = labkit.open(tiny, memory="1TB")
@@ -253,3 +255,26 @@ def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny,
     weights = next(p for p in lab.memory(tokens=len(ids), engine="gpu").parts if p.part == "weights")
     assert weights.detail == "GGUF bytes" and weights.nbytes < 0.6 * repacked_weights
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_q4_k_and_q6_k_weights_stay_near_their_gguf_width(tiny_model):
+    """The blocks layout (the default for Q4_K and Q6_K on CPU adapters) holds each GGUF block in
+    whole texels: Q4_K's 144 bytes as they are, Q6_K's 210 in 224; the int8 layout takes over 1.8x.
+    The plan counts what the store then holds."""
+    for wtype, most in (("Q4_K", 1.0), ("Q6_K", 224 / 210)):
+        lab = labkit.open(tiny_model("llama", wtype))
+        ex = lab.executor
+        plan = next(p for p in lab.memory(tokens=4, engine="gpu").parts if p.part == "weights")
+        assert "repacked blocks" in plan.detail, plan
+        lab.run(PROMPT[:4], names=["logits"])
+        assert ex.gpu_bytes() == plan.nbytes, (ex.gpu_bytes(), plan)
+        held = {w.name: sum(win.nbytes for win in w.windows) for w in ex.store._repacked.values()}
+        ours = [n for n in held if lab.gguf.tensors[n].type_name == wtype]
+        assert len(ours) >= 7, held  # every matmul of a layer at least
+        for n in ours:  # each window's texture is padded to whole texture rows (128 KiB)
+            file_bytes = lab.gguf.tensors[n].nbytes
+            assert file_bytes * most <= held[n] < file_bytes * most + 8192 * 16, (n, held[n], file_bytes)
+        file_bytes = sum(lab.gguf.tensors[n].nbytes for n in ours)
+        ex.variants["matmul_" + wtype.lower()] = "repacked"
+        int8 = next(p for p in lab.memory(tokens=4, engine="gpu").parts if p.part == "weights")
+        assert "repacked int8" in int8.detail and int8.nbytes > plan.nbytes + 0.8 * file_bytes, (wtype, int8)

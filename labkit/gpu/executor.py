@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from contextlib import nullcontext
+from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -61,13 +61,16 @@ from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
-from labkit.ops.matmul import EPILOGUE_PARAMS, epilogue_source, format_name
+from labkit.ops.matmul import EPILOGUE_PARAMS
 from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, registry_generation, selected
 from labkit.poison import POISON_BITS, poison_count
+from labkit.progress import bar
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 Patch = Callable[[np.ndarray, str], np.ndarray]
 __all__ = ["POISON_BITS", "GpuExecutor", "Region", "StagePlan", "poison_count"]
+
+UPLOAD_BAR_MB = 256  # a first pass moving fewer megabytes of weights shows no bar
 
 
 @dataclass
@@ -234,19 +237,29 @@ class GpuExecutor:
         return self.store.upload_seconds
 
     def upload_all(self) -> None:
-        """Put every weight on the GPU now, as the selected kernels read it (otherwise on first use)."""
-        for st in self.graph:
-            kind = OPS[st.op].weight
-            if kind == "matrix":
-                kernel = self.kernel(st)
+        """Put every weight on the GPU now, as the selected kernels read it (otherwise on first use).
+        A bar counts the megabytes when there are many (an 8B file's first pass)."""
+        pending = [(st, kernel) for st, kernel in self._matrix_stages() if not self._on_device(st, kernel)]
+        mb = sum(self.gguf.tensors[st.weight].nbytes for st, _ in pending) >> 20
+        with closing(bar(mb, "weights to the GPU", unit="MB", min_total=UPLOAD_BAR_MB)) as b:
+            for st, kernel in pending:
                 if kernel.repack is not None:  # in the layout the selected kernel reads
                     self.repacked(st.weight, st.weight_rows, kernel.repack())
                 else:
                     self.weight(st.weight, st.weight_rows)
-            elif kind == "vector":
-                self.vector(st.weight)
-            if st.bias:
-                self.vector(st.bias)
+                b.update(self.gguf.tensors[st.weight].nbytes >> 20)
+        for st in self.graph:
+            for name in (st.weight if OPS[st.op].weight == "vector" else None, st.bias):
+                if name:
+                    self.vector(name)
+
+    def _matrix_stages(self):
+        kernels = self.selection()[0]
+        return [(st, kernels[st.name]) for st in self.graph if OPS[st.op].weight == "matrix"]
+
+    def _on_device(self, st: Stage, kernel: Kernel) -> bool:
+        source = kernel.repack() if kernel.repack is not None else None
+        return self.store.holds(st.weight, st.weight_rows, source, self.binding_limit, self.window_bytes)
 
     def gpu_bytes(self) -> int:
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
@@ -461,7 +474,7 @@ class GpuExecutor:
         z = self.region(ep.stage, out.shape, ctx.shape, ctx.scratch)
         e = ctx.regions[ep.other]
         ctx.also_writes[ep.stage.name] = z
-        source = epilogue_source(format_name(w.ggml_type), ep.stage.op)
+        source = ctx.kernel.epilogue(ep.stage.op)
         return source, ([e.buffer, z.buffer], ep.values(e.offset, z.offset))
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:

@@ -42,7 +42,7 @@ def epilogue_for(graph: list, i: int, kernels: dict, T: int) -> Epilogue | None:
     st = graph[i]
     if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.kv_write:
         return None
-    if kernels[st.name].repack is None:  # reads the GGUF bytes: not the matvec driver
+    if kernels[st.name].epilogue is None:  # no fused form (the raw-bytes drivers)
         return None
     nxt = graph[i + 1]
     if nxt.op not in EPILOGUES or kernels[nxt.name].name != "default" or st.name not in nxt.inputs:

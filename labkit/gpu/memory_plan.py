@@ -1,6 +1,7 @@
 """The GPU path's share of the memory plan (labkit.model.memory): its weights as the selected
-kernels read them (GGUF bytes, or the repacked int8 layout), its KV cache, the regions of a pass,
-and the host copies of the captures. On lavapipe all of it is host memory."""
+kernels read them (GGUF bytes, or a repacked layout: int8, or blocks near the format's width),
+its KV cache, the regions of a pass, and the host copies of the captures. On lavapipe all of it
+is host memory."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ import math
 
 from labkit.model.memory import CAPTURE_HINT, MemoryPart, kv_bytes, peak_live_bytes, stage_bytes
 from labkit.ops import OPS
-from labkit.ops.base import wgsl_const
 
 
 def weight_bytes(ex) -> tuple[int, str]:
     """Bytes of the weights on the device under the selected kernels, and how they are laid out."""
-    from labkit.gpu.repack import repacked_bytes
+    from labkit.gpu.repack import layout_of, stored_bytes
 
     kernels = ex.selection()[0]
     seen: dict[tuple, int] = {}
@@ -25,9 +25,9 @@ def weight_bytes(ex) -> tuple[int, str]:
             t = ex.gguf.tensors[st.weight]
             rows = (st.weight_rows[1] - st.weight_rows[0]) if st.weight_rows else t.n_rows
             if k.repack is not None:
-                group = wgsl_const(k.repack(), "GROUP", 32)
-                seen[(st.weight, st.weight_rows)] = repacked_bytes(rows, t.n_cols, group)
-                layouts.add("repacked int8")
+                layout = layout_of(k.repack())
+                seen[(st.weight, st.weight_rows)] = stored_bytes(layout, rows, t.n_cols, ex.binding_limit)
+                layouts.add(f"repacked {layout.name}")
             else:
                 seen[(st.weight, st.weight_rows)] = t.nbytes * rows // t.n_rows
                 layouts.add("GGUF bytes")

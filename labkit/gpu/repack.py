@@ -13,15 +13,20 @@ here), where a storage-buffer read goes lane by lane (1.1 GB/s). Windows are rep
 through one 16 MiB staging buffer and copied into their textures, so no second copy of the
 weight is ever held.
 
-A repacked row takes K + 8 K / GROUP bytes (Q8_0: 800 for K = 640, against 680 raw), rows
-padded to a multiple of 4 (repack.wgsl has the layout), so the windows are re-cut to fit one
-storage binding. Each new window remembers the GGUF window it came from (`part_of`): a
+Two layouts, told apart by the repack source (`layout_of`):
+- int8 (repack.wgsl): a row takes K + 8 K / GROUP bytes (Q8_0: 800 for K = 640, against 680
+  raw), rows padded to a multiple of 4. Any integer format, through its block reader.
+- blocks (blocks_repack.wgsl): the GGUF blocks unchanged, each padded to whole 16-byte texels
+  (BLOCK_TEXELS): Q4_K 144 bytes, Q6_K 224 for 210. Near the format's own width; read by the
+  format's own drivers (blocks_<fmt>_matvec.wgsl, blocks_<fmt>_tiled.wgsl).
+The windows are re-cut to fit one storage binding. Each new window remembers the GGUF window it came from (`part_of`): a
 dispatch policy that leaves out "the last window" (post-mortem 002) leaves out the same rows
 on either layout.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import wgpu
@@ -43,50 +48,139 @@ MAX_TEXTURE_ROWS = 8192  # WebGPU's guaranteed max-texture-dimension-2d
 
 
 def repacked_bytes(n_rows: int, n_cols: int, group: int) -> int:
-    """Bytes of a repacked window: rows padded to quads, K int8 quants and 8 bytes of (scale,
-    offset) per group of each row."""
+    """Bytes of an int8-repacked window: rows padded to quads, K int8 quants and 8 bytes of
+    (scale, offset) per group of each row."""
     return -(-n_rows // 4) * 4 * (n_cols + 8 * (n_cols // group))
+
+
+@dataclass(frozen=True)
+class RepackLayout:
+    """What a repack source writes: the bytes of a window of rows, and the invocations it takes."""
+
+    name: str  # "int8" or "blocks"
+    group: int  # int8: values per (scale, offset); blocks: values per block (QK)
+    block_texels: int  # blocks: 16-byte texels per block; int8: 0
+    block_bytes: int = 0  # blocks: the GGUF block's bytes
+
+    @property
+    def identity(self) -> bool:
+        """Blocks that fill whole texels (Q4_K, Q5_K): the layout is the GGUF bytes, copied as they are."""
+        return self.block_texels > 0 and self.block_texels * SLOT_BYTES == self.block_bytes
+
+    def row_bytes(self, K: int) -> int:
+        if self.block_texels:
+            return K // self.group * self.block_texels * SLOT_BYTES
+        return K + 8 * (K // self.group)
+
+    def window_bytes(self, n_rows: int, K: int) -> int:
+        if self.block_texels:
+            return n_rows * self.row_bytes(K)
+        return repacked_bytes(n_rows, K, self.group)
+
+    def invocations(self, n_rows: int, K: int) -> int:
+        """int8: one per (row, word of quants); blocks: one per word written."""
+        return n_rows * (self.row_bytes(K) // 4 if self.block_texels else K // 4)
+
+    def check(self, name: str, type_name: str, K: int) -> None:
+        if self.block_texels and K % self.group == 0:
+            return
+        if not self.block_texels and self.group >= 16 and K % 32 == 0:
+            return
+        raise UnsupportedTensorTypeError(
+            f"{name}: {type_name} has no repacked layout ({self.name}) for K = {K} (needs integer quants and K % "
+            f"{self.group if self.block_texels else 32} == 0)"
+        )
+
+
+def layout_of(source: str) -> RepackLayout:
+    """The layout a repack source writes: blocks when it declares BLOCK_TEXELS, else int8."""
+    texels = wgsl_const(source, "BLOCK_TEXELS", 0)
+    if texels:
+        return RepackLayout("blocks", wgsl_const(source, "QK", 1), texels, wgsl_const(source, "BLOCK_BYTES", 0))
+    return RepackLayout("int8", wgsl_const(source, "GROUP", 0), 0)
+
+
+def stored_bytes(layout: RepackLayout, n_rows: int, K: int, limit: int) -> int:
+    """Bytes a repacked weight takes in its textures (each window padded to whole texture rows),
+    for a weight uploaded in one GGUF window: what the memory plan counts."""
+    limit = min(limit, SLOT_ROW * MAX_TEXTURE_ROWS * SLOT_BYTES)
+    per_window = max(4, min(limit, REPACK_BUFFER) // layout.window_bytes(4, K) * 4)
+    full, rest = divmod(n_rows, per_window)
+    return full * _padded(layout.window_bytes(per_window, K)) + (_padded(layout.window_bytes(rest, K)) if rest else 0)
 
 
 def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | None = None) -> GpuWeight:
     """The weight in the repacked layout, computed on the GPU by `source` (common + quant + repack)."""
-    group = wgsl_const(source, "GROUP", 0)
+    layout = layout_of(source)
     K = weight.n_cols
-    if group < 16 or K % 32:
-        raise UnsupportedTensorTypeError(
-            f"{weight.name}: {weight.type_name} has no repacked layout (needs integer quants and K % 32 == 0)"
-        )
+    layout.check(weight.name, weight.type_name, K)
     limit = gpu.max_binding if max_binding is None else min(gpu.max_binding, int(max_binding))
     limit = min(limit, SLOT_ROW * MAX_TEXTURE_ROWS * SLOT_BYTES)
-    quad = repacked_bytes(4, K, group)
+    quad = layout.window_bytes(4, K)
     if quad > limit:
         raise GpuLimitError(f"{weight.name}: four repacked rows ({quad} bytes) do not fit a binding ({limit} bytes)")
     per_window = min(limit, REPACK_BUFFER) // quad * 4
+    if layout.identity:
+        return _copy_weight(gpu, weight, layout, per_window)
     pipeline = compile_pipeline(gpu, source, label=f"repack {weight.type_name}")
-    staging = gpu.device.create_buffer(label=f"{weight.name} repack", size=_padded(per_window, K, group), usage=STORAGE)
+    size = _padded(layout.window_bytes(per_window, K))
+    staging = gpu.device.create_buffer(label=f"{weight.name} repack", size=size, usage=STORAGE)
     windows = []
     for index, src in enumerate(weight.windows):
         for first in range(0, src.n_rows, per_window):
             n = min(per_window, src.n_rows - first)
             label = f"{weight.name}[{src.first_row + first}:{src.first_row + first + n}] repacked"
             params = uniform_bytes(gpu, REPACK_PARAMS.pack(source, {"K": K, "rows": n, "row0": first}))
-            n_wg = -(-n * (K // 4) // 64)
-            bg = bind(gpu, pipeline, [src.buffer, (staging, 0, repacked_bytes(n, K, group)), params])
+            n_wg = -(-layout.invocations(n, K) // 64)
+            bg = bind(gpu, pipeline, [src.buffer, (staging, 0, layout.window_bytes(n, K)), params])
             enc = gpu.device.create_command_encoder(label=f"repack {label}")
             encode(enc, [Dispatch(pipeline, bg, grid(n_wg), f"repack {label}")])
-            texture = _copy_to_texture(gpu, enc, staging, _padded(n, K, group), label)
+            nbytes = _padded(layout.window_bytes(n, K))
+            texture = _copy_to_texture(gpu, enc, staging, nbytes, label)
             gpu.queue.submit([enc.finish()])
             wait_idle(gpu)  # one window at a time: what the driver holds for a copy never piles up
-            windows.append(WeightWindow(texture.create_view(), src.first_row + first, n, index, _padded(n, K, group)))
+            windows.append(WeightWindow(texture.create_view(), src.first_row + first, n, index, nbytes))
     staging.destroy()
-    row_bytes = K + 8 * (K // group)
+    row_bytes = layout.row_bytes(K)
     return GpuWeight(weight.name, weight.ggml_type, weight.n_rows, K, row_bytes, windows, len(weight.windows))
 
 
-def _padded(n_rows: int, n_cols: int, group: int) -> int:
+def _copy_weight(gpu: Any, weight: GpuWeight, layout: RepackLayout, per_window: int) -> GpuWeight:
+    """The weight's GGUF bytes copied into textures as they are: no kernel, no staging buffer.
+    A window's last texture row is copied short; the rest of it stays zero."""
+    windows, K = [], weight.n_cols
+    row_bytes = layout.row_bytes(K)
+    enc = gpu.device.create_command_encoder(label=f"copy {weight.name}")
+    for index, src in enumerate(weight.windows):
+        for first in range(0, src.n_rows, per_window):
+            n = min(per_window, src.n_rows - first)
+            label = f"{weight.name}[{src.first_row + first}:{src.first_row + first + n}] blocks"
+            nbytes = _padded(n * row_bytes)
+            texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
+                                                format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
+            _copy_rows(enc, src.buffer, first * row_bytes, n * row_bytes, texture)
+            windows.append(WeightWindow(texture.create_view(), src.first_row + first, n, index, nbytes))
+    gpu.queue.submit([enc.finish()])
+    return GpuWeight(weight.name, weight.ggml_type, weight.n_rows, K, row_bytes, windows, len(weight.windows))
+
+
+def _copy_rows(enc: Any, buffer: Any, offset: int, nbytes: int, texture: Any) -> None:
+    """`nbytes` of `buffer` from `offset` into the texture's first texels: whole texture rows, then
+    the texels left over in the next row."""
+    row = SLOT_ROW * SLOT_BYTES
+    full, tail = divmod(nbytes, row)
+    if full:
+        layout = {"buffer": buffer, "offset": offset, "bytes_per_row": row, "rows_per_image": full}
+        enc.copy_buffer_to_texture(layout, {"texture": texture}, (SLOT_ROW, full, 1))
+    if tail:
+        layout = {"buffer": buffer, "offset": offset + full * row, "bytes_per_row": row}
+        enc.copy_buffer_to_texture(layout, {"texture": texture, "origin": (0, full, 0)}, (tail // SLOT_BYTES, 1, 1))
+
+
+def _padded(nbytes: int) -> int:
     """Bytes of a repacked window's texture: whole texture rows of SLOT_ROW slots."""
     row = SLOT_ROW * SLOT_BYTES
-    return -(-repacked_bytes(n_rows, n_cols, group) // row) * row
+    return -(-nbytes // row) * row
 
 
 def _copy_to_texture(gpu: Any, enc: Any, staging: Any, nbytes: int, label: str) -> Any:

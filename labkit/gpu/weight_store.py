@@ -82,6 +82,12 @@ class WeightStore:
             self.upload_seconds += time.perf_counter() - t0
         return self._repacked[key]
 
+    def holds(self, name: str, rows, source: str | None, limit: int, window_bytes: int | None = None) -> bool:
+        """Whether the weight is on the device in the layout `source` repacks to (GGUF bytes: None)."""
+        if source is None:
+            return (name, rows, window_bytes) in self._raw
+        return (name, rows, source, limit, window_bytes) in self._repacked
+
     def vector(self, name: str) -> wgpu.GPUBuffer:
         """A 1-D tensor (norm weight, bias) as f32: tiny, so decoded on the host."""
         if name not in self._vectors:

@@ -110,6 +110,8 @@ class Kernel:
     prefer: str | None = None
     reads: tuple[int, ...] | None = None  # the stage inputs it reads (None: all); unread producers are skipped
     repack: Callable[[], str] | None = field(default=None, repr=False)  # matmuls: WGSL that repacks W first
+    # matmuls: the decode source fused with the next stage's op ("add", "glu"); None: never fused
+    epilogue: Callable[[str], str] | None = field(default=None, repr=False)
 
     def source(self, shape: PassShape | None = None) -> str:
         return self.source_for(shape or PassShape(T=2, n_past=0))

@@ -52,6 +52,7 @@ FORMATS = {
 # driver name -> kernel file
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
 INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
+BLOCK_FORMATS = ("q4_k", "q6_k")  # with drivers on the blocks layout (blocks_<fmt>_matvec/_tiled.wgsl)
 MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
 
 
@@ -134,7 +135,39 @@ def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
 def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Kernel:
     """A kernel on repacked weights; `quant` names a variant block reader, which the repack uses."""
     return Kernel(f"matmul_{fmt}", name, doc, lambda shape: repacked_source(fmt, shape.T),
-                  repack=lambda: source(fmt, "repack", quant), **kw)  # fmt: skip
+                  repack=lambda: source(fmt, "repack", quant),
+                  epilogue=lambda op: epilogue_source(fmt, op), **kw)  # fmt: skip
+
+
+def block_texels(fmt: str) -> int:
+    """16-byte texels per block in the blocks layout: the block's bytes rounded up."""
+    return -(-wgsl_const(wgsl_file(f"quant_{fmt}"), "BLOCK_BYTES", 0) // 16)
+
+
+@lru_cache(maxsize=64)
+def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
+    """A driver on the blocks layout: the texture reader, the format's own driver, its store."""
+    files = ["repacked", f"blocks_{fmt}_{driver}"]
+    if driver == "tiled":
+        files.insert(1, "tile16")
+    if driver == "matvec":
+        files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
+    return compose(*files)
+
+
+@lru_cache(maxsize=16)
+def blocks_repack_source(fmt: str) -> str:
+    """The repack into the blocks layout: the format's reader (QK, BLOCK_BYTES) and the copy."""
+    return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
+
+
+def blocks_kernel(fmt: str, **kw) -> Kernel:
+    """The format's drivers on its GGUF blocks in a texture, each block padded to whole texels."""
+    doc = "GGUF blocks in a texture, near the format's own width; 16x8 tiles for prefill, a row quad for decode"
+    return Kernel(f"matmul_{fmt}", "blocks", doc,
+                  lambda shape: blocks_source(fmt, "matvec" if shape.T <= MATVEC_MAX_T else "tiled"),
+                  repack=lambda: blocks_repack_source(fmt),
+                  epilogue=lambda op: blocks_source(fmt, "matvec", op), **kw)  # fmt: skip
 
 
 def _kernels() -> tuple[Kernel, ...]:
@@ -145,7 +178,10 @@ def _kernels() -> tuple[Kernel, ...]:
             doc = (
                 "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
             )
-            out.append(repacked_kernel(fmt, "repacked", doc, prefer="cpu"))
+            # where the format has blocks drivers they are the default: as fast on lavapipe, half the bytes
+            out.append(repacked_kernel(fmt, "repacked", doc, prefer=None if fmt in BLOCK_FORMATS else "cpu"))
+        if fmt in BLOCK_FORMATS:
+            out.append(blocks_kernel(fmt, prefer="cpu"))
         row_prefer = None if fmt in INTEGER_FORMATS else "cpu"
         out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
                           lambda shape, f=fmt: source(f), prefer=row_prefer))  # fmt: skip

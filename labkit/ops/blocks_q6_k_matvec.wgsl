@@ -1,0 +1,96 @@
+// Matmul driver for decode (T = 1) on Q6_K weights in the blocks layout (blocks_repack.wgsl):
+// the GGUF blocks themselves, 210 bytes padded to 224 = 14 texels, read with textureLoad.
+// 7 bits a weight, where the int8 layout takes 12. Same bindings and Params as
+// matmul_matvec.wgsl: each thread owns 4 rows of one token, a workgroup 128 rows.
+//
+// A Q6_K block (ggml block_q6_K), as texels of 4 words:
+//   texels 0..7    ql[128]: half n's ql[64n ..] in texels 4n .. 4n + 3
+//   texels 8..11   qh[64]: half n's qh[32n ..] in texels 8 + 2n, 9 + 2n
+//   texel 12       scales[16], int8
+//   texel 13       d (f16, word 0)
+//   for half n, quarter g, l < 32: q = low 4 bits of ql[64n + 32(g & 1) + l] (high nibble when
+//   g >= 2) | ((qh[32n + l] >> 2g) & 3) << 4;  value = d * scales[8n + 2g + l / 16] * (q - 32)
+// Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
+// matmul_matvec.wgsl); each row's half is read once,
+// 6 quant texels for 128 values, and serves its 4 quarters.
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+
+const ROWS_PER_THREAD: u32 = 4u;
+const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
+const TOKENS_PER_WG: u32 = 1u;
+const BLOCK_TEXELS: u32 = 14u;
+
+// The 32 values of X a quarter reads, as 8 broadcast vec4s.
+struct X32 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
+
+fn x32(v: vec4<f32>) -> X32 {
+    return X32(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
+               subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
+}
+
+// the 6-bit quants of quarter g from its low-bit word `lo` (already shifted) and high-bit word `hi`
+fn q4(lo: u32, hi: u32, g: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8((lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u)));
+}
+
+// One row's sum over quarter g, from the half's low-bit texels (l0, l1: already picked and
+// shifted for g) and high-bit texels (h0, h1), with the quarter's two scales and 16-value X sums.
+fn quarter(x: X32, l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, g: u32, sc: vec2<f32>) -> f32 {
+    let first = dot(x.a, q4(l0.x, h0.x, g)) + dot(x.b, q4(l0.y, h0.y, g)) + dot(x.c, q4(l0.z, h0.z, g)) + dot(x.d, q4(l0.w, h0.w, g));
+    let last = dot(x.e, q4(l1.x, h1.x, g)) + dot(x.f, q4(l1.y, h1.y, g)) + dot(x.g, q4(l1.z, h1.z, g)) + dot(x.h, q4(l1.w, h1.w, g));
+    let s1 = dot(x.a + x.b + x.c + x.d, vec4<f32>(1.0));
+    let s2 = dot(x.e + x.f + x.g + x.h, vec4<f32>(1.0));
+    return dot(sc, vec2<f32>(first, last) - 32.0 * vec2<f32>(s1, s2));
+}
+
+// One row's sum over half n of the block at texel b: its 6 quant texels, its scales and d read
+// once, for the 4 quarters; xv[g] is this lane's share of quarter g's X.
+fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let a0 = slot(b + 4u * n);
+    let a1 = slot(b + 4u * n + 1u);
+    let c0 = slot(b + 4u * n + 2u);
+    let c1 = slot(b + 4u * n + 3u);
+    let h0 = slot(b + 8u + 2u * n);
+    let h1 = slot(b + 9u + 2u * n);
+    let d = unpack2x16float(slot(b + 13u).x).x;
+    let sw = slot(b + 12u);
+    let lo = d * vec4<f32>(unpack4xI8(sw[2u * n]));  // quarters 0, 1: scales 8n .. 8n + 3
+    let hi = d * vec4<f32>(unpack4xI8(sw[2u * n + 1u]));  // quarters 2, 3
+    let four = vec4<u32>(4u);
+    return quarter(x32(x0), a0, a1, h0, h1, 0u, lo.xy) + quarter(x32(x1), c0, c1, h0, h1, 1u, lo.zw)
+         + quarter(x32(x2), a0 >> four, a1 >> four, h0, h1, 2u, hi.xy) + quarter(x32(x3), c0 >> four, c1 >> four, h0, h1, 3u, hi.zw);
+}
+
+@compute @workgroup_size(32)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
+    let lin = wid.x + wid.y * nwg.x;
+    let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
+    let t = lin / row_groups;
+    if (t >= P.T) {
+        return;  // uniform per workgroup
+    }
+    let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
+    let blocks = P.K / 256u;
+    let row_texels = blocks * BLOCK_TEXELS;
+    // rows past the end read the last row, never stored (no divergent exit)
+    let b0 = min(r, P.rows - 1u) * row_texels;
+    let b1 = min(r + 1u, P.rows - 1u) * row_texels;
+    let b2 = min(r + 2u, P.rows - 1u) * row_texels;
+    let b3 = min(r + 3u, P.rows - 1u) * row_texels;
+    let xl0 = (P.x_offset + t * P.x_stride) / 4u + (lane & 7u);
+    var acc = vec4<f32>();
+    for (var k = 0u; k < blocks; k++) {
+        let o = k * BLOCK_TEXELS;
+        for (var n = 0u; n < 2u; n++) {
+            let xi = xl0 + 64u * k + 32u * n;
+            let x0 = X[xi];
+            let x1 = X[xi + 8u];
+            let x2 = X[xi + 16u];
+            let x3 = X[xi + 24u];
+            acc += vec4<f32>(half_row(b0 + o, n, x0, x1, x2, x3), half_row(b1 + o, n, x0, x1, x2, x3),
+                             half_row(b2 + o, n, x0, x1, x2, x3), half_row(b3 + o, n, x0, x1, x2, x3));
+        }
+    }
+    store4(t * P.y_stride + P.row0 + r, r, acc);
+}

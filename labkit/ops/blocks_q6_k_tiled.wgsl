@@ -1,0 +1,60 @@
+// Matmul driver for prefill (T > 1) on Q6_K weights in the blocks layout (the block's texels:
+// blocks_q6_k_matvec.wgsl): 8 rows x 16 tokens per thread (tile16.wgsl). Per 32-value
+// quarter each row's two low-bit texels, two high-bit texels and scales are read once, and
+// each word of 4 values is decoded for the 8 rows into two mat4x4 that serve all 16 tokens.
+const BLOCK_TEXELS: u32 = 14u;
+
+// The quarter's low-bit words (l0, l1, shifted), high-bit words (h0, h1) and its two scales
+// (first and last 16 values), for one row.
+struct Quarter { l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, sc: vec2<f32> }
+
+// quarter g of half n of the block at texel b
+fn quarter_of(b: u32, n: u32, g: u32) -> Quarter {
+    let shift = vec4<u32>(4u * (g >> 1u));
+    let l = b + 4u * n + 2u * (g & 1u);
+    let d = unpack2x16float(slot(b + 13u).x).x;
+    let sc = vec4<f32>(unpack4xI8(slot(b + 12u)[2u * n + (g >> 1u)]));
+    let i = 2u * (g & 1u);
+    return Quarter(slot(l) >> shift, slot(l + 1u) >> shift, slot(b + 8u + 2u * n), slot(b + 9u + 2u * n),
+                   d * vec2<f32>(sc[i], sc[i + 1u]));
+}
+
+// one row's 4 values of word i of quarter g
+fn col(q: Quarter, i: u32, g: u32) -> vec4<f32> {
+    let lo = select(q.l1[i - 4u], q.l0[i], i < 4u);
+    let hi = select(q.h1[i - 4u], q.h0[i], i < 4u);
+    let u = (lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u);
+    return select(q.sc.y, q.sc.x, i < 4u) * (vec4<f32>(unpack4xU8(u)) - 32.0);
+}
+
+@compute @workgroup_size(16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
+    let t = tile_of(wid.x + wid.y * nwg.x, li, lane);
+    if (!t.live) {
+        return;
+    }
+    let row_texels = P.K / 256u * BLOCK_TEXELS;
+    var base: array<u32, 8>;
+    for (var j = 0u; j < 8u; j++) {
+        base[j] = tile_row(t, j) * row_texels;
+    }
+    var acc: array<vec4<f32>, 32>;
+    for (var k = 0u; k < P.K / 256u; k++) {
+        for (var n = 0u; n < 2u; n++) {
+            for (var g = 0u; g < 4u; g++) {
+                let o = k * BLOCK_TEXELS;
+                let a0 = quarter_of(base[0] + o, n, g); let a1 = quarter_of(base[1] + o, n, g);
+                let a2 = quarter_of(base[2] + o, n, g); let a3 = quarter_of(base[3] + o, n, g);
+                let a4 = quarter_of(base[4] + o, n, g); let a5 = quarter_of(base[5] + o, n, g);
+                let a6 = quarter_of(base[6] + o, n, g); let a7 = quarter_of(base[7] + o, n, g);
+                for (var i = 0u; i < 8u; i++) {
+                    let ma = mat4x4<f32>(col(a0, i, g), col(a1, i, g), col(a2, i, g), col(a3, i, g));
+                    let mb = mat4x4<f32>(col(a4, i, g), col(a5, i, g), col(a6, i, g), col(a7, i, g));
+                    tile_step(&acc, t, 64u * k + 32u * n + 8u * g + i, ma, mb);
+                }
+            }
+        }
+    }
+    tile_store(&acc, t);
+}
