@@ -22,7 +22,7 @@ from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
 from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
-from labkit.gpu.repack import repack_weight, repacked_bytes
+from labkit.gpu.repack import layout_of, repack_weight, repacked_bytes, upload_blocks
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
 from labkit.ops.base import PassShape, wgsl_const, wgsl_file
@@ -252,6 +252,34 @@ def test_blocks_matmul_format(gpu, qtype):
     limit = 8 * block_texels(format_name(int(qtype))) * 16 * (n_cols // 256)  # 8 rows a window
     run_case(gpu, qtype, n_rows, n_cols, 5, seed + 7, "blocks_tiled", window_rows=13, repack_binding=limit)
     run_case(gpu, qtype, n_rows, n_cols, 1, seed + 8, "blocks_matvec", window_rows=13, repack_binding=limit)
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES, ids=lambda q: q.name)
+def test_blocks_from_the_host_equal_the_gpu_repack(gpu, qtype):
+    """The weight store writes the blocks layout from the mapped file (upload_blocks); the GPU
+    repack kernel writes it from uploaded bytes. Same windows (cut inside the GGUF windows, so the
+    lm_head policy leaves out the same rows), and the drivers give bit-identical rows on both."""
+    rng = np.random.default_rng(SEED + 3600 + int(qtype))
+    n_rows, n_cols = 75, 512
+    raw = random_weight(rng, qtype, n_rows, n_cols)
+    rb = raw.nbytes // n_rows
+    kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks", "cpu")
+    layout = layout_of(kernel.repack())
+    limit = 8 * layout.row_bytes(n_cols)  # 8 rows a texture window
+    uploaded = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=30 * rb + 15)
+    on_gpu = repack_weight(gpu, uploaded, kernel.repack(), max_binding=limit)
+    on_host = upload_blocks(gpu, "w", raw, int(qtype), n_rows, n_cols, layout, limit, 30 * rb + 15)
+    cuts = [(w.first_row, w.n_rows, w.part_of) for w in on_gpu.windows]
+    assert cuts == [(w.first_row, w.n_rows, w.part_of) for w in on_host.windows]
+    assert cuts[3:5] == [(24, 6, 0), (30, 8, 1)] and on_host.source_windows == on_gpu.source_windows == 3
+    for T in (1, 5):
+        x = storage(gpu, rng.standard_normal(T * n_cols).astype(np.float32))
+        ys = []
+        for w in (on_gpu, on_host):
+            y = storage(gpu, np.zeros(T * n_rows, np.float32))
+            submit(gpu, prepare_matmul(gpu, w, x, y, T, source=kernel.source(PassShape(T, 0))))
+            ys.append(read_f32(gpu, y))
+        assert ys[0].tobytes() == ys[1].tobytes(), f"{qtype.name} T={T} seed={SEED + 3600}"
 
 
 def test_repacked_matmul_row_groups(gpu):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import closing, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,24 +32,31 @@ import numpy as np
 import wgpu
 
 from labkit.errors import BufferLimitError, UnknownStageError
-from labkit.gpu.chunked_logits import LogitsChunk, read_chunks, token_spans
+from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
     Dispatch,
     bind,
-    encode,
     grid,
-    pass_timestamps,
-    resolve_timestamps,
     uniform_bytes,
 )
 from labkit.gpu.fusion import Epilogue, epilogue_for
+from labkit.gpu.kernel_selection import (
+    KernelChoice,
+    Selection,
+    SelectionKey,
+    choose,
+    reads,
+    select_kernels,
+    stage_policy,
+)
 from labkit.gpu.matmul import prepare_matmul
+from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
-from labkit.gpu.readback import Readback, read_now
 from labkit.gpu.replay import StepReplay
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
+from labkit.gpu.submitter import Patch, Submitter, clear_regions, poison_region, record_stage
 from labkit.gpu.texture import Rows, bind_operands
 from labkit.gpu.texture_pool import TexturePool
 from labkit.gpu.weight_store import shared_store
@@ -62,41 +69,16 @@ from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
-from labkit.ops.registry import adapter_kind, check_selection, get_kernel, get_policy, registry_generation, selected
+from labkit.ops.registry import adapter_kind, check_selection, get_kernel, registry_generation, selected
 from labkit.poison import POISON_BITS, poison_count
 from labkit.progress import bar
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-Patch = Callable[[np.ndarray, str], np.ndarray]
-__all__ = ["POISON_BITS", "GpuExecutor", "Region", "StagePlan", "poison_count"]
+__all__ = [
+    "POISON_BITS", "GpuExecutor", "Patch", "Region", "StagePlan", "poison_count", "poison_region", "record_stage",
+]  # fmt: skip
 
 UPLOAD_BAR_MB = 256  # a first pass moving fewer megabytes of weights shows no bar
-
-
-@dataclass
-class Region:
-    """Where a stage's output lives: a buffer, a float offset, and the capture shape."""
-
-    buffer: wgpu.GPUBuffer
-    offset: int  # in floats
-    shape: tuple[int, ...]
-    layout: str = "rows"  # "rows": [positions, ...]; "heads": an attention map [heads, queries, keys]
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass
-class StagePlan:
-    stage: Stage
-    out: Region
-    dispatches: list[Dispatch]
-    signature: tuple = ()  # kernel, policy and skip that produced it; a re-run starts where this changes
-    skipped: bool = False  # nothing reads it under the selected kernels: not computed in this pass
-    segment_end: bool = False  # a streamed pass submits and reads its captures back after this stage
-    also_writes: dict[str, Region] = field(default_factory=dict)  # later stages its kernel writes (fusion)
-    chunks: list[LogitsChunk] = field(default_factory=list)  # run and read back one by one (chunked_logits)
 
 
 @dataclass
@@ -120,15 +102,6 @@ class PassResult:
     positions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # rows held by cut captures
     heads: dict[str, tuple[int, ...]] = field(default_factory=dict)  # heads held by cut attention maps
     reusable: bool = True  # False: uncaptured stages had scratch regions, so a re-run plans afresh
-
-
-@dataclass(frozen=True)
-class KernelChoice:
-    """Which kernel runs a stage, and why (`lab.kernels()` lists these)."""
-
-    family: str
-    kernel: Kernel
-    why: str
 
 
 class StageContext:
@@ -210,7 +183,7 @@ class GpuExecutor:
         self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
         self._replay: StepReplay | None = None
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
-        self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
+        self.submitter = Submitter(self.device, self.gpu.has_timestamps)  # records, submits, reads back
         self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
         self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
@@ -254,7 +227,7 @@ class GpuExecutor:
                     self.vector(name)
 
     def _matrix_stages(self):
-        kernels = self.selection()[0]
+        kernels = self.selection().kernels
         return [(st, kernels[st.name]) for st in self.graph if OPS[st.op].weight == "matrix"]
 
     def _on_device(self, st: Stage, kernel: Kernel) -> bool:
@@ -275,66 +248,39 @@ class GpuExecutor:
             return cache.data(data, STORAGE, "embed.rows")
         return self.device.create_buffer_with_data(data=data, usage=STORAGE)
 
-    # ----- kernels, policies, what a switch invalidates
+    # ----- kernels, policies, what a switch invalidates (labkit.gpu.kernel_selection)
     @property
     def adapter(self) -> str:
         return adapter_kind(self.adapter_type)
 
     def family(self, st: Stage) -> str:
         """The kernel family that runs a stage (per weight format for matmuls)."""
-        return OPS[st.op].family_of(st, lambda name: self.gguf.tensors[name].ggml_type)
+        return OPS[st.op].family_of(st, self._tensor_type)
+
+    def _tensor_type(self, name: str) -> int:
+        return self.gguf.tensors[name].ggml_type
+
+    def selection(self) -> Selection:
+        """Every stage's kernel under the current variants, adapter and weight layout: worked out
+        once per selection (and registration of user variants), not every decode step."""
+        key = SelectionKey(tuple(sorted(self.variants.items())), self.adapter_type, self.weight_layout,
+                           registry_generation())  # fmt: skip
+        if self._selection[0] != key:
+            self._selection = (key, select_kernels(self.graph, self._tensor_type, self.variants, key))
+        return self._selection[1]
 
     def choice(self, st: Stage) -> KernelChoice:
-        family = self.family(st)
-        name = selected(self.variants, family, st.layer)
-        kernel = get_kernel(family, name, self.adapter)
-        if name != "default":
-            key = f"blk.{st.layer}.{family}"
-            why = f"selected ({key if key in self.variants else family})"
-        elif kernel.repack is not None and self.weight_layout == "gguf":
-            kernel = get_kernel(family, "row", self.adapter)
-            why = "default for weights kept as GGUF bytes (the repacked layout does not fit the memory budget)"
-        elif kernel.prefer:
-            why = f"default on a {self.adapter_type} adapter ({self.adapter})"
-        else:
-            why = "default"
-        return KernelChoice(family, kernel, why)
+        """The kernel of a stage and why; a stage outside the graph (a case's own) is chosen alone."""
+        sel = self.selection()
+        if st.name in sel.choices and sel.choices[st.name].family == self.family(st):
+            return sel.choices[st.name]
+        return choose(st, self.family(st), self.variants, self.adapter_type, self.weight_layout)
 
     def kernel(self, st: Stage) -> Kernel:
         return self.choice(st).kernel
 
     def policy(self, st: Stage, family: str) -> Policy:
-        return get_policy(family, selected(self.variants, family, st.layer))
-
-    def skipped(self, kernels: dict[str, Kernel]) -> set[str]:
-        """Stages no later stage reads under these kernels (a fused tier reads q, not the probabilities).
-        Derived from the graph backwards; cache writers and the last stage are always needed."""
-        needed = {self.graph[-1].name}
-        for st in reversed(self.graph):
-            if st.name in needed or st.kv_write:
-                needed.add(st.name)
-                needed.update(_reads(st, kernels[st.name]))
-        return {st.name for st in self.graph} - needed
-
-    def signatures(self, kernels: dict[str, Kernel] | None = None, skipped: set[str] | None = None) -> list[tuple]:
-        """Per stage: what its output depends on besides the data (kernel, policies, skipped)."""
-        kernels = kernels or {st.name: self.kernel(st) for st in self.graph}
-        skipped = self.skipped(kernels) if skipped is None else skipped
-        return [
-            (kernels[st.name].family, kernels[st.name].name, st.name in skipped)
-            + tuple(self.policy(st, f).name for f in OPS[st.op].policy_families(st))
-            for st in self.graph
-        ]
-
-    def selection(self) -> tuple[dict[str, Kernel], set[str], list[tuple]]:
-        """(kernels, skipped, signatures) of the graph under the current variants and adapter: worked
-        out once per selection (and registration of user variants), not every decode step."""
-        key = (tuple(sorted(self.variants.items())), self.adapter_type, registry_generation(), self.weight_layout)
-        if self._selection[0] != key:
-            kernels = {st.name: self.kernel(st) for st in self.graph}
-            skipped = self.skipped(kernels)
-            self._selection = (key, (kernels, skipped, self.signatures(kernels, skipped)))
-        return self._selection[1]
+        return stage_policy(st, family, self.variants)
 
     # ----- buffers and limits
     @property
@@ -514,10 +460,11 @@ class GpuExecutor:
         captured stages of a streamed pass; keep is then empty), captured regions are held until
         their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
         a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
-        kernels, skipped, sigs = self.selection()
+        sel = self.selection()
+        kernels, skipped, sigs = sel.kernels, sel.skipped, sel.signatures
         scratch, textures = None, TexturePool(self.device)
         if keep is not None:
-            readers = last_readers(self.graph, lambda st: _reads(st, kernels[st.name]), skipped)
+            readers = last_readers(self.graph, lambda st: reads(st, kernels[st.name]), skipped)
             scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit, streamed=streamed)
         regions: dict[str, Region] = {}
         fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
@@ -614,7 +561,7 @@ class GpuExecutor:
         cache.n_past -= len(ids)  # the previous pass advanced it
         if not previous.reusable or keep is not None:
             return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
-        new_sigs = self.selection()[2]
+        new_sigs = self.selection().signatures
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
         return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
@@ -685,7 +632,8 @@ class GpuExecutor:
         t1 = time.perf_counter()
         cut = (positions, heads)
         todo = plans[start:]
-        caps, held, held_heads, stage_ms = self._submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
+        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
+        caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
         cache.n_past += len(ids)
         unwritten = {}
@@ -710,68 +658,6 @@ class GpuExecutor:
             return set(), {st.name for st in self.graph} if names is None else set(names)
         return (None if names is None or debug else set(names) | set(patch)), None
 
-    def _submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)):
-        """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
-        captures (only the rows and heads of `cut` = (positions, heads), when given) are read after
-        the last segment or, in a streamed pass (segment ends set while planning), each segment's
-        own after that segment, before its scratch regions serve the next."""
-        segments = _segments(todo, set(patch), stepped)
-        streamed = any(p.segment_end for p in todo)
-        timed = timestamps and self.gpu.has_timestamps and (len(segments) == 1 or streamed)
-        names = {p.stage.name for p in captured}
-        caps, held, held_heads, stage_ms = {}, {}, {}, {}
-        staging = self._staging  # every readback goes through one staging buffer, kept pass to pass
-        for k, seg in enumerate(segments):
-            if streamed:  # the unembedding in chunks reads itself back (below)
-                reading = [p for p in seg if p.stage.name in names and not p.chunks]
-            else:
-                reading = captured if k == len(segments) - 1 else []
-            enc = self.device.create_command_encoder()
-            qs = (
-                self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(seg))
-                if timed and seg
-                else None
-            )
-            if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
-                encode(enc, [d for p in seg for d in p.dispatches])
-            else:
-                for j, p in enumerate(seg):
-                    record_stage(enc, p, qs, j)
-            readback = Readback(self.device, reading, T, *cut) if reading else None
-            if readback is not None:
-                readback.record(enc, lend=staging)
-            ts_buf = resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
-            self.device.queue.submit([enc.finish()])
-            if seg and seg[-1].stage.name in patch:
-                self._apply_patch(seg[-1], patch[seg[-1].stage.name])
-            if readback is not None:
-                got = readback.read(keep_staging=True)
-                if readback.owns_staging:  # a bigger one than the last: lend it on
-                    if staging is not None:
-                        staging.destroy()
-                    staging = readback.staging
-                caps.update(got[0])
-                held.update(got[1])
-                held_heads.update(got[2])
-            if ts_buf is not None:
-                ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
-                stage_ms.update({p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(seg, ticks)})
-            if seg and seg[-1].chunks:  # the unembedding of a streamed pass, chunk after chunk
-                name, got = seg[-1].stage.name, read_chunks(self.device, seg[-1], cut[0], staging, timed)
-                caps[name], staging = got.array, got.staging
-                held.update({name: got.positions} if got.positions is not None else {})
-                stage_ms.update({name: got.gpu_ms} if timed else {})
-        self._staging = staging  # its pages stay warm: fresh ones cost lavapipe 0.3 s per 128 MiB of logits
-        return caps, held, held_heads, stage_ms
-
-    def _apply_patch(self, p: StagePlan, fn: Patch) -> None:
-        """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
-        cur = read_now(self.device, [p], p.out.shape[0])[p.stage.name]
-        new = np.asarray(fn(cur.copy(), p.stage.name), dtype=np.float32)
-        if new.shape != cur.shape:
-            raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
-        self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
-
 
 STREAM_MIN_TOKENS = 256  # passes this long stream their captures (labkit.gpu.scratch)
 
@@ -783,41 +669,3 @@ LONG_PROMPT_HINT = (
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
-
-
-def _reads(st: Stage, kernel: Kernel) -> tuple[str, ...]:
-    """The stage inputs a kernel reads (a fused attention tier reads q, not the probabilities)."""
-    return st.inputs if kernel.reads is None else tuple(st.inputs[i] for i in kernel.reads)
-
-
-def _segments(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:
-    """Split the stages into submits: after every stage when stepped, else after each patched stage
-    and at each segment end of a streamed pass."""
-    segs, cur = [], []
-    for p in todo:
-        cur.append(p)
-        if stepped or p.stage.name in cut_after or p.segment_end:
-            segs.append(cur)
-            cur = []
-    if cur or not segs:
-        segs.append(cur)
-    return segs
-
-
-def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
-    """One stage's dispatches in a compute pass of their own (timed when a query set is given)."""
-    encode(enc, plan.dispatches, timestamp_writes=pass_timestamps(query_set, index))
-
-
-def clear_regions(device, plans: list[StagePlan]) -> None:
-    """Zero the output buffers of a pass built through a plan cache, as WebGPU zero-fills a new buffer:
-    an unwritten row (a faulty variant's) reads 0.0 whatever ran before, so a run of a lab equals the
-    same run of a fresh one. The KV cache is left alone: it holds the positions before the pass."""
-    enc = device.create_command_encoder()
-    for buf in {id(p.out.buffer): p.out.buffer for p in plans if not p.skipped and not p.stage.kv_write}.values():
-        enc.clear_buffer(buf)
-    device.queue.submit([enc.finish()])
-
-
-def poison_region(device, r: Region) -> None:
-    device.queue.write_buffer(r.buffer, 4 * r.offset, np.full(r.size, POISON_BITS, dtype=np.uint32).tobytes())

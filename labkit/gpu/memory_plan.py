@@ -15,7 +15,7 @@ def weight_bytes(ex) -> tuple[int, str]:
     """Bytes of the weights on the device under the selected kernels, and how they are laid out."""
     from labkit.gpu.repack import layout_of, stored_bytes
 
-    kernels = ex.selection()[0]
+    kernels = ex.selection().kernels
     seen: dict[tuple, int] = {}
     layouts: set[str] = set()
     for st in ex.graph:

@@ -29,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import wgpu
+from gguf import GGMLQuantizationType
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
@@ -143,6 +145,57 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
     staging.destroy()
     row_bytes = layout.row_bytes(K)
     return GpuWeight(weight.name, weight.ggml_type, weight.n_rows, K, row_bytes, windows, len(weight.windows))
+
+
+def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: int, K: int, layout: RepackLayout,
+                  max_binding: int | None = None, gguf_window_bytes: int | None = None) -> GpuWeight:  # fmt: skip
+    """A weight in the blocks layout straight from its GGUF bytes on the host: each window's blocks
+    (padded to whole texels where the block is not) written into its texture, with no GPU buffer
+    or kernel on the way. What the weight store does; `repack_weight` does the same on the GPU
+    from an uploaded weight (the two are tested equal). Windows are cut inside the row windows the
+    GGUF bytes would have (`part_of`), as repack_weight's are."""
+    layout.check(name, GGMLQuantizationType(ggml_type).name, K)
+    limit = gpu.max_binding if max_binding is None else min(gpu.max_binding, int(max_binding))
+    per_window = max(4, min(limit, REPACK_BUFFER) // layout.window_bytes(4, K) * 4)
+    blocks = np.asarray(raw).reshape(n_rows * (K // layout.group), -1)  # one GGUF block a row
+    row_blocks = K // layout.group
+    gguf_rows = _gguf_window_rows(gpu, blocks.shape[1] * row_blocks, gguf_window_bytes)
+    windows = []
+    for index, g0 in enumerate(range(0, n_rows, gguf_rows)):
+        for first in range(g0, min(g0 + gguf_rows, n_rows), per_window):
+            n = min(per_window, g0 + gguf_rows - first, n_rows - first)
+            part = blocks[first * row_blocks : (first + n) * row_blocks]
+            if not layout.identity:  # pad each block to whole texels
+                padded = np.zeros((part.shape[0], layout.block_texels * SLOT_BYTES), np.uint8)
+                padded[:, : part.shape[1]] = part
+                part = padded
+            nbytes = _padded(n * layout.row_bytes(K))
+            label = f"{name}[{first}:{first + n}] blocks"
+            texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
+                                                format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
+            _write_rows(gpu, part.reshape(-1), texture)
+            windows.append(WeightWindow(texture.create_view(), first, n, index, nbytes))
+    count = -(-n_rows // gguf_rows)
+    return GpuWeight(name, int(ggml_type), n_rows, K, layout.row_bytes(K), windows, count)
+
+
+def _gguf_window_rows(gpu: Any, row_bytes: int, window_bytes: int | None) -> int:
+    """Rows per window of the GGUF bytes, as labkit.gpu.weights.upload_weight cuts them."""
+    limit = gpu.max_binding if window_bytes is None else min(gpu.max_binding, int(window_bytes))
+    return max(1, (limit - limit % 16) // row_bytes)
+
+
+def _write_rows(gpu: Any, data: np.ndarray, texture: Any) -> None:
+    """Bytes into a texture's first texels: whole texture rows, then what is left in the next."""
+    row = SLOT_ROW * SLOT_BYTES
+    full = data.size // row
+    if full:
+        layout = {"bytes_per_row": row, "rows_per_image": full}
+        gpu.queue.write_texture({"texture": texture}, data[: full * row], layout, (SLOT_ROW, full, 1))
+    tail = data[full * row :]
+    if tail.size:
+        origin = {"texture": texture, "origin": (0, full, 0)}
+        gpu.queue.write_texture(origin, tail, {"bytes_per_row": row}, (tail.size // SLOT_BYTES, 1, 1))
 
 
 def _copy_weight(gpu: Any, weight: GpuWeight, layout: RepackLayout, per_window: int) -> GpuWeight:

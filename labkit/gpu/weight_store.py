@@ -21,7 +21,7 @@ import numpy as np
 import wgpu
 
 from labkit.gpu.dispatch import wait_idle
-from labkit.gpu.repack import repack_weight
+from labkit.gpu.repack import layout_of, repack_weight, upload_blocks
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.dequant import dequantize
 from labkit.model.gguf_file import GgufFile
@@ -67,6 +67,8 @@ class WeightStore:
         variant's), once per weight and reader. The GGUF bytes are uploaded for the repack and then
         dropped (lavapipe holds GPU buffers in host memory); a raw-bytes kernel uploads them again."""
         key = (name, rows, source, limit, window_bytes)
+        if key not in self._repacked and layout_of(source).name == "blocks":
+            self._repacked[key] = self._blocks(name, rows, layout_of(source), limit, window_bytes)
         if key not in self._repacked:
             raw_key = (name, rows, window_bytes)
             had_raw = raw_key in self._raw
@@ -81,6 +83,21 @@ class WeightStore:
             wait_idle(self.gpu)
             self.upload_seconds += time.perf_counter() - t0
         return self._repacked[key]
+
+    def _blocks(self, name: str, rows, layout, limit: int, window_bytes: int | None) -> GpuWeight:
+        """The blocks layout written from the mapped file into textures, a window at a time."""
+        t0 = time.perf_counter()
+        t = self.gguf.tensors[name]
+        raw, n_rows = self.gguf.raw(name), t.n_rows
+        if rows is not None:  # rows are contiguous in every format: a byte range
+            per_row = raw.nbytes // t.n_rows
+            raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
+        label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
+        weight = upload_blocks(self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, layout, limit, window_bytes)
+        self.gpu.device.queue.submit([])  # write_texture stages a host copy until the queue flushes
+        self.gguf.release(name)
+        self.upload_seconds += time.perf_counter() - t0
+        return weight
 
     def holds(self, name: str, rows, source: str | None, limit: int, window_bytes: int | None = None) -> bool:
         """Whether the weight is on the device in the layout `source` repacks to (GGUF bytes: None)."""

@@ -1,0 +1,135 @@
+"""Submitting a planned pass: its stages recorded into command encoders (one, or cut at patches,
+at each stage of a stepped pass and at the segment ends of a streamed one), per-stage
+timestamps, patches applied between submits, and the captures read back through one staging
+buffer that is kept from pass to pass (its pages stay warm).
+
+The planner (labkit.gpu.executor) decides regions and dispatches; this module only runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import wgpu
+
+from labkit.gpu.chunked_logits import read_chunks
+from labkit.gpu.dispatch import encode, pass_timestamps, resolve_timestamps
+from labkit.gpu.pass_plan import Region, StagePlan
+from labkit.gpu.readback import Readback, read_now
+from labkit.poison import POISON_BITS
+
+Patch = Callable[[np.ndarray, str], np.ndarray]
+
+
+class Submitted(NamedTuple):
+    """What a submitted pass read back."""
+
+    captures: dict[str, np.ndarray]
+    positions: dict[str, tuple[int, ...]]  # rows held by cut captures
+    heads: dict[str, tuple[int, ...]]  # heads held by cut attention maps
+    stage_ms: dict[str, float]
+
+
+class Submitter:
+    """Runs planned stages on one device and reads their captures back."""
+
+    def __init__(self, device, has_timestamps: bool):
+        self.device, self.has_timestamps = device, has_timestamps
+        self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
+
+    def submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)) -> Submitted:
+        """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
+        captures (only the rows and heads of `cut` = (positions, heads), when given) are read after
+        the last segment or, in a streamed pass (segment ends set while planning), each segment's
+        own after that segment, before its scratch regions serve the next."""
+        segments = segments_of(todo, set(patch), stepped)
+        streamed = any(p.segment_end for p in todo)
+        timed = timestamps and self.has_timestamps and (len(segments) == 1 or streamed)
+        names = {p.stage.name for p in captured}
+        caps, held, held_heads, stage_ms = {}, {}, {}, {}
+        staging = self._staging  # every readback goes through one staging buffer, kept pass to pass
+        for k, seg in enumerate(segments):
+            if streamed:  # the unembedding in chunks reads itself back (below)
+                reading = [p for p in seg if p.stage.name in names and not p.chunks]
+            else:
+                reading = captured if k == len(segments) - 1 else []
+            enc = self.device.create_command_encoder()
+            qs = (
+                self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * len(seg))
+                if timed and seg
+                else None
+            )
+            if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
+                encode(enc, [d for p in seg for d in p.dispatches])
+            else:
+                for j, p in enumerate(seg):
+                    record_stage(enc, p, qs, j)
+            readback = Readback(self.device, reading, T, *cut) if reading else None
+            if readback is not None:
+                readback.record(enc, lend=staging)
+            ts_buf = resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
+            self.device.queue.submit([enc.finish()])
+            if seg and seg[-1].stage.name in patch:
+                self.apply_patch(seg[-1], patch[seg[-1].stage.name])
+            if readback is not None:
+                got = readback.read(keep_staging=True)
+                if readback.owns_staging:  # a bigger one than the last: lend it on
+                    if staging is not None:
+                        staging.destroy()
+                    staging = readback.staging
+                caps.update(got[0])
+                held.update(got[1])
+                held_heads.update(got[2])
+            if ts_buf is not None:
+                ticks = np.frombuffer(self.device.queue.read_buffer(ts_buf), dtype=np.uint64).reshape(-1, 2)
+                stage_ms.update({p.stage.name: float(e - s) / 1e6 for p, (s, e) in zip(seg, ticks)})
+            if seg and seg[-1].chunks:  # the unembedding of a streamed pass, chunk after chunk
+                name, got = seg[-1].stage.name, read_chunks(self.device, seg[-1], cut[0], staging, timed)
+                caps[name], staging = got.array, got.staging
+                held.update({name: got.positions} if got.positions is not None else {})
+                stage_ms.update({name: got.gpu_ms} if timed else {})
+        self._staging = staging  # its pages stay warm: fresh ones cost lavapipe 0.3 s per 128 MiB of logits
+        return Submitted(caps, held, held_heads, stage_ms)
+
+    def apply_patch(self, p: StagePlan, fn: Patch) -> None:
+        """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
+        cur = read_now(self.device, [p], p.out.shape[0])[p.stage.name]
+        new = np.asarray(fn(cur.copy(), p.stage.name), dtype=np.float32)
+        if new.shape != cur.shape:
+            raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
+        self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
+
+
+def segments_of(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:
+    """Split the stages into submits: after every stage when stepped, else after each patched stage
+    and at each segment end of a streamed pass."""
+    segs, cur = [], []
+    for p in todo:
+        cur.append(p)
+        if stepped or p.stage.name in cut_after or p.segment_end:
+            segs.append(cur)
+            cur = []
+    if cur or not segs:
+        segs.append(cur)
+    return segs
+
+
+def record_stage(enc, plan: StagePlan, query_set=None, index: int = 0) -> None:
+    """One stage's dispatches in a compute pass of their own (timed when a query set is given)."""
+    encode(enc, plan.dispatches, timestamp_writes=pass_timestamps(query_set, index))
+
+
+def clear_regions(device, plans: list[StagePlan]) -> None:
+    """Zero the output buffers of a pass built through a plan cache, as WebGPU zero-fills a new buffer:
+    an unwritten row (a faulty variant's) reads 0.0 whatever ran before, so a run of a lab equals the
+    same run of a fresh one. The KV cache is left alone: it holds the positions before the pass."""
+    enc = device.create_command_encoder()
+    for buf in {id(p.out.buffer): p.out.buffer for p in plans if not p.skipped and not p.stage.kv_write}.values():
+        enc.clear_buffer(buf)
+    device.queue.submit([enc.finish()])
+
+
+def poison_region(device, r: Region) -> None:
+    device.queue.write_buffer(r.buffer, 4 * r.offset, np.full(r.size, POISON_BITS, dtype=np.uint32).tobytes())
