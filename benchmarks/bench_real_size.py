@@ -30,7 +30,7 @@ OUT = Path(__file__).resolve().parent / "results"
 # per shape: prompt lengths, the reference's set budget, decode tokens
 PLANS = {
     "llama-3.2-1b": {"lengths": [64, 512], "ref_memory": "3GB", "decode": 16},
-    "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "7GB", "int8_memory": "20GB"},
+    "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB", "int8_memory": "20GB"},
 }
 
 ENGINE = r"""

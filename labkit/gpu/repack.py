@@ -174,6 +174,7 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
             texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
                                                 format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
             _write_rows(gpu, part.reshape(-1), texture)
+            wait_idle(gpu)  # the staged copy is freed before the next window's: never more than one
             windows.append(WeightWindow(texture.create_view(), first, n, index, nbytes))
     count = -(-n_rows // gguf_rows)
     return GpuWeight(name, int(ggml_type), n_rows, K, layout.row_bytes(K), windows, count)

@@ -94,7 +94,9 @@ class WeightStore:
             raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
         label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
         weight = upload_blocks(self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, layout, limit, window_bytes)
-        self.gpu.device.queue.submit([])  # write_texture stages a host copy until the queue flushes
+        # write_texture stages a host copy until the queue has run it: wait, so the next tensor's
+        # staging reuses this one's memory instead of piling up beside it; then drop the mapped pages
+        wait_idle(self.gpu)
         self.gguf.release(name)
         self.upload_seconds += time.perf_counter() - t0
         return weight
