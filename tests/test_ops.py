@@ -299,16 +299,17 @@ class HarnessStage:
         w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
         if self.kernel.repack is not None:  # the repacked kernels: the weight rewritten on the GPU first
             w = repack_weight(self.gpu, w, self.kernel.repack())
-        target = out if not st.bias else Region(_buf(self.gpu, np.zeros(out.size)), 0, out.shape)
         src = self.kernel.source(PassShape(rows_T, self.shape.n_past))  # the executor's rule: per matmul T
         self.dispatches += prepare_matmul(
-            self.gpu, w, x.buffer, target.buffer, rows_T, x_offset=x_skip * n_cols, source=src,
+            self.gpu, w, x.buffer, out.buffer, rows_T, x_offset=x_skip * n_cols, y_offset=out.offset, source=src,
             window_filter=window_filter,
         )  # fmt: skip
-        if st.bias:
-            values = {"n": out.size, "period": n_rows, "y_offset": out.offset}
-            bufs = [target.buffer, self.vector(st.bias), out.buffer]
-            self.dispatch(bufs, values, -(-out.size // 64), kernel=get_kernel("add"))
+
+    def temp(self, shape: tuple[int, ...], what: str) -> Region:
+        return Region(_buf(self.gpu, np.zeros(int(np.prod(shape)))), 0, shape)
+
+    def dispatch_op(self, op: str, operands: list, values: dict, workgroups: int) -> None:
+        self.dispatch(operands, values, workgroups, kernel=get_kernel(op))
 
 
 @dataclass

@@ -162,6 +162,15 @@ class StageContext:
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
         self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter)
 
+    def temp(self, shape: tuple[int, ...], what: str) -> Region:
+        """A region of this stage's own that is not its output (a matmul's product before its bias)."""
+        return Region(self.ex.buffer(math.prod(shape), f"{self.stage.name}.{what}"), 0, shape)
+
+    def dispatch_op(self, op: str, operands: list, values: dict, workgroups: int) -> None:
+        """One dispatch of another op's kernel as selected for this stage's layer (a bias add)."""
+        kernel = self.ex.kernel_for_op(op, self.stage.layer)
+        self.dispatches.append(self.ex.dispatch(self.stage, OPS[op], kernel, self.shape, operands, values, workgroups))
+
 
 class GpuExecutor:
     """Owns the weights on the GPU and turns (ids, cache) into recorded dispatches."""
@@ -374,14 +383,14 @@ class GpuExecutor:
         return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name)
 
     def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep) -> list[Dispatch]:
-        """The one way to build a matmul's dispatches (weight windows x token chunks), and its bias."""
+        """The one way to build a matmul's dispatches: weight windows x token chunks (its bias is the
+        op's own add, labkit/ops/matmul.py)."""
         st = ctx.stage
         if ctx.kernel.repack is not None:
             w = self.repacked(st.weight, st.weight_rows, ctx.kernel.repack())
         else:
             w = self.weight(st.weight, st.weight_rows)
         K, N = w.n_cols, w.n_rows
-        target = out if not st.bias else Region(self.buffer(rows_T * N, st.name + ".nobias"), 0, out.shape)
         source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
         epilogue = None
         if ctx.epilogue is not None and rows_T == 1:  # the next stage in the same dispatch
@@ -390,28 +399,21 @@ class GpuExecutor:
             params = OPS["matmul"].params if epilogue is None else EPILOGUE_PARAMS
             params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
             self._checked.add(("matmul", source))
-        dsp = prepare_matmul(
+        return prepare_matmul(
             self.gpu,
             w,
             x.buffer,
-            target.buffer,
+            out.buffer,
             rows_T,
             x_offset=x.offset + x_skip * K,
             x_stride=K,
-            y_offset=target.offset,
+            y_offset=out.offset,
             y_stride=N,
             source=source,
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
             epilogue=epilogue,
         )
-        if st.bias:  # the biased output may live inside the cache (v at n_past): pass its offset
-            add = self.kernel_for_op("add", st.layer)
-            values = {"n": rows_T * N, "period": N, "y_offset": out.offset}
-            n_wg = -(-rows_T * N // 64)
-            dsp.append(self.dispatch(st, OPS["add"], add, ctx.shape, [target.buffer, self.vector(st.bias), out.buffer],
-                                     values, n_wg))  # fmt: skip
-        return dsp
 
     def _epilogue(self, ctx: StageContext, w: GpuWeight, out: Region) -> tuple[str, tuple[list, dict]]:
         """The fused kernel's source, and its extra bindings and Params (labkit.gpu.fusion): the next

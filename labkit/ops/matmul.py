@@ -88,10 +88,14 @@ def workgroups(rows: int, T: int, rows_per_wg: int, tokens_per_wg: int) -> int:
 def plan(stage, gpu):
     x = gpu.input(0)
     lm_head = stage.policy == "lm_head"
-    rows_T = 1 if lm_head and gpu.last_only else gpu.T
-    out = gpu.output((rows_T, stage.params["out"]))
+    rows_T, N = (1 if lm_head and gpu.last_only else gpu.T), stage.params["out"]
+    out = gpu.output((rows_T, N))
     keep = gpu.policy("lm_head").window_filter if lm_head else None
-    gpu.matmul(x, out, rows_T, x_skip=gpu.T - rows_T, window_filter=keep)
+    y = gpu.temp((rows_T, N), "nobias") if stage.bias else out  # the product, before its bias
+    gpu.matmul(x, y, rows_T, x_skip=gpu.T - rows_T, window_filter=keep)
+    if stage.bias:  # y + b into the stage's region (v's lives inside the KV cache, at n_past)
+        values = {"n": rows_T * N, "period": N, "y_offset": out.offset}
+        gpu.dispatch_op("add", [y.buffer, gpu.vector(stage.bias), out.buffer], values, -(-rows_T * N // 64))
     return out
 
 
