@@ -6,7 +6,7 @@ const BLOCK_TEXELS: u32 = 14u;
 
 // The quarter's low-bit words (l0, l1, shifted), high-bit words (h0, h1) and its two scales
 // (first and last 16 values), for one row.
-struct Quarter { l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, sc: vec2<f32> }
+struct Quarter { l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, sc: vec2<f32>, off: vec2<f32> }
 
 // quarter g of half n of the block at texel b
 fn quarter_of(b: u32, n: u32, g: u32) -> Quarter {
@@ -15,16 +15,18 @@ fn quarter_of(b: u32, n: u32, g: u32) -> Quarter {
     let d = unpack2x16float(slot(b + 13u).x).x;
     let sc = vec4<f32>(unpack4xI8(slot(b + 12u)[2u * n + (g >> 1u)]));
     let i = 2u * (g & 1u);
-    return Quarter(slot(l) >> shift, slot(l + 1u) >> shift, slot(b + 8u + 2u * n), slot(b + 9u + 2u * n),
-                   d * vec2<f32>(sc[i], sc[i + 1u]));
+    let scale = d * vec2<f32>(sc[i], sc[i + 1u]);
+    return Quarter(slot(l) >> shift, slot(l + 1u) >> shift, slot(b + 8u + 2u * n), slot(b + 9u + 2u * n), scale,
+                   -32.0 * scale);
 }
 
-// one row's 4 values of word i of quarter g
+// one row's 4 values of word i of quarter g: scale * (q - 32) as one fma
 fn col(q: Quarter, i: u32, g: u32) -> vec4<f32> {
-    let lo = select(q.l1[i - 4u], q.l0[i], i < 4u);
-    let hi = select(q.h1[i - 4u], q.h0[i], i < 4u);
+    let first = i < 4u;
+    let lo = select(q.l1[i - 4u], q.l0[i], first);
+    let hi = select(q.h1[i - 4u], q.h0[i], first);
     let u = (lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u);
-    return select(q.sc.y, q.sc.x, i < 4u) * (vec4<f32>(unpack4xU8(u)) - 32.0);
+    return fma(vec4<f32>(unpack4xU8(u)), vec4<f32>(select(q.sc.y, q.sc.x, first)), vec4<f32>(select(q.off.y, q.off.x, first)));
 }
 
 @compute @workgroup_size(16)
