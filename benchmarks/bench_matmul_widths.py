@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 import wgpu
+from bench_matmul import gpu_seconds  # this folder: run as a script
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from labkit.bench import cpu_model
 from labkit.gpu.device import get_device
-from labkit.gpu.dispatch import encode, wait_idle
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.repack import repack_weight
 from labkit.gpu.weights import upload_weight
@@ -51,18 +51,6 @@ def random_blocks(rng: np.random.Generator, qtype: Q, n_rows: int, n_cols: int) 
     return raw.reshape(-1)
 
 
-def best_seconds(gpu, dispatches, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        enc = gpu.device.create_command_encoder()
-        encode(enc, dispatches)
-        t0 = time.perf_counter()
-        gpu.queue.submit([enc.finish()])
-        wait_idle(gpu)
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def one_shape(gpu, rng, qtype: Q, N: int, K: int, tokens: list[int]) -> list[str]:
     raw = random_blocks(rng, qtype, N, K)
     uploaded = upload_weight(gpu, "w", raw, int(qtype), N, K)
@@ -83,7 +71,7 @@ def one_shape(gpu, rng, qtype: Q, N: int, K: int, tokens: list[int]) -> list[str
         cells = []
         for name, (kernel, weight) in layouts.items():
             src = kernel.source(PassShape(T, 0))
-            s = best_seconds(gpu, prepare_matmul(gpu, weight, xb, yb, T, source=src))
+            s = gpu_seconds(gpu, prepare_matmul(gpu, weight, xb, yb, T, source=src), yb, repeat=5)
             nbytes = sum(win.nbytes for win in weight.windows)
             cells.append(f"{name} {s * 1e3:7.2f} ms {nbytes / s / 1e9:5.1f} GB/s")
             got = np.frombuffer(gpu.queue.read_buffer(yb), np.float32).reshape(T, N)

@@ -257,3 +257,21 @@ def test_compare_with_nothing_in_common_raises_and_a_partial_overlap_lists_the_r
     assert "not compared: logits" in cmp.table() and "not compared" not in cmp.table().replace(
         "not compared: logits", ""
     )
+
+
+def test_the_kv_cache_owns_its_position():
+    """A pass advances the cache by its tokens and a re-run of them rewinds first; neither may
+    leave the cache's capacity (a write past it would land outside the K and V buffers)."""
+    from labkit.gpu.kv_cache import GpuKVCache
+
+    cache = GpuKVCache(8, [object()], [object()])
+    cache.advance(5)
+    cache.rewind(5)
+    cache.advance(5)
+    cache.advance(3)
+    assert cache.n_past == 8
+    with pytest.raises(ValueError, match="holds 8 positions"):
+        cache.advance(1)
+    with pytest.raises(ValueError, match="cannot rewind 9"):
+        cache.rewind(9)
+    assert cache.n_past == 8

@@ -25,7 +25,7 @@ from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import layout_of, repack_weight, repacked_bytes, upload_blocks
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
-from labkit.ops.base import PassShape, wgsl_const, wgsl_file
+from labkit.ops.base import PassShape, wgsl_const
 from labkit.ops.glu import ACT_CODES, ACTIVATIONS
 from labkit.ops.matmul import (
     BLOCK_FORMATS,
@@ -285,7 +285,7 @@ def test_blocks_from_the_host_equal_the_gpu_repack(gpu, qtype):
 def test_repacked_matmul_row_groups(gpu):
     """1031 rows: eight full 128-row groups of the tiled driver plus a 7-row remainder (a partial
     quad), and 1031 = 4 x 257 + 3 for the matvec driver; 33 tokens = two full tiles and one token."""
-    assert wgsl_const(wgsl_file("matmul_tiled"), "ROWS_PER_WG", 0) == 128
+    assert wgsl_const(repacked_source("q8_0", 33), "ROWS_PER_WG", 0) == 128
     for i, (driver, T) in enumerate([("tiled", 33), ("matvec", 2)]):
         run_case(gpu, Q.Q8_0, 1031, 64, T, SEED + 3100 + i, driver, offsets=True)
     run_case(gpu, Q.Q6_K, 1031, 256, 18, SEED + 3110, "tiled")

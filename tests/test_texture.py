@@ -31,7 +31,7 @@ def test_texture_bindings_of_the_shipped_kernels():
     ctx = get_kernel("attn_ctx", "default")
     assert texture_bindings(ctx.source(PassShape(T=9, n_past=0))) == {1}
     assert texture_bindings(ctx.source(PassShape(T=1, n_past=9))) == frozenset()  # decode reads the cache buffer
-    assert texture_bindings(wgsl_file("matmul_tiled")) == {1}
+    assert texture_bindings(wgsl_file("tile16")) == {1}  # the tiled drivers' X
     assert texture_bindings(wgsl_file("matmul_matvec")) == frozenset()
     assert texture_bindings(wgsl_file("attn_scores_decode")) == frozenset()
     assert texture_bindings(kernel_source("attn_ctx", "streaming")) == frozenset()

@@ -50,6 +50,7 @@ from labkit.gpu.kernel_selection import (
     select_kernels,
     stage_policy,
 )
+from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
@@ -75,20 +76,11 @@ from labkit.progress import bar
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 __all__ = [
-    "POISON_BITS", "GpuExecutor", "Patch", "Region", "StagePlan", "poison_count", "poison_region", "record_stage",
+    "POISON_BITS", "GpuExecutor", "GpuKVCache", "Patch", "Region", "StagePlan", "poison_count", "poison_region",
+    "record_stage",
 ]  # fmt: skip
 
 UPLOAD_BAR_MB = 256  # a first pass moving fewer megabytes of weights shows no bar
-
-
-@dataclass
-class GpuKVCache:
-    """Per-layer K (roped) and V buffers of `capacity` positions on the GPU."""
-
-    capacity: int
-    k: list[wgpu.GPUBuffer]
-    v: list[wgpu.GPUBuffer]
-    n_past: int = 0
 
 
 @dataclass
@@ -560,7 +552,7 @@ class GpuExecutor:
         (a previous pass on scratch regions is planned afresh: its regions were overwritten)."""
         if previous is None:
             return self.plan(ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
-        cache.n_past -= len(ids)  # the previous pass advanced it
+        cache.rewind(len(ids))  # the previous pass advanced it
         if not previous.reusable or keep is not None:
             return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
         new_sigs = self.selection().signatures
@@ -637,7 +629,7 @@ class GpuExecutor:
         got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
-        cache.n_past += len(ids)
+        cache.advance(len(ids))
         unwritten = {}
         if debug:
             unwritten = {n: poison_count(a) for n, a in caps.items()}

@@ -74,7 +74,7 @@ class Stepper:
         self._current = p.stage.name
         self._skip()
         if self.done:
-            self.cache.n_past += len(self.ids)
+            self.cache.advance(len(self.ids))
         return p.stage.name
 
     def _not_computed(self, p: StagePlan) -> UnknownStageError:

@@ -47,11 +47,7 @@ class WeightStore:
         if key not in self._raw:
             t0 = time.perf_counter()
             t = self.gguf.tensors[name]
-            raw, n_rows = self.gguf.raw(name), t.n_rows
-            if rows is not None:  # rows are contiguous in every format: a byte range
-                per_row = raw.nbytes // t.n_rows
-                raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
-            label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
+            raw, n_rows, label = self._rows_of(name, rows)
             self._raw[key] = upload_weight(
                 self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, max_window_bytes=window_bytes
             )
@@ -88,11 +84,7 @@ class WeightStore:
         """The blocks layout written from the mapped file into textures, a window at a time."""
         t0 = time.perf_counter()
         t = self.gguf.tensors[name]
-        raw, n_rows = self.gguf.raw(name), t.n_rows
-        if rows is not None:  # rows are contiguous in every format: a byte range
-            per_row = raw.nbytes // t.n_rows
-            raw, n_rows = raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0]
-        label = name if rows is None else f"{name}[{rows[0]}:{rows[1]}]"
+        raw, n_rows, label = self._rows_of(name, rows)
         weight = upload_blocks(self.gpu, label, raw, t.ggml_type, n_rows, t.n_cols, layout, limit, window_bytes)
         # write_texture stages a host copy until the queue has run it: wait, so the next tensor's
         # staging reuses this one's memory instead of piling up beside it; then drop the mapped pages
@@ -100,6 +92,16 @@ class WeightStore:
         self.gguf.release(name)
         self.upload_seconds += time.perf_counter() - t0
         return weight
+
+    def _rows_of(self, name: str, rows: tuple[int, int] | None) -> tuple[np.ndarray, int, str]:
+        """A tensor's mapped bytes, or those of a row range (rows are contiguous in every format),
+        with its row count and label."""
+        t = self.gguf.tensors[name]
+        raw = self.gguf.raw(name)
+        if rows is None:
+            return raw, t.n_rows, name
+        per_row = raw.nbytes // t.n_rows
+        return raw.reshape(-1)[rows[0] * per_row : rows[1] * per_row], rows[1] - rows[0], f"{name}[{rows[0]}:{rows[1]}]"
 
     def holds(self, name: str, rows, source: str | None, limit: int, window_bytes: int | None = None) -> bool:
         """Whether the weight is on the device in the layout `source` repacks to (GGUF bytes: None)."""

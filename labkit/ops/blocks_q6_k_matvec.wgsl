@@ -1,7 +1,7 @@
 // Matmul driver for decode (T = 1) on Q6_K weights in the blocks layout (blocks_repack.wgsl):
 // the GGUF blocks themselves, 210 bytes padded to 224 = 14 texels, read with textureLoad.
 // 7 bits a weight, where the int8 layout takes 12. Same bindings and Params as
-// matmul_matvec.wgsl: each thread owns 4 rows of one token, a workgroup 128 rows.
+// matmul_matvec.wgsl; the geometry and X's sharing are quad_rows.wgsl's.
 //
 // A Q6_K block (ggml block_q6_K), as texels of 4 words:
 //   texels 0..7    ql[128]: half n's ql[64n ..] in texels 4n .. 4n + 3
@@ -13,20 +13,7 @@
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); each row's half is read once,
 // 6 quant texels for 128 values, and serves its 4 quarters.
-@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
-
-const ROWS_PER_THREAD: u32 = 4u;
-const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
-const TOKENS_PER_WG: u32 = 1u;
 const BLOCK_TEXELS: u32 = 14u;
-
-// The 32 values of X a quarter reads, as 8 broadcast vec4s.
-struct X32 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
-
-fn x32(v: vec4<f32>) -> X32 {
-    return X32(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
-               subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
-}
 
 // the 6-bit quants of quarter g from its low-bit word `lo` (already shifted) and high-bit word `hi`
 fn q4(lo: u32, hi: u32, g: u32) -> vec4<f32> {
@@ -64,21 +51,16 @@ fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-    let lin = wid.x + wid.y * nwg.x;
-    let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
-    let t = lin / row_groups;
-    if (t >= P.T) {
+    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, P.K / 256u * BLOCK_TEXELS);
+    if (!q.live) {
         return;  // uniform per workgroup
     }
-    let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
+    let b0 = q.b0;
+    let b1 = q.b1;
+    let b2 = q.b2;
+    let b3 = q.b3;
+    let xl0 = q.xl;
     let blocks = P.K / 256u;
-    let row_texels = blocks * BLOCK_TEXELS;
-    // rows past the end read the last row, never stored (no divergent exit)
-    let b0 = min(r, P.rows - 1u) * row_texels;
-    let b1 = min(r + 1u, P.rows - 1u) * row_texels;
-    let b2 = min(r + 2u, P.rows - 1u) * row_texels;
-    let b3 = min(r + 3u, P.rows - 1u) * row_texels;
-    let xl0 = (P.x_offset + t * P.x_stride) / 4u + (lane & 7u);
     var acc = vec4<f32>();
     for (var k = 0u; k < blocks; k++) {
         let o = k * BLOCK_TEXELS;
@@ -92,5 +74,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                              half_row(b2 + o, n, x0, x1, x2, x3), half_row(b3 + o, n, x0, x1, x2, x3));
         }
     }
-    store4(t * P.y_stride + P.row0 + r, r, acc);
+    store4(q.t * P.y_stride + P.row0 + q.r, q.r, acc);
 }

@@ -49,7 +49,7 @@ FORMATS = {
     GGMLQuantizationType.Q6_K: "q6_k",
 }
 
-# driver name -> kernel file
+# driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
 INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
 BLOCK_FORMATS = ("q4_k", "q6_k")  # with drivers on the blocks layout (blocks_<fmt>_matvec/_tiled.wgsl)
@@ -131,6 +131,8 @@ def epilogue_source(fmt: str, op: str) -> str:
 @lru_cache(maxsize=64)
 def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
     files = ["repacked", DRIVERS[driver]]
+    if driver == "tiled":  # the 16-token x 8-row tile it shares with the blocks drivers
+        files.insert(1, "tile16")
     if driver == "matvec":  # how it stores its rows: plainly, or with the next stage's op
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(*files)
@@ -151,9 +153,7 @@ def block_texels(fmt: str) -> int:
 @lru_cache(maxsize=64)
 def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     """A driver on the blocks layout: the texture reader, the format's own driver, its store."""
-    files = ["repacked", f"blocks_{fmt}_{driver}"]
-    if driver == "tiled":
-        files.insert(1, "tile16")
+    files = ["repacked", "tile16" if driver == "tiled" else "quad_rows", f"blocks_{fmt}_{driver}"]
     if driver == "matvec":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)

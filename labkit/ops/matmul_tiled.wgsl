@@ -1,9 +1,9 @@
 // Matmul driver for prefill (T > 1) on repacked weights (repack.wgsl): each thread owns 8
-// weight rows (two quads) and a tile of 16 tokens (16 x 8 accumulators), so every weight word
-// it loads serves 16 tokens. Same Params and geometry constants as matmul.wgsl, but both
-// operands are textures: W holds one window in the repacked layout (repacked.wgsl), and X is
-// the chunk's tokens as to_texture.wgsl copies them (so x_offset and x_stride are not
-// read here). Composed after a line declaring the format's GROUP.
+// weight rows (two quads) and a tile of 16 tokens (16 x 8 accumulators: tile16.wgsl, composed
+// before this file), so every weight word it loads serves 16 tokens. Same Params and geometry
+// constants as matmul.wgsl, but both operands are textures: W holds one window in the repacked
+// layout (repacked.wgsl), and X is the chunk's tokens as to_texture.wgsl copies them (so
+// x_offset and x_stride are not read here). Composed after a line declaring the format's GROUP.
 //
 // X is shared through the subgroup: lane l loads tokens l and 8 + l of the tile, and
 // subgroupBroadcast hands each token's 4 values to every lane. Needs subgroups of at least 8
@@ -19,51 +19,20 @@
 // vec4<f32> texel 4 values of X; broadcasting X through the subgroup is
 // 2-2.5x over register blocking alone; accumulators indexed only by constants; no shared
 // memory (llvmpipe's barriers and shared loads are its slowest path).
-@group(0) @binding(1) var X: texture_2d<f32>;  // texel (w, t): values 4w..4w+3 of token t
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
-@group(0) @binding(3) var<uniform> P: Params;
-
-const ROWS_PER_THREAD: u32 = 8u;
-const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD
-const TOKENS_PER_WG: u32 = 16u;
-
-// Y row for one token: the 8 rows r.. that exist
-fn store8(yb: u32, r: u32, lo: vec4<f32>, hi: vec4<f32>) {
-    let n = P.rows - min(r, P.rows);
-    if (n > 0u) { Y[yb] = lo.x; }
-    if (n > 1u) { Y[yb + 1u] = lo.y; }
-    if (n > 2u) { Y[yb + 2u] = lo.z; }
-    if (n > 3u) { Y[yb + 3u] = lo.w; }
-    if (n > 4u) { Y[yb + 4u] = hi.x; }
-    if (n > 5u) { Y[yb + 5u] = hi.y; }
-    if (n > 6u) { Y[yb + 6u] = hi.z; }
-    if (n > 7u) { Y[yb + 7u] = hi.w; }
-}
-
 @compute @workgroup_size(16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-    let lin = wid.x + wid.y * nwg.x;
-    let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
-    let tiles = (P.T + TOKENS_PER_WG - 1u) / TOKENS_PER_WG;
-    if (lin >= row_groups * tiles) {
-        return;  // past the end of a 2-D grid (uniform per workgroup)
+    let t = tile_of(wid.x + wid.y * nwg.x, li, lane);
+    if (!t.live) {
+        return;
     }
-    // token tiles fastest: workgroups that run together read the same rows, so a weight bigger
-    // than the CPU's caches (Gemma's 210 MB unembedding) is read from memory once, not per tile
-    let t0 = (lin % tiles) * TOKENS_PER_WG;
-    let r = (lin / tiles) * ROWS_PER_WG + li * ROWS_PER_THREAD;
     // quads past the end compute copies of the last quad, never stored (no divergent exit)
     let quads = (P.rows + 3u) / 4u;
-    let qa = min(r / 4u, quads - 1u);
-    let qb = min(r / 4u + 1u, quads - 1u);
+    let qa = min(t.r / 4u, quads - 1u);
+    let qb = min(t.r / 4u + 1u, quads - 1u);
     let words = P.K / 4u;
     let gpr = P.K / GROUP;
     let sbase = quads * words;
-    // this lane's two tokens, past the end repeating the last one (their sums are never stored)
-    let xa = min(t0 + (lane & 7u), P.T - 1u);
-    let xb = min(t0 + 8u + (lane & 7u), P.T - 1u);
     var acc: array<vec4<f32>, 32>;  // acc[2t]: rows r..r+3 of token t0+t; acc[2t+1]: rows r+4..r+7
     for (var g = 0u; g < gpr; g++) {
         let sa = bitcast<vec4<f32>>(slot(sbase + 2u * (qa * gpr + g)));
@@ -72,46 +41,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let ob = bitcast<vec4<f32>>(slot(sbase + 2u * (qb * gpr + g) + 1u));
         for (var j = 0u; j < GROUP / 4u; j++) {
             let w = g * (GROUP / 4u) + j;
-            let ma = quad4(slot(qa * words + w), sa, oa);
-            let mb = quad4(slot(qb * words + w), sb, ob);
-            let va = textureLoad(X, vec2<u32>(w, xa), 0);
-            let vb = textureLoad(X, vec2<u32>(w, xb), 0);
-            var x = subgroupBroadcast(va, 0u); acc[0] += x * ma; acc[1] += x * mb;
-            x = subgroupBroadcast(va, 1u); acc[2] += x * ma; acc[3] += x * mb;
-            x = subgroupBroadcast(va, 2u); acc[4] += x * ma; acc[5] += x * mb;
-            x = subgroupBroadcast(va, 3u); acc[6] += x * ma; acc[7] += x * mb;
-            x = subgroupBroadcast(va, 4u); acc[8] += x * ma; acc[9] += x * mb;
-            x = subgroupBroadcast(va, 5u); acc[10] += x * ma; acc[11] += x * mb;
-            x = subgroupBroadcast(va, 6u); acc[12] += x * ma; acc[13] += x * mb;
-            x = subgroupBroadcast(va, 7u); acc[14] += x * ma; acc[15] += x * mb;
-            x = subgroupBroadcast(vb, 0u); acc[16] += x * ma; acc[17] += x * mb;
-            x = subgroupBroadcast(vb, 1u); acc[18] += x * ma; acc[19] += x * mb;
-            x = subgroupBroadcast(vb, 2u); acc[20] += x * ma; acc[21] += x * mb;
-            x = subgroupBroadcast(vb, 3u); acc[22] += x * ma; acc[23] += x * mb;
-            x = subgroupBroadcast(vb, 4u); acc[24] += x * ma; acc[25] += x * mb;
-            x = subgroupBroadcast(vb, 5u); acc[26] += x * ma; acc[27] += x * mb;
-            x = subgroupBroadcast(vb, 6u); acc[28] += x * ma; acc[29] += x * mb;
-            x = subgroupBroadcast(vb, 7u); acc[30] += x * ma; acc[31] += x * mb;
+            tile_step(&acc, t, w, quad4(slot(qa * words + w), sa, oa), quad4(slot(qb * words + w), sb, ob));
         }
     }
-    // constant indices only: a dynamic acc[t] would keep the accumulators in memory
-    let nt = min(TOKENS_PER_WG, P.T - t0);
-    let ys = P.y_stride;
-    let yb = P.y_offset + t0 * ys + P.row0 + r;
-    store8(yb, r, acc[0], acc[1]);
-    if (nt > 1u) { store8(yb + ys, r, acc[2], acc[3]); }
-    if (nt > 2u) { store8(yb + 2u * ys, r, acc[4], acc[5]); }
-    if (nt > 3u) { store8(yb + 3u * ys, r, acc[6], acc[7]); }
-    if (nt > 4u) { store8(yb + 4u * ys, r, acc[8], acc[9]); }
-    if (nt > 5u) { store8(yb + 5u * ys, r, acc[10], acc[11]); }
-    if (nt > 6u) { store8(yb + 6u * ys, r, acc[12], acc[13]); }
-    if (nt > 7u) { store8(yb + 7u * ys, r, acc[14], acc[15]); }
-    if (nt > 8u) { store8(yb + 8u * ys, r, acc[16], acc[17]); }
-    if (nt > 9u) { store8(yb + 9u * ys, r, acc[18], acc[19]); }
-    if (nt > 10u) { store8(yb + 10u * ys, r, acc[20], acc[21]); }
-    if (nt > 11u) { store8(yb + 11u * ys, r, acc[22], acc[23]); }
-    if (nt > 12u) { store8(yb + 12u * ys, r, acc[24], acc[25]); }
-    if (nt > 13u) { store8(yb + 13u * ys, r, acc[26], acc[27]); }
-    if (nt > 14u) { store8(yb + 14u * ys, r, acc[28], acc[29]); }
-    if (nt > 15u) { store8(yb + 15u * ys, r, acc[30], acc[31]); }
+    tile_store(&acc, t);
 }

@@ -1,6 +1,6 @@
-// The prefill tile of the drivers on the blocks layout (blocks_<fmt>_tiled.wgsl): each thread
-// owns 8 weight rows and 16 tokens (16 x 8 accumulators), as matmul_tiled.wgsl, whose notes
-// on why this shape apply. X is the chunk's tokens in a texture (to_texture.wgsl); lane l loads
+// The prefill tile of the drivers on repacked weights (matmul_tiled.wgsl, blocks_<fmt>_tiled.wgsl):
+// each thread owns 8 weight rows and 16 tokens (16 x 8 accumulators); matmul_tiled.wgsl has the
+// notes on why this shape. X is the chunk's tokens in a texture (to_texture.wgsl); lane l loads
 // tokens l and 8 + l and subgroupBroadcast hands each token's 4 values to every lane.
 // A driver decodes, per word of 4 values, the 8 rows into two mat4x4 (column j: row j's 4
 // values) and calls tile_step; the tile then stores itself with tile_store.

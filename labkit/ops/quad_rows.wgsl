@@ -1,0 +1,32 @@
+// What the decode drivers on the blocks layout share (blocks_<fmt>_matvec.wgsl): X as vec4 in a
+// storage buffer (read once per subgroup), the geometry of matmul_matvec.wgsl (each thread owns
+// 4 rows of one token, a workgroup 128 rows), 32 values of X shared through the subgroup, and
+// where a thread's rows start in the weight's texture.
+@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+
+const ROWS_PER_THREAD: u32 = 4u;
+const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
+const TOKENS_PER_WG: u32 = 1u;
+
+// 32 values of X: lane l loaded values 4l..4l+3, subgroupBroadcast hands them to every lane.
+struct X32 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
+
+fn x32(v: vec4<f32>) -> X32 {
+    return X32(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
+               subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
+}
+
+// A thread's work: its token t, its first row r, the first texel of each of its 4 rows (rows
+// past the end read the last row, never stored: no divergent exit), and its lane's first vec4
+// of X. `live` is false past the last token (uniform per workgroup).
+struct QuadRows { live: bool, t: u32, r: u32, b0: u32, b1: u32, b2: u32, b3: u32, xl: u32 }
+
+fn quad_rows(lin: u32, li: u32, lane: u32, row_texels: u32) -> QuadRows {
+    let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
+    let t = lin / row_groups;
+    let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
+    let last = P.rows - 1u;
+    return QuadRows(t < P.T, t, r, min(r, last) * row_texels, min(r + 1u, last) * row_texels,
+                    min(r + 2u, last) * row_texels, min(r + 3u, last) * row_texels,
+                    (P.x_offset + t * P.x_stride) / 4u + (lane & 7u));
+}
