@@ -1,4 +1,4 @@
-"""The matmul at the widths of the models people debug (896 to 14336), for Q4_K and Q6_K, in both
+"""The matmul at the widths of the models people debug (896 to 14336), for Q4_K, Q5_K and Q6_K, in both
 GPU layouts: `blocks` (the default: the GGUF blocks in textures) and `repacked` (int8). Decode
 (T = 1, the matvec) and prefill (T = 64, the 16x8 tiles), on random valid blocks, with numpy's
 float32 product on the dequantized matrix as the yardstick, all in one run. Prints the host CPU:
@@ -38,7 +38,7 @@ SHAPES = [  # (N, K): a weight's rows and its width (K-quants need K % 256 == 0:
     (3072, 3072), (8192, 3072),
     (4096, 4096), (14336, 4096), (4096, 14336),
 ]  # fmt: skip
-F16_FIELDS = {Q.Q4_K: (0, 2), Q.Q6_K: (208,)}  # the f16 scales, kept finite
+F16_FIELDS = {Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}  # the f16 scales, kept finite
 
 
 def random_blocks(rng: np.random.Generator, qtype: Q, n_rows: int, n_cols: int) -> np.ndarray:
@@ -87,7 +87,7 @@ def one_shape(gpu, rng, qtype: Q, N: int, K: int, tokens: list[int]) -> list[str
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", default="1,64")
-    ap.add_argument("--types", default="Q4_K,Q6_K")
+    ap.add_argument("--types", default="Q4_K,Q5_K,Q6_K")
     args = ap.parse_args()
     tokens = [int(t) for t in args.tokens.split(",")]
     gpu, rng = get_device(), np.random.default_rng(0)

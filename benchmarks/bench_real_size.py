@@ -3,7 +3,7 @@ their layers, Q4_K_M-like storage, written once into ~/.cache/labkit/shaped, nev
 each engine in a process of its own so that its peak RSS is its own:
 
 - the GPU path: prefill, decode and peak RSS against the file's size, in its default layout
-  (blocks for Q4_K and Q6_K) and in the int8 layout (`gpu_int8`);
+  (blocks for the K-quants) and in the int8 layout (`gpu_int8`);
 - the float64 reference: prefill and peak RSS, with the default budget and with a set one;
 - llama.cpp (the `oracle` extra): prefill and decode;
 - for the 8B shape, `compare` of a GPU pass and a reference pass in one process under 10 GB.
@@ -40,9 +40,9 @@ from labkit.bench import peak_rss_mb, prompt_of
 engine, path, memory, lengths, decode, repeats = sys.argv[1], sys.argv[2], sys.argv[3] or None, \
     json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 lab = labkit.open(path, memory=memory)
-if engine == "gpu_int8":  # the int8 layout, against the default blocks layout of Q4_K and Q6_K
-    lab.use("matmul_q4_k", "repacked")
-    lab.use("matmul_q6_k", "repacked")
+if engine == "gpu_int8":  # the int8 layout, against the default blocks layout of the K-quants
+    for fmt in ("q4_k", "q5_k", "q6_k"):
+        lab.use(f"matmul_{fmt}", "repacked")
 out = {"engine": engine, "memory": memory, "prefill_s": {}, "file_bytes": lab.path.stat().st_size}
 def med(fn):
     fn()

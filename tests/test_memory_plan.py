@@ -230,7 +230,7 @@ def test_memory_table_and_cli_info(tiny, capsys):
 def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny_model, monkeypatch):
     """Q4_0 repacked to int8 takes 1.25 bytes a value, its GGUF bytes 0.5625: a budget between the
     two keeps the GGUF bytes (the raw-bytes kernels read them), says so once, and computes the same.
-    (Q4_K and Q6_K default to the blocks layout, at their GGUF width: see the test below.)"""
+    (Q4_K, Q5_K and Q6_K default to the blocks layout, at their GGUF width: see the test below.)"""
     import labkit.memory_fit
 
     monkeypatch.setattr(labkit.memory_fit, "resident_bytes", lambda: 10**8)  # a steady process baseline
@@ -257,11 +257,11 @@ def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny_
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
-def test_q4_k_and_q6_k_weights_stay_near_their_gguf_width(tiny_model):
-    """The blocks layout (the default for Q4_K and Q6_K on CPU adapters) holds each GGUF block in
-    whole texels: Q4_K's 144 bytes as they are, Q6_K's 210 in 224; the int8 layout takes over 1.8x.
-    The plan counts what the store then holds."""
-    for wtype, most in (("Q4_K", 1.0), ("Q6_K", 224 / 210)):
+def test_k_quant_weights_stay_near_their_gguf_width(tiny_model):
+    """The blocks layout (the default for Q4_K, Q5_K and Q6_K on CPU adapters) holds each GGUF
+    block in whole texels: Q4_K's 144 and Q5_K's 176 bytes as they are, Q6_K's 210 in 224; the
+    int8 layout takes over 1.8x. The plan counts what the store then holds."""
+    for wtype, most in (("Q4_K", 1.0), ("Q5_K", 1.0), ("Q6_K", 224 / 210)):
         lab = labkit.open(tiny_model("llama", wtype))
         ex = lab.executor
         plan = next(p for p in lab.memory(tokens=4, engine="gpu").parts if p.part == "weights")

@@ -17,8 +17,8 @@ Two layouts, told apart by the repack source (`layout_of`):
 - int8 (repack.wgsl): a row takes K + 8 K / GROUP bytes (Q8_0: 800 for K = 640, against 680
   raw), rows padded to a multiple of 4. Any integer format, through its block reader.
 - blocks (blocks_repack.wgsl): the GGUF blocks unchanged, each padded to whole 16-byte texels
-  (BLOCK_TEXELS): Q4_K 144 bytes, Q6_K 224 for 210. Near the format's own width; read by the
-  format's own drivers (blocks_<fmt>_matvec.wgsl, blocks_<fmt>_tiled.wgsl).
+  (BLOCK_TEXELS): Q4_K 144 bytes, Q5_K 176, Q6_K 224 for 210. Near the format's own width; read
+  by the format's own drivers (labkit.ops.matmul.BLOCK_DRIVERS).
 The windows are re-cut to fit one storage binding. Each new window remembers the GGUF window it came from (`part_of`): a
 dispatch policy that leaves out "the last window" (post-mortem 002) leaves out the same rows
 on either layout.

@@ -52,7 +52,10 @@ FORMATS = {
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
 INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
-BLOCK_FORMATS = ("q4_k", "q6_k")  # with drivers on the blocks layout (blocks_<fmt>_matvec/_tiled.wgsl)
+# formats with drivers on the blocks layout: format -> (files composed before the driver, the
+# driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)
+BLOCK_DRIVERS = {"q4_k": (("blocks_q4_k",), "k"), "q5_k": (("blocks_q5_k",), "k"), "q6_k": ((), "q6_k")}
+BLOCK_FORMATS = tuple(BLOCK_DRIVERS)
 MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
 
 
@@ -153,7 +156,8 @@ def block_texels(fmt: str) -> int:
 @lru_cache(maxsize=64)
 def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     """A driver on the blocks layout: the texture reader, the format's own driver, its store."""
-    files = ["repacked", "tile16" if driver == "tiled" else "quad_rows", f"blocks_{fmt}_{driver}"]
+    before, family = BLOCK_DRIVERS[fmt]
+    files = ["repacked", "tile16" if driver == "tiled" else "quad_rows", *before, f"blocks_{family}_{driver}"]
     if driver == "matvec":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)

@@ -1,29 +1,37 @@
-// Matmul driver for decode (T = 1) on Q4_K weights in the blocks layout (blocks_repack.wgsl):
-// the GGUF blocks themselves, 144 bytes = 9 texels each, read with textureLoad. Near the
-// format's own width (4.5 bits a weight), where the int8 layout takes 10. Same bindings and
+// Matmul driver for decode (T = 1) on Q4_K and Q5_K weights in the blocks layout: the GGUF
+// blocks themselves in texels, read with textureLoad (the format's file, blocks_q4_k.wgsl or
+// blocks_q5_k.wgsl, composed before this one, says where each field lives). Same bindings and
 // Params as matmul_matvec.wgsl; the geometry and X's sharing are quad_rows.wgsl's.
-//
-// A Q4_K block (ggml block_q4_K), as texels of 4 words:
-//   texel 0       d, dmin (two f16 in word 0), the 12 bytes of 6-bit scales and mins
-//   texels 1..8   qs[128]: 64-value chunk c lives in texels 1 + 2c and 2 + 2c;
-//                 value 64c + l is the low nibble of its byte l, value 64c + 32 + l the high
-//   value = d * sc[is] * q - dmin * m[is], is = 2c (low) or 2c + 1 (high)
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); a sub-block's sum of X serves the - dmin * m term of all 4 rows.
-const BLOCK_TEXELS: u32 = 9u;
 const LOW: u32 = 0x0f0f0f0fu;
 
 fn x32_sum(x: X32) -> f32 {
     return dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, vec4<f32>(1.0));
 }
 
-// sum of x[l] * q[l] over 32 nibbles: bytes of texels t0 (l < 16) and t1, shifted by `shift`
-fn nib_dot(x: X32, t0: vec4<u32>, t1: vec4<u32>, shift: u32) -> f32 {
-    let a = dot(x.a, vec4<f32>(unpack4xU8((t0.x >> shift) & LOW))) + dot(x.b, vec4<f32>(unpack4xU8((t0.y >> shift) & LOW)));
-    let b = dot(x.c, vec4<f32>(unpack4xU8((t0.z >> shift) & LOW))) + dot(x.d, vec4<f32>(unpack4xU8((t0.w >> shift) & LOW)));
-    let c = dot(x.e, vec4<f32>(unpack4xU8((t1.x >> shift) & LOW))) + dot(x.f, vec4<f32>(unpack4xU8((t1.y >> shift) & LOW)));
-    let d = dot(x.g, vec4<f32>(unpack4xU8((t1.z >> shift) & LOW))) + dot(x.h, vec4<f32>(unpack4xU8((t1.w >> shift) & LOW)));
+// 4 quants: the nibbles of word u (shifted by `shift`), with bit `is` of the qh word h as 5th bit
+fn q5(u: u32, h: u32, shift: u32, is: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8(((u >> shift) & LOW) | (((h >> is) & 0x01010101u) << 4u)));
+}
+
+// sum of x[l] * q[l] over 32 quants: nibbles of texels t0 (l < 16) and t1, 5th bits from h0, h1
+fn nib_dot(x: X32, t0: vec4<u32>, t1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, shift: u32, is: u32) -> f32 {
+    let a = dot(x.a, q5(t0.x, h0.x, shift, is)) + dot(x.b, q5(t0.y, h0.y, shift, is));
+    let b = dot(x.c, q5(t0.z, h0.z, shift, is)) + dot(x.d, q5(t0.w, h0.w, shift, is));
+    let c = dot(x.e, q5(t1.x, h1.x, shift, is)) + dot(x.f, q5(t1.y, h1.y, shift, is));
+    let d = dot(x.g, q5(t1.z, h1.z, shift, is)) + dot(x.h, q5(t1.w, h1.w, shift, is));
     return (a + b) + (c + d);
+}
+
+// the block's 5th bits (texels 1 and 2), zero for a format without them
+fn qh(b: u32) -> array<vec4<u32>, 2> {
+    var h: array<vec4<u32>, 2>;
+    if (HAS_QH) {
+        h[0] = slot(b + 1u);
+        h[1] = slot(b + 2u);
+    }
+    return h;
 }
 
 // A block's scales: d * sc and dmin * m of its 8 sub-blocks (ggml get_scale_min_k4).
@@ -39,10 +47,13 @@ fn scales(h: vec4<u32>) -> Scales {
 }
 
 // One row's sum over 64-value chunk c of a block at texel b, given its scales s (low/high sub-block).
-fn chunk_row(b: u32, c: u32, xl: X32, xh: X32, sl: vec2<f32>, ml: vec2<f32>, sums: vec2<f32>) -> f32 {
-    let t0 = slot(b + 1u + 2u * c);
-    let t1 = slot(b + 2u + 2u * c);
-    return sl.x * nib_dot(xl, t0, t1, 0u) + sl.y * nib_dot(xh, t0, t1, 4u) - dot(ml, sums);
+// h: the block's 5th bits (qh)
+fn chunk_row(b: u32, c: u32, xl: X32, xh: X32, p: vec4<f32>, sums: vec2<f32>, h: array<vec4<u32>, 2>) -> f32 {
+    let t0 = slot(b + QS_TEXEL + 2u * c);
+    let t1 = slot(b + QS_TEXEL + 1u + 2u * c);
+    let lo = nib_dot(xl, t0, t1, h[0], h[1], 0u, 2u * c);
+    let hi = nib_dot(xh, t0, t1, h[0], h[1], 4u, 2u * c + 1u);
+    return p.x * lo + p.y * hi - dot(p.zw, sums);
 }
 
 fn pick(s: Scales, c: u32) -> vec4<f32> {  // (scale low, scale high, min low, min high) of chunk c
@@ -72,17 +83,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let s1 = scales(slot(b1 + o));
         let s2 = scales(slot(b2 + o));
         let s3 = scales(slot(b3 + o));
+        let h0 = qh(b0 + o);
+        let h1 = qh(b1 + o);
+        let h2 = qh(b2 + o);
+        let h3 = qh(b3 + o);
         for (var c = 0u; c < 4u; c++) {
             let xi = xl0 + 64u * k + 16u * c;
             let xl = x32(X[xi]);
             let xh = x32(X[xi + 8u]);
             let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
-            let p0 = pick(s0, c);
-            let p1 = pick(s1, c);
-            let p2 = pick(s2, c);
-            let p3 = pick(s3, c);
-            acc += vec4<f32>(chunk_row(b0 + o, c, xl, xh, p0.xy, p0.zw, sums), chunk_row(b1 + o, c, xl, xh, p1.xy, p1.zw, sums),
-                             chunk_row(b2 + o, c, xl, xh, p2.xy, p2.zw, sums), chunk_row(b3 + o, c, xl, xh, p3.xy, p3.zw, sums));
+            acc += vec4<f32>(chunk_row(b0 + o, c, xl, xh, pick(s0, c), sums, h0),
+                             chunk_row(b1 + o, c, xl, xh, pick(s1, c), sums, h1),
+                             chunk_row(b2 + o, c, xl, xh, pick(s2, c), sums, h2),
+                             chunk_row(b3 + o, c, xl, xh, pick(s3, c), sums, h3));
         }
     }
     store4(q.t * P.y_stride + P.row0 + q.r, q.r, acc);
