@@ -291,7 +291,8 @@ class HarnessStage:
         self.dispatches += fills
         self.dispatches.append(Dispatch(pipe, bind(self.gpu, pipe, [*bound, u]), grid(workgroups), kernel.name))
 
-    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
+    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None, epilogue=None) -> None:
+        assert epilogue is None, "op cases run one stage: nothing fuses into it"
         st = self.case.stage
         raw, qtype, (n_rows, n_cols) = self.case.weights[st.weight]
         if st.weight_rows:
@@ -304,6 +305,9 @@ class HarnessStage:
             self.gpu, w, x.buffer, out.buffer, rows_T, x_offset=x_skip * n_cols, y_offset=out.offset, source=src,
             window_filter=window_filter,
         )  # fmt: skip
+
+    def fused_next(self, shape: tuple[int, ...]) -> None:
+        return None  # one stage alone: the fused decode kernels have their own tests (test_gpu_matmul)
 
     def temp(self, shape: tuple[int, ...], what: str) -> Region:
         return Region(_buf(self.gpu, np.zeros(int(np.prod(shape)))), 0, shape)

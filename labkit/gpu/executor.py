@@ -151,8 +151,20 @@ class StageContext:
         self.dispatches += fills
         self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups))
 
-    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None) -> None:
-        self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter)
+    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None,
+               epilogue: tuple[str, list, dict] | None = None) -> None:  # fmt: skip
+        self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter, epilogue)
+
+    def fused_next(self, shape: tuple[int, ...]) -> tuple[Epilogue, Region, Region] | None:
+        """The stage after this one when its kernel fuses into this one's (labkit.gpu.fusion): the
+        Epilogue, its other input's region, and its own region of `shape` (this stage's), which this
+        stage's dispatch writes."""
+        ep = self.epilogue
+        if ep is None:
+            return None
+        z = self.ex.region(ep.stage, shape, self.shape, self.scratch)
+        self.also_writes[ep.stage.name] = z
+        return ep, self.regions[ep.other], z
 
     def temp(self, shape: tuple[int, ...], what: str) -> Region:
         """A region of this stage's own that is not its output (a matmul's product before its bias)."""
@@ -374,9 +386,11 @@ class GpuExecutor:
         u = uniform_bytes(self.gpu, op.params.pack(source, values))
         return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name)
 
-    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep) -> list[Dispatch]:
-        """The one way to build a matmul's dispatches: weight windows x token chunks (its bias is the
-        op's own add, labkit/ops/matmul.py)."""
+    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep,
+               epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
+        """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
+        fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)
+        is given (labkit/ops/matmul.py decides both that and the bias)."""
         st = ctx.stage
         if ctx.kernel.repack is not None:
             w = self.repacked(st.weight, st.weight_rows, ctx.kernel.repack())
@@ -384,11 +398,12 @@ class GpuExecutor:
             w = self.weight(st.weight, st.weight_rows)
         K, N = w.n_cols, w.n_rows
         source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
-        epilogue = None
-        if ctx.epilogue is not None and rows_T == 1:  # the next stage in the same dispatch
-            source, epilogue = self._epilogue(ctx, w, out)
+        fused = None
+        if epilogue is not None:  # (the next stage's op, its extra bindings, its Params values)
+            op, buffers, values = epilogue
+            source, fused = ctx.kernel.epilogue(op), (buffers, values)
         if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
-            params = OPS["matmul"].params if epilogue is None else EPILOGUE_PARAMS
+            params = OPS["matmul"].params if fused is None else EPILOGUE_PARAMS
             params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
             self._checked.add(("matmul", source))
         return prepare_matmul(
@@ -404,18 +419,8 @@ class GpuExecutor:
             source=source,
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
-            epilogue=epilogue,
+            epilogue=fused,
         )
-
-    def _epilogue(self, ctx: StageContext, w: GpuWeight, out: Region) -> tuple[str, tuple[list, dict]]:
-        """The fused kernel's source, and its extra bindings and Params (labkit.gpu.fusion): the next
-        stage's other input E, and its region Z, which that stage's plan takes over."""
-        ep = ctx.epilogue
-        z = self.region(ep.stage, out.shape, ctx.shape, ctx.scratch)
-        e = ctx.regions[ep.other]
-        ctx.also_writes[ep.stage.name] = z
-        source = ctx.kernel.epilogue(ep.stage.op)
-        return source, ([e.buffer, z.buffer], ep.values(e.offset, z.offset))
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's

@@ -95,11 +95,21 @@ def plan(stage, gpu):
     out = gpu.output((rows_T, N))
     keep = gpu.policy("lm_head").window_filter if lm_head else None
     y = gpu.temp((rows_T, N), "nobias") if stage.bias else out  # the product, before its bias
-    gpu.matmul(x, y, rows_T, x_skip=gpu.T - rows_T, window_filter=keep)
+    gpu.matmul(x, y, rows_T, x_skip=gpu.T - rows_T, window_filter=keep, epilogue=_fused(gpu, rows_T, N))
     if stage.bias:  # y + b into the stage's region (v's lives inside the KV cache, at n_past)
         values = {"n": rows_T * N, "period": N, "y_offset": out.offset}
         gpu.dispatch_op("add", [y.buffer, gpu.vector(stage.bias), out.buffer], values, -(-rows_T * N // 64))
     return out
+
+
+def _fused(gpu, rows_T: int, N: int) -> tuple[str, list, dict] | None:
+    """In a decode step, the next stage's op computed in this dispatch (labkit.gpu.fusion decides
+    which): (its op, its other input E and its region Z as extra bindings, their Params values)."""
+    nxt = gpu.fused_next((rows_T, N)) if rows_T == 1 else None
+    if nxt is None:
+        return None
+    ep, e, z = nxt
+    return ep.stage.op, [e.buffer, z.buffer], ep.values(e.offset, z.offset)
 
 
 def shapes(stage) -> tuple[list[str], str]:
