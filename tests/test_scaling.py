@@ -429,6 +429,26 @@ def test_decode_fuses_only_correct_elementwise_kernels(tiny_model):
     assert relu != decode(lab, IDS, 4), "the glu variant does not show in decode"
 
 
+def test_a_user_matmul_driver_runs_in_decode_steps(tiny_model):
+    """A user's edit of the repacked driver (one source for every token count) has no fused form
+    (Kernel.epilogue is None), so in generate's decode steps its matmuls run the user's kernel and
+    fuse nothing, and the edit shows. (Fusing used to swap the user's driver for the shipped
+    matvec in every decode step.)"""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    driver = kernel_source("matmul_q8_0")  # the tiled driver: the family's interface
+    old = "(*acc)[0] += x * ma;"
+    assert old in driver, "tile16.wgsl changed: update this test's edit"
+    k = labkit.register_variant("matmul_q8_0", "test_decode_x2", driver.replace(old, "(*acc)[0] += 2.0 * x * ma;"))
+    assert k.epilogue is None and k.repack is not None
+    before = decode(lab, IDS, 3)
+    lab.use("matmul_q8_0", "test_decode_x2")
+    plans = warm_step_plans(lab)
+    fused = {n for p in plans.values() for n in p.also_writes}
+    assert not any(n.endswith(("resid_out", "ffn_act", "resid_mid")) for n in fused), sorted(fused)
+    assert decode(lab, IDS, 3) != before, "the user's decode driver does not run in decode steps"
+    assert decode(lab, IDS, 3) == decode(lab, IDS, 3, replay=False)
+
+
 def test_replayed_decode_on_a_real_gpu_adapter(tiny_model):
     """With the adapter forced to a discrete GPU (wg_reduce matmuls on the GGUF bytes), decode steps
     still replay, bit for bit with steps planned afresh, and nothing is fused: the epilogues belong
