@@ -1,0 +1,100 @@
+"""What one stage's op `plan` sees on the GPU (labkit.ops.base.GpuStage): its input regions, an
+output region (the KV cache for a writer), buffers, dispatches of its selected kernel, the matmul,
+and the next stage when it fuses into this one. The executor's planner makes one per stage and
+collects its dispatches into the stage's plan."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import wgpu
+
+from labkit.gpu.dispatch import Dispatch
+from labkit.gpu.fusion import Epilogue
+from labkit.gpu.kv_cache import GpuKVCache
+from labkit.gpu.pass_plan import Region
+from labkit.gpu.texture import Rows, bind_operands
+from labkit.model.graph import Stage
+from labkit.ops import OPS
+from labkit.ops.base import Kernel, PassShape, Policy
+
+
+class StageContext:
+    """What one stage's op `plan` sees (labkit.ops.base.GpuStage); collects its dispatches."""
+
+    def __init__(
+        self,
+        ex: Any,  # the GpuExecutor
+        st: Stage,
+        kernel: Kernel,
+        regions: dict,
+        cache: GpuKVCache,
+        ids,
+        last_only,
+        scratch=None,
+        epilogue: Epilogue | None = None,
+    ):
+        self.ex, self.stage, self.kernel, self.regions, self.kv = ex, st, kernel, regions, cache
+        self.ids, self.last_only, self.scratch, self.epilogue = ids, last_only, scratch, epilogue
+        self.T, self.n_past = len(ids), cache.n_past
+        self.shape = PassShape(self.T, self.n_past)
+        self.dispatches: list[Dispatch] = []
+        self.also_writes: dict[str, Region] = {}  # the fused epilogue stage's region
+
+    def input(self, i: int) -> Region:
+        return self.regions[self.stage.inputs[i]]
+
+    def output(self, shape: tuple[int, ...]) -> Region:
+        st = self.stage
+        if st.kv_write:  # this layer's cache, from position n_past on
+            return Region(self.cache(st.kv_write), self.n_past * self.ex.cfg.kv_dim, shape)
+        return self.ex.region(st, shape, self.shape, self.scratch)
+
+    def cache(self, kind: str) -> wgpu.GPUBuffer:
+        return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
+
+    def vector(self, name: str) -> wgpu.GPUBuffer:
+        return self.ex.vector(name)
+
+    def rows(self, buffer: wgpu.GPUBuffer, offset: int, stride: int, width: int, rows: int) -> Rows:
+        return Rows(buffer, offset, stride, width, rows)
+
+    def token_rows(self, name: str) -> Region:
+        rows = self.ex.embed_input(self.ids, name)
+        return Region(rows, 0, (self.T, self.ex.gguf.tensors[name].n_cols))  # a cached buffer may be larger
+
+    def policy(self, family: str) -> Policy:
+        return self.ex.policy(self.stage, family)
+
+    def dispatch(self, operands: list, values: dict, workgroups: int) -> None:
+        """One dispatch of the stage's kernel. An operand given as `Rows` is bound as its buffer, or,
+        where the kernel declares a texture there, as a texture filled by a dispatch before it."""
+        op = OPS[self.stage.op]
+        bound, fills = bind_operands(self.ex.gpu, self.kernel.source(self.shape), operands, self.stage.name)
+        self.dispatches += fills
+        self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups))
+
+    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None,
+               epilogue: tuple[str, list, dict] | None = None) -> None:  # fmt: skip
+        self.dispatches += self.ex.matmul(self, x, out, rows_T, x_skip, window_filter, epilogue)
+
+    def fused_next(self, shape: tuple[int, ...]) -> tuple[Epilogue, Region, Region] | None:
+        """The stage after this one when its kernel fuses into this one's (labkit.gpu.fusion): the
+        Epilogue, its other input's region, and its own region of `shape` (this stage's), which this
+        stage's dispatch writes."""
+        ep = self.epilogue
+        if ep is None:
+            return None
+        z = self.ex.region(ep.stage, shape, self.shape, self.scratch)
+        self.also_writes[ep.stage.name] = z
+        return ep, self.regions[ep.other], z
+
+    def temp(self, shape: tuple[int, ...], what: str) -> Region:
+        """A region of this stage's own that is not its output (a matmul's product before its bias)."""
+        return Region(self.ex.buffer(math.prod(shape), f"{self.stage.name}.{what}"), 0, shape)
+
+    def dispatch_op(self, op: str, operands: list, values: dict, workgroups: int) -> None:
+        """One dispatch of another op's kernel as selected for this stage's layer (a bias add)."""
+        kernel = self.ex.kernel_for_op(op, self.stage.layer)
+        self.dispatches.append(self.ex.dispatch(self.stage, OPS[op], kernel, self.shape, operands, values, workgroups))
