@@ -74,8 +74,9 @@ class MemoryFit:
             cache.shrink_to(plan.room)
 
     def weights(self, T: int, last_only: bool) -> None:
-        """GPU weights at their file size when the repacked int8 layout would not fit the budget with
-        the smallest capture (the raw-bytes kernels read them: slower on lavapipe), said once."""
+        """GPU weights at their file size when the repacked layout (int8, or Q6_K's padded blocks)
+        would not fit the budget with the smallest capture (the raw-bytes kernels read them: slower
+        on lavapipe), said once."""
         ex = self.lab.executor
         if ex.weight_layout != "repacked" or self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
             return
