@@ -80,6 +80,29 @@ def previous_token_head(run: Run, layer: int) -> int:
     return int(np.argmax(prev.mean(axis=1)))
 
 
+def induction_pairs(tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(queries, keys) where an induction head should look: each query whose token appeared
+    before, and the key just after that token's latest earlier occurrence (what followed it then).
+    Read from the token ids, so a prompt's period need not be counted by hand."""
+    last: dict[int, int] = {}
+    queries, keys = [], []
+    for t, tok in enumerate(tokens):
+        if tok in last:
+            queries.append(t)
+            keys.append(last[tok] + 1)
+        last[tok] = t
+    return np.array(queries, dtype=np.int64), np.array(keys, dtype=np.int64)
+
+
+def induction_head(run: Run) -> tuple[int, int]:
+    """(layer, head) with the highest mean probability on the induction keys of `run`'s prompt."""
+    qs, ks = induction_pairs(list(run.tokens))
+    layers = sorted({int(s.split(".")[1]) for s in run.stages if s.endswith(".attn_probs")})
+    score = np.array([np.asarray(run[f"blk.{L}.attn_probs"], np.float64)[:, qs, ks].mean(axis=1) for L in layers])
+    L, h = np.unravel_index(int(np.argmax(score)), score.shape)
+    return layers[int(L)], int(h)
+
+
 def layer_entering_top(ranks: list[int], k: int) -> int | None:
     """The first layer at which a token's rank (0 = top-1) is below k, from its ranks per layer."""
     return next((L for L, r in enumerate(ranks) if r < k), None)

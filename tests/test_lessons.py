@@ -103,3 +103,15 @@ def test_walkthrough_teaches_each_stage_and_keeps_its_tools():
     assert "logits" in debug_html and "unwritten" in debug_html and "453355" in debug_html  # the flagged stage
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "lab.generate" in code[-1].source and cell_text(code[-1]).strip()  # the browser test waits for it
+
+
+def test_induction_pairs_come_from_the_tokens():
+    """Lesson 02's induction keys: the key after the latest earlier occurrence of the query's token.
+    "The cat sat on the mat. The cat sat on the" has period 7 (` mat` and `.` count, `The` is not
+    ` The`), so the second copy's queries 8..11 look at keys 2..5."""
+    from labkit.lessons import induction_pairs
+
+    qs, ks = induction_pairs([7, 1, 2, 3, 4, 5, 6, 8, 1, 2, 3, 4])
+    assert qs.tolist() == [8, 9, 10, 11] and ks.tolist() == [2, 3, 4, 5]
+    qs, ks = induction_pairs([5, 5, 9, 5])  # the latest occurrence counts
+    assert qs.tolist() == [1, 3] and ks.tolist() == [1, 2]
