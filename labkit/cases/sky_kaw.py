@@ -83,8 +83,10 @@ class SkyKawEvidence(Evidence):
     roundtrip: RoundTrip  # Q4K_TENSOR through the selected Q4_K matmul
 
 
-def _run(lab, engine: str, ids: list[int], caps: dict, n_past: int = 0) -> Run:
-    return Run(lab.name, engine, list(ids), lab.stages, caps, piece=lab.piece, explain=lab.explain, n_past=n_past)
+def _run(lab, engine: str, ids: list[int], caps: dict, n_past: int = 0, variants: dict | None = None) -> Run:
+    """A Run of the case's own passes; a GPU one carries the kernels it ran with (its figures say them)."""
+    return Run(lab.name, engine, list(ids), lab.stages, caps, piece=lab.piece, explain=lab.explain, n_past=n_past,
+               variants=dict(variants or {}))  # fmt: skip
 
 
 def reference(lab) -> SkyKawReference:
@@ -106,11 +108,11 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> S
     ex = lab.executor
     # the prompt pass, as any engine runs it
     pcache = ex.new_cache(len(ids))
-    prompt = _run(lab, "gpu", ids, ex.run_pass(ids, pcache, last_logits_only=True).captures)
+    prompt = _run(lab, "gpu", ids, ex.run_pass(ids, pcache, last_logits_only=True).captures, variants=variants)
     # the sky step: prefix prefilled, " is" decoded on its cache; then greedy decode continues
     cache = ex.new_cache(len(ids) + N_NEW)
     ex.run_pass(ids[:-1], cache, names=[], last_logits_only=True)
-    step = _run(lab, "gpu", ids[-1:], ex.run_pass(ids[-1:], cache).captures, n_past=len(ids) - 1)
+    step = _run(lab, "gpu", ids[-1:], ex.run_pass(ids[-1:], cache).captures, n_past=len(ids) - 1, variants=variants)
     out = [int(np.argmax(step.logits()))]
     while len(out) < N_NEW:
         res = ex.run_pass([out[-1]], cache, names=["logits"], last_logits_only=True)
