@@ -168,8 +168,9 @@ CASE = Case(
         "Post-mortem 000 listed a RoPE or position-encoding bug among its hypotheses ('position-"
         "dependent errors') after noticing that position 0 looked healthy while the last position did "
         "not, and recommended comparing attention scores against a reference. Rotary embeddings come "
-        "in two pairings, neox (i, i + d/2: Gemma, Qwen) and normal (2i, 2i + 1: llama); running one "
-        "model with the other's is a classic porting bug."
+        "in two pairings, neox (i, i + d/2: Gemma, Qwen) and normal (2i, 2i + 1: llama as its GGUF "
+        "files store it, because llama.cpp's converter permutes q and k; Hugging Face's llama rotates "
+        "halves); running one model with the other's is a classic porting bug."
     ),
     lesson=(
         "Compare per position, not per tensor: a rope bug leaves position 0 exact (angle 0) and grows "
