@@ -52,10 +52,9 @@ def _signature(cell, text: bool) -> list[tuple]:
     """What a cell showed, comparable across runs: each output's kind, its MIME types, and (with
     `text`) its plain text with numbers masked. Progress bars are left out (they show on first use)."""
     sig = []
-    for o in _merged_streams(cell.get("outputs", [])):
+    shown = [o for o in cell.get("outputs", []) if not _is_progress(o)]  # a tqdm widget, between prints too
+    for o in _merged_streams(shown):
         data = o.get("data", {})
-        if _is_progress(o):
-            continue  # a tqdm widget
         body = o.get("text", "") if o.output_type == "stream" else str(data.get("text/plain", ""))
         body = _PROGRESS.sub("", body).strip()
         if o.output_type == "stream" and not body:
@@ -88,10 +87,16 @@ def assert_outputs_match(committed, executed, text: bool = True) -> None:
 
 
 def assert_shippable(name: str) -> None:
-    """Under 2 MB, and widget state saved when a cell shows a widget (a fresh open renders it)."""
+    """Under 2 MB, no saved progress bar ("0%| 0/234" on GitHub), no local path, and widget state
+    saved when a cell shows a widget (a fresh open renders it)."""
     path = ROOT / "notebooks" / f"{name}.ipynb"
     assert path.stat().st_size < MAX_BYTES, f"{name}: {path.stat().st_size} bytes"
     nb = nbformat.read(path, as_version=4)
+    bars = [c.id for c in nb.cells if c.cell_type == "code" for o in c.outputs if _is_progress(o)]
+    assert not bars, f"{name}: saved progress bars in cells {bars} (scripts/run_notebooks.py drops them)"
+    text = path.read_text()
+    for local in (str(ROOT), str(Path.home()), "/site-packages/"):
+        assert local not in text, f"{name}: a local path ({local}) in the saved outputs"
     views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if WIDGET in o.get("data", {})]
     if views:
         state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})

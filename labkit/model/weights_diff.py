@@ -60,7 +60,8 @@ class WeightsDiff:
         return self.differing[0].name if self.differing else None
 
     def table(self) -> str:
-        lines = [f"{self.a} vs {self.b}: {len(self.tensors)} tensors"]
+        # file names, not paths: a notebook's saved table shows no one's local folders (a and b keep them)
+        lines = [f"{Path(self.a).name} vs {Path(self.b).name}: {len(self.tensors)} tensors"]
         if self.identical:
             return lines[0] + "\nidentical: every tensor's bytes and every metadata value are the same"
         lines.append(f"first differing tensor (graph order): {self.first_difference}")
