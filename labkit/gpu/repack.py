@@ -27,6 +27,7 @@ on either layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -94,8 +95,10 @@ class RepackLayout:
         )
 
 
+@lru_cache(maxsize=256)
 def layout_of(source: str) -> RepackLayout:
-    """The layout a repack source writes: blocks when it declares BLOCK_TEXELS, else int8."""
+    """The layout a repack source writes: blocks when it declares BLOCK_TEXELS, else int8. Cached:
+    the memory plan asks it for every matmul stage of every pass (sources are cached strings)."""
     texels = wgsl_const(source, "BLOCK_TEXELS", 0)
     if texels:
         return RepackLayout("blocks", wgsl_const(source, "QK", 1), texels, wgsl_const(source, "BLOCK_BYTES", 0))
