@@ -2,6 +2,7 @@
 
 from labkit import cases as _cases_package  # the package stays importable as `labkit.cases` (sys.modules)
 from labkit import sweep as _sweep_package  # noqa: F401 (likewise `labkit.sweep`: the attribute is the function)
+from labkit.attribution import Attribution, attribute
 from labkit.captures import Run, Stats, TopToken
 from labkit.compare import Comparison, compare
 from labkit.dumps import load_dumps
@@ -24,6 +25,7 @@ def cases() -> list:
 
 __all__ = [
     "MODELS",
+    "Attribution",
     "Capture",
     "Comparison",
     "Generation",
@@ -34,6 +36,7 @@ __all__ = [
     "Stats",
     "TopToken",
     "WeightsDiff",
+    "attribute",
     "cases",
     "compare",
     "diff_weights",

@@ -28,6 +28,9 @@ import numpy as np
 from labkit.model.dequant import dequantize, dequantize_rows
 from labkit.model.gguf_file import GgufFile
 
+# x [T, K], a row chunk of W [n, K] -> x @ W.T [T, n], computed in some precision
+Product = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
 CHUNK_BYTES = 64 << 20  # float64 bytes of one row chunk of a widened or streamed weight
 F64_SHARE = 4  # float64 copies when the model's float64 weights take at most 1/F64_SHARE of the capacity
 
@@ -94,12 +97,16 @@ class WeightCache:
         t = self.gguf.tensors[name]
         return dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, ids)
 
-    def matmul(self, x: np.ndarray, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
+    def matmul(
+        self, x: np.ndarray, name: str, rows: tuple[int, int] | None = None, product: Product | None = None
+    ) -> np.ndarray:
         """x [T, K] (float64) @ W[rows].T in float64: the held weight in one product when it is
-        float64, else row chunks widened one at a time (held float32, or streamed from the file)."""
+        float64, else row chunks widened one at a time (held float32, or streamed from the file).
+        `product(x, w_chunk)`, when given, computes each chunk instead (another engine's precision,
+        labkit.attribution.emulation), on the same chunks."""
         t = self.gguf.tensors[name]
         r0, r1 = rows or (0, t.n_rows)
-        if self.fits(name) and self.dtype == np.float64:
+        if product is None and self.fits(name) and self.dtype == np.float64:
             return x @ self.get(name)[r0:r1].T
         whole = self.get(name) if self.fits(name) else None
         out = np.empty((x.shape[0], r1 - r0), dtype=np.float64)
@@ -107,7 +114,7 @@ class WeightCache:
         for a in range(r0, r1, step):
             b = min(a + step, r1)
             w = whole[a:b] if whole is not None else self.rows(name, slice(a, b))
-            out[:, a - r0 : b - r0] = x @ w.astype(np.float64).T
+            out[:, a - r0 : b - r0] = x @ w.astype(np.float64).T if product is None else product(x, w)
             if whole is None:
                 self.gguf.release(name)  # the chunk's mapped pages were read once
         if whole is None:

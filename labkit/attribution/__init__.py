@@ -1,0 +1,6 @@
+"""Attribution: which stage made an error, and which only inherited it (labkit.attribute)."""
+
+from labkit.attribution.attribute import BAND_FLOOR, GUILT_FACTOR, attribute
+from labkit.attribution.report import Attribution, StageAttribution
+
+__all__ = ["BAND_FLOOR", "GUILT_FACTOR", "Attribution", "StageAttribution", "attribute"]
