@@ -37,13 +37,17 @@ GUILT_FACTOR: dict[str, float] = {
     "float32": 30.0,
     "float16": 10.0,
     "bfloat16": 10.0,
-    "int8-activations": 10.0,
+    "int8-activations": 5.0,
 }
 # The smallest band a stage is given: an op whose precision changes nothing (an embedding lookup
-# of exactly representable values) would otherwise make any rounding of the engine's guilty.
+# of exactly representable values) would otherwise make any rounding of the engine's guilty, and
+# an f32 kernel's own algebra differs from a plain sum: labkit's int8-repacked Q4_1 matmul adds a
+# per-group offset that cancels, and at SmolLM2's massive activation (2369 at the first position)
+# its ffn_down has local NMSE 1.1e-12 where a plain f32 sum gives 1e-15. 2e-13 is a relative
+# error of 4.5e-7, about 8 f32 ulps; every fault people debug is 1e-8 or more.
 BAND_FLOOR: dict[str, float] = {
     "float64": 1e-24,
-    "float32": 1e-14,
+    "float32": 2e-13,
     "float16": 1e-8,
     "bfloat16": 1e-6,
     "int8-activations": 1e-8,
@@ -89,14 +93,14 @@ def attribute(
 
 
 def _row(name, segment, run: Run, exact, emulated, ref: Run, k, floor, fixed) -> StageAttribution:
-    out = run.captures[name]
+    out = np.asarray(run.captures[name], np.float64)
     band = compare_arrays(name, emulated, exact, np.inf).nmse
     limit = k * max(band, floor)
-    local = compare_arrays(name, out, exact, limit, run.unwritten.get(name, 0), run.rows(name))
+    read_nan = np.isnan(exact)  # NaN computed exactly from the engine's NaN inputs: inherited, not made here
+    mine, want = (np.where(read_nan, 0.0, out), np.where(read_nan, 0.0, exact)) if read_nan.any() else (out, exact)
+    local = compare_arrays(name, mine, want, limit, run.unwritten.get(name, 0), run.rows(name))
     inherited = compare_arrays(name, exact, ref.captures[name], np.inf).nmse if name in ref.captures else np.nan
     total = compare_arrays(name, out, ref.captures[name], fixed.get(stage_kind(name), DEFAULT_THRESHOLD))
-    if np.isnan(exact).any() and local.reason.endswith("NaN"):  # NaN from NaN inputs: inherited, not made here
-        local = compare_arrays(name, np.nan_to_num(out), np.nan_to_num(exact), limit)
     return StageAttribution(
         name, tuple(segment), local.nmse, float(inherited), total.nmse, band, limit, not local.passed,
         "" if local.reason == "nmse" else local.reason, local.first_bad_position, not total.passed,

@@ -13,11 +13,12 @@ PARAMS = Params(n_rows="u32", n="u32")
 
 
 def softmax(s: np.ndarray) -> np.ndarray:
-    """Row softmax; a fully masked row (all -inf) gives zeros, as the kernel does, not 0/0."""
+    """Row softmax; a fully masked row (all -inf) gives zeros, as the kernel does, not 0/0. A row
+    holding a NaN stays NaN, as in any engine: the reference must not hide a NaN it is given."""
     m = np.max(s, axis=-1, keepdims=True)
     e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     total = np.sum(e, axis=-1, keepdims=True)
-    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return np.divide(e, total, out=np.zeros_like(e), where=(total > 0) | np.isnan(total))
 
 
 def reference(stage, ref) -> np.ndarray:
