@@ -139,6 +139,9 @@ def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int) -> np.nd
         return _scores_from_kq(lab.config, stage, a, rows)
     if convert == "times_weight":  # the norm's weight, read (and cached) as the reference reads it
         return (a * lab.reference_engine.weight(stage.weight)).astype(a.dtype)
+    if convert == "gguf_rows":  # per head [halves: 2, head_dim/2] → the file's [pairs: head_dim/2, 2]
+        half = lab.config.head_dim // 2
+        return np.ascontiguousarray(a.reshape(a.shape[0], -1, 2, half).swapaxes(2, 3)).reshape(a.shape)
     return a
 
 

@@ -9,7 +9,12 @@ name what), because several names that look alike hold another quantity:
   gives several nodes (`Qcur-0` is the MUL_MAT, then the ROPE) takes its op in brackets:
   `Qcur-0 [ROPE]`. Its `kq-L` is the raw q·k, so it is scaled and masked on the way in.
 - Hugging Face transformers (`"hf"`): module paths as forward hooks see them. A llama's
-  `post_attention_layernorm` is labkit's `ffn_norm`; a gemma's is `post_attn_norm`.
+  `post_attention_layernorm` is labkit's `ffn_norm`; a gemma's is `post_attn_norm`. A llama's
+  q and k come out in another order within each head: llama.cpp's converter permutes q_proj
+  and k_proj rows to rotate (2i, 2i+1) pairs (convert_hf_to_gguf.py, LlamaModel.permute), and
+  transformers undoes that when it loads a GGUF file (modeling_gguf_pytorch_utils.py,
+  LlamaConverter's reverse_permute), so its q holds each head's halves: they are put back
+  in the file's order on the way in (`gguf_rows`). Proven on a real transformers run.
 - TransformerLens (`"transformerlens"`): hook names. Its `ln*.hook_normalized` is x/rms
   *before* the weight (with fold_ln the weight is folded into the next matrix), so the
   norm weight is applied on the way in; `hook_attn_out`/`hook_mlp_out` come after gemma's
@@ -42,7 +47,9 @@ class Target:
     """Where one foreign tensor (or one column block of a fused one) lands."""
 
     stage: str
-    convert: str = ""  # "" | "scores" (raw q·k → scaled and masked) | "times_weight" (norm before its weight)
+    # "" | "scores" (raw q·k → scaled and masked) | "times_weight" (norm before its weight)
+    # | "gguf_rows" (a head's halves → the GGUF file's interleaved rows)
+    convert: str = ""
     columns: tuple[int, int] | None = None  # the column range of a fused tensor (q;k;v or gate;up)
 
 
@@ -139,6 +146,12 @@ def _llamacpp(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
 
 # ----------------------------------------------------------------- Hugging Face
 _HF = r"(?:[\w.]*\.)?"  # any module prefix: model., model.language_model., ...
+# Architectures whose q/k rows llama.cpp's converter permutes (HF's rotate-halves → pairs).
+QK_PERMUTED = ("llama",)
+
+
+def _qk_convert(cfg: ModelConfig, kind: str) -> str:
+    return "gguf_rows" if kind in ("q", "k") and cfg.arch in QK_PERMUTED else ""
 
 
 def _hf(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
@@ -146,7 +159,7 @@ def _hf(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
     if cfg.fused_qkv:
         qkv = [Rule(layer + r"self_attn\.qkv_proj", ("q", "k", "v"))]
     else:
-        qkv = [Rule(layer + rf"self_attn\.{n}_proj", (n,)) for n in "qkv"]
+        qkv = [Rule(layer + rf"self_attn\.{n}_proj", (n,), _qk_convert(cfg, n)) for n in "qkv"]
     if cfg.fused_gate_up:
         mlp = [Rule(layer + r"mlp\.gate_up_proj", ("ffn_gate", "ffn_up"))]
     else:
@@ -190,8 +203,8 @@ def _transformerlens(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]
         Rule(r"hook_embed", ("embed",)),
         Rule(b + r"hook_resid_pre", ("resid_out",), layer_offset=-1),
         Rule(b + r"ln1\.hook_normalized", ("attn_norm",), "times_weight"),
-        Rule(b + r"attn\.hook_q", ("q",)),
-        Rule(b + r"attn\.hook_k", ("k",)),
+        Rule(b + r"attn\.hook_q", ("q",), _qk_convert(cfg, "q")),  # from HF's weights: halves
+        Rule(b + r"attn\.hook_k", ("k",), _qk_convert(cfg, "k")),
         Rule(b + r"attn\.hook_v", ("v",)),
         Rule(b + r"attn\.hook_rot_q", ("q_rope",)),
         Rule(b + r"attn\.hook_rot_k", ("k_rope",)),

@@ -1,5 +1,7 @@
-"""Read another engine's dumped tensors: a directory of .npy files, an .npz, a .safetensors
-file or a dict of arrays, into {name: numpy array} with the dtypes as stored.
+"""Read another engine's dumped tensors: a directory of .npy or .pt files, an .npz, a .pt, a
+.safetensors file or a dict of arrays, into {name: numpy array} with the dtypes as stored.
+.pt files are read without torch and without running their pickles (labkit.dumps.pt_file);
+their integer tensors (an engine's token ids and positions) are kept apart in `Source.ids`.
 
 bf16 has no numpy dtype, so the safetensors library's numpy reader refuses it; those tensors
 are read from the file's own header and bytes (a bf16 value is the top half of an f32) and
@@ -28,14 +30,20 @@ class Dumped:
     stored: str  # "float16", "bfloat16", "float32", "float64", ...
 
 
-def read_source(source: Any) -> dict[str, Dumped]:
-    """{name: Dumped} from a path (directory of .npy, .npz, .npy, .safetensors) or a dict of arrays."""
+def read_source(source: Any, integers: dict[str, np.ndarray] | None = None) -> dict[str, Dumped]:
+    """{name: Dumped} from a path (directory of .npy or .pt, .npz, .npy, .pt, .safetensors) or a dict
+    of arrays. Integer tensors of .pt files go into `integers` when given (else they are dropped)."""
     if isinstance(source, dict):
         return {str(k): _dumped(str(k), v) for k, v in source.items()}
     path = Path(source)
     if not path.exists():
         raise DumpsFileError(f"{path}: no such file or directory")
+    integers = {} if integers is None else integers
     try:
+        if path.is_dir() and any(path.glob("*.pt")):
+            return read_pt_files(sorted(path.glob("*.pt")), integers)
+        if path.suffix == ".pt":
+            return read_pt_files([path], integers)
         if path.is_dir():
             return _read_dir(path)
         if path.suffix == ".npz":
@@ -49,7 +57,9 @@ def read_source(source: Any) -> dict[str, Dumped]:
         raise
     except (OSError, ValueError, KeyError, struct.error) as e:
         raise DumpsFileError(f"{path}: cannot read dumps: {e}") from None
-    raise DumpsFileError(f"{path}: not a dumps source (a directory of .npy files, .npz, .npy or .safetensors)")
+    raise DumpsFileError(
+        f"{path}: not a dumps source (a directory of .npy or .pt files, .npz, .npy, .pt or .safetensors)"
+    )
 
 
 def _dumped(name: str, a: Any) -> Dumped:
@@ -101,3 +111,35 @@ def _bf16(path: Path, data_start: int, info: dict) -> np.ndarray:
     start, end = info["data_offsets"]
     raw = np.fromfile(path, dtype="<u2", count=(end - start) // 2, offset=data_start + start)
     return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+
+
+def read_pt_files(paths: list[Path], integers: dict[str, np.ndarray]) -> dict[str, Dumped]:
+    """Every float tensor of the .pt files by name, the integer ones into `integers`. A file holding
+    {name: tensor} gives its keys (SGLang's Pass files); {"value", "meta"} gives meta["name"] (SGLang's
+    dumper); a bare tensor gives the file's stem (TensorRT-LLM's per-tensor files)."""
+    out: dict[str, Dumped] = {}
+    for path in paths:
+        for name, t in _pt_tensors(path).items():
+            if t.array.dtype.kind == "f":
+                out[name] = Dumped(name, t.array, t.stored)
+            elif t.array.dtype.kind in "iu":
+                integers[name] = t.array
+    if not out:
+        raise DumpsFileError(f"{paths[0]}: no float tensor in {len(paths)} .pt file(s)")
+    return out
+
+
+def _pt_tensors(path: Path) -> dict:
+    from labkit.dumps.pt_file import PtTensor, read_pt
+
+    obj = read_pt(path)
+    if isinstance(obj, PtTensor):
+        return {path.stem: obj}
+    if isinstance(obj, dict) and isinstance(obj.get("value"), PtTensor):
+        meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+        return {str(meta.get("name", path.stem)): obj["value"]}
+    if isinstance(obj, dict):
+        return {str(k): v for k, v in obj.items() if isinstance(v, PtTensor)}
+    if isinstance(obj, list | tuple) and obj and isinstance(obj[0], PtTensor):
+        return {path.stem: obj[0]}  # a module's tuple output: the first is its hidden state
+    raise DumpsFileError(f"{path}: holds a {type(obj).__name__}, not tensors")

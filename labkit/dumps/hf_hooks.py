@@ -1,0 +1,74 @@
+"""Dump a Hugging Face transformers run of a GGUF file, module by module, for `load_dumps(names="hf")`.
+
+    python -m labkit.dumps.hf_hooks MODEL.gguf --tokens 1,2,3 --out dump.pt [--dtype bfloat16]
+        [--scale MODULE=FACTOR]...
+
+transformers loads the GGUF file itself (`from_pretrained(dir, gguf_file=...)`, dequantized
+to the chosen dtype), and a forward hook on every named module keeps its output: the way
+people dump a transformers or vLLM model to compare with another engine. `--scale` multiplies
+one module's output by a factor inside the run (a fault for testing tools that localize
+faults; later modules read the faulty value). Needs torch, transformers and accelerate (the
+`hf` extra); labkit itself is not imported, so this runs in any environment that has those.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def dump(gguf: Path, tokens: list[int], dtype: str = "float32", scale: dict[str, float] | None = None) -> dict:
+    """{module path: output tensor in the run's dtype}, batch dim dropped."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype))
+    model.eval()
+    out: dict[str, np.ndarray] = {}
+
+    def hook(name):
+        def keep(module, args, output):
+            t = output[0] if isinstance(output, tuple) else output
+            if not torch.is_tensor(t):
+                return None
+            if scale and name in scale:
+                t = t * scale[name]
+                output = (t, *output[1:]) if isinstance(output, tuple) else t
+            out[name] = t.detach()[0].clone()
+            return output if scale and name in scale else None
+
+        return keep
+
+    for name, module in model.named_modules():
+        if name:
+            module.register_forward_hook(hook(name))
+    with torch.no_grad():
+        model(torch.tensor([tokens]), use_cache=False)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit.dumps.hf_hooks", description=__doc__.split("\n\n")[0])
+    p.add_argument("gguf", type=Path)
+    p.add_argument("--tokens", required=True, help="comma-separated token ids")
+    p.add_argument("--out", type=Path, required=True, help="a .pt file (torch.save, dtypes kept) or an .npz (float32)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--scale", action="append", default=[], help="MODULE=FACTOR: multiply a module's output")
+    a = p.parse_args(argv)
+    scale = {k: float(v) for k, v in (s.split("=", 1) for s in a.scale)}
+    tensors = dump(a.gguf, [int(t) for t in a.tokens.split(",")], a.dtype, scale)
+    if a.out.suffix == ".npz":
+        np.savez(a.out, **{k: t.float().numpy() for k, t in tensors.items()})
+    else:
+        import torch
+
+        torch.save(tensors, a.out)
+    print(f"{len(tensors)} modules to {a.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
