@@ -14,6 +14,7 @@ import pytest
 import labkit
 from labkit.captures import Run, graph_sorted, stage_kind
 from labkit.dumps.layout import expect
+from labkit.dumps.names import QK_PERMUTED
 from labkit.errors import (
     AmbiguousLayoutError,
     DumpsFileError,
@@ -129,7 +130,8 @@ def test_ambiguous_layout_lists_the_readings_and_how_to_choose(tiny_model):
     assert np.array_equal(run["blk.0.q"], q.transpose(1, 0, 2).reshape(4, 256))
     # a preset's own layout settles it: TransformerLens' hook_q is [batch, pos, head, d_head]
     run = labkit.load_dumps({"blocks.0.attn.hook_q": q[None]}, lab, "transformerlens", tokens=ids)
-    assert np.array_equal(run["blk.0.q"], q.reshape(4, 256))
+    halves_to_pairs = q.reshape(4, 4, 2, 32).swapaxes(2, 3)  # a llama's q from HF weights (see the hf preset)
+    assert np.array_equal(run["blk.0.q"], halves_to_pairs.reshape(4, 256))
 
 
 def test_shape_that_contradicts_the_tokens_names_stage_shape_and_expected(tiny):
@@ -186,6 +188,15 @@ def _glitch(stage: str, size: float = 0.05):
     return {stage: fn}
 
 
+def _as_halves(run: Run, cfg, stage: str) -> np.ndarray:
+    """A llama's q/k as transformers computes them: each head's rows in halves order, not the GGUF
+    file's pairs (transformers undoes the converter's permutation when it loads a GGUF file)."""
+    a = run[stage]
+    if cfg.arch not in QK_PERMUTED or stage_kind(stage) not in ("q", "k", "q_rope", "k_rope"):
+        return a
+    return np.ascontiguousarray(a.reshape(a.shape[0], -1, cfg.head_dim // 2, 2).swapaxes(2, 3)).reshape(a.shape)
+
+
 def _hf_dumps(run: Run, cfg) -> dict[str, np.ndarray]:
     """A labkit run as an HF forward-hook dump: module paths, a batch of 1, q_norm per head."""
     T, out = len(run.tokens), {}
@@ -193,7 +204,7 @@ def _hf_dumps(run: Run, cfg) -> dict[str, np.ndarray]:
 
     def put(name, stage, shape=None):
         if stage in run:
-            out[name] = run[stage].reshape(shape or (1, T, -1))
+            out[name] = _as_halves(run, cfg, stage).reshape(shape or (1, T, -1))
 
     put(pre + "embed_tokens", "embed")
     for L in range(cfg.n_layers):
@@ -241,7 +252,7 @@ def _tl_dumps(run: Run, lab) -> dict[str, np.ndarray]:
         hooks = {"q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "q_rope": "attn.hook_rot_q"}
         hooks |= {"k_rope": "attn.hook_rot_k", "attn_ctx": "attn.hook_z"}
         for kind, hook in hooks.items():
-            out[b + hook] = run[s + kind].reshape(1, T, heads[kind], cfg.head_dim)
+            out[b + hook] = _as_halves(run, cfg, s + kind).reshape(1, T, heads[kind], cfg.head_dim)
         out[b + "attn.hook_attn_scores"] = run[s + "attn_scores"][None]
         out[b + "attn.hook_pattern"] = run[s + "attn_probs"][None]
         out[b + "hook_attn_out"] = run[s + ("post_attn_norm" if cfg.sandwich_norms else "attn_out")][None]

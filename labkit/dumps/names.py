@@ -151,7 +151,7 @@ QK_PERMUTED = ("llama",)
 
 
 def _qk_convert(cfg: ModelConfig, kind: str) -> str:
-    return "gguf_rows" if kind in ("q", "k") and cfg.arch in QK_PERMUTED else ""
+    return "gguf_rows" if kind in ("q", "k", "q_rope", "k_rope") and cfg.arch in QK_PERMUTED else ""
 
 
 def _hf(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
@@ -206,8 +206,8 @@ def _transformerlens(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]
         Rule(b + r"attn\.hook_q", ("q",), _qk_convert(cfg, "q")),  # from HF's weights: halves
         Rule(b + r"attn\.hook_k", ("k",), _qk_convert(cfg, "k")),
         Rule(b + r"attn\.hook_v", ("v",)),
-        Rule(b + r"attn\.hook_rot_q", ("q_rope",)),
-        Rule(b + r"attn\.hook_rot_k", ("k_rope",)),
+        Rule(b + r"attn\.hook_rot_q", ("q_rope",), _qk_convert(cfg, "q_rope")),  # rotated as halves
+        Rule(b + r"attn\.hook_rot_k", ("k_rope",), _qk_convert(cfg, "k_rope")),
         Rule(b + r"attn\.hook_attn_scores", ("attn_scores",)),
         Rule(b + r"attn\.hook_pattern", ("attn_probs",)),
         Rule(b + r"attn\.hook_z", ("attn_ctx",)),
