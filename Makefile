@@ -6,9 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.labkit-setup
 ORACLE_STAMP := $(VENV)/.labkit-oracle
+HF_STAMP := $(VENV)/.labkit-hf
 PYTEST_ARGS ?=
 
-.PHONY: lab test setup vulkan chromium oracle lint format bench golden clean
+.PHONY: lab test setup vulkan chromium oracle hf lint format bench golden clean
 
 setup: $(STAMP) vulkan
 
@@ -32,12 +33,19 @@ $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 	@bash scripts/ensure_oracle.sh $(BIN)/pip
 	@touch $@
 
+# transformers and torch (about 5.6 GB, a minute or two): the tests run real transformers passes
+hf: $(HF_STAMP)
+
+$(HF_STAMP): $(STAMP)
+	$(BIN)/pip install -q -e '.[hf]'
+	@touch $@
+
 # LAB_ARGS: extra JupyterLab options, e.g. LAB_ARGS="--no-browser --port 8899"
 lab: setup
 	$(BIN)/labkit lab $(LAB_ARGS)
 
 # LABKIT_STRICT=1: a skipped test fails the run, so nothing is silently left out here.
-test: setup oracle chromium
+test: setup oracle chromium hf
 	LABKIT_STRICT=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint:

@@ -1,0 +1,87 @@
+"""The `hf` preset on the library's own output: real transformers passes of the real GGUF files.
+
+transformers loads each model's GGUF file itself and forward hooks dump every module
+(`python -m labkit.dumps.hf_hooks`, in a subprocess: torch's memory leaves with it), saved by
+real torch as .pt files that labkit reads without torch. A clean run must pass `compare` and
+name no guilty stage in `attribute`; a fault injected into one module must be named at that
+module's stage, or at the segment holding it when hooks cannot see the stage.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.captures import stage_kind
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the hf extra (make hf)"),
+]
+PROMPT = "The color of the sky is"
+HIDDEN = {"q_rope", "k_rope", "attn_scores", "attn_probs", "attn_ctx", "resid_mid", "ffn_act"}  # no module's output
+_DUMPS: dict[tuple, Path] = {}
+
+
+def _dump(lab, tmp: Path, dtype: str = "float32", scale: str | None = None) -> Path:
+    key = (lab.name, dtype, scale)
+    if key not in _DUMPS:
+        out = tmp / f"{lab.name}-{dtype}-{len(_DUMPS)}.pt"
+        ids = ",".join(map(str, lab.prompt_ids(PROMPT)))
+        cmd = [sys.executable, "-m", "labkit.dumps.hf_hooks", lab.path, "--tokens", ids, "--out", str(out)]
+        cmd += ["--dtype", dtype] + (["--scale", scale] if scale else [])
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        _DUMPS[key] = out
+    return _DUMPS[key]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("hf")
+
+
+@pytest.mark.parametrize("real_lab", ["smollm2-135m", "gemma3-270m"], indirect=True)
+def test_a_clean_transformers_run_passes_compare_and_attribute(real_lab, tmp):
+    lab = real_lab
+    run = labkit.load_dumps(_dump(lab, tmp), lab, names="hf", prompt=PROMPT)
+    assert run.precision == "float32"
+    ref = lab.reference(PROMPT)
+    cmp = labkit.compare(run, ref)
+    assert cmp.passed, cmp.table(only_failed=True)
+    assert {stage_kind(n) for n in cmp.missing} == HIDDEN
+    att = labkit.attribute(run, lab, reference=ref)
+    assert att.guilty == [], att.table(only_guilty=True)
+    assert att.row("blk.0.attn_out").name == "blk.0.q_rope … blk.0.attn_out"
+
+
+def test_a_fault_in_one_module_is_named_at_its_stage(smollm, tmp):
+    run = labkit.load_dumps(_dump(smollm, tmp, scale="model.layers.5.mlp.up_proj=1.001"), smollm, "hf", prompt=PROMPT)
+    att = labkit.attribute(run, smollm)
+    assert att.guilty == ["blk.5.ffn_up"], att.table(only_guilty=True)
+
+
+def test_a_fault_hooks_cannot_see_is_named_at_its_segment(smollm, tmp):
+    """act_fn's output (act(gate) alone) is no labkit stage: the fault lands in ffn_act … ffn_down."""
+    run = labkit.load_dumps(_dump(smollm, tmp, scale="model.layers.4.mlp.act_fn=1.01"), smollm, "hf", prompt=PROMPT)
+    att = labkit.attribute(run, smollm)
+    assert att.guilty == ["blk.4.ffn_down"], att.table(only_guilty=True)
+    assert att.row("blk.4.ffn_down").name == "blk.4.ffn_act … blk.4.ffn_down"
+
+
+def test_bfloat16_dumps_localize_a_five_percent_fault(smollm, tmp):
+    """In bf16, total-error compare cannot see a 5 % fault at one stage; attribute names it."""
+    ref = smollm.reference(PROMPT)
+    clean = labkit.load_dumps(_dump(smollm, tmp, "bfloat16"), smollm, "hf", prompt=PROMPT)
+    assert clean.precision == "bfloat16"
+    assert labkit.attribute(clean, smollm, reference=ref).guilty == []
+    bad_path = _dump(smollm, tmp, "bfloat16", "model.layers.5.mlp.up_proj=1.05")
+    bad = labkit.load_dumps(bad_path, smollm, "hf", prompt=PROMPT)
+    assert labkit.compare(bad, ref).passed, "the bf16 table hides a 5 % fault: the reason for attribution"
+    att = labkit.attribute(bad, smollm, reference=ref)
+    assert att.guilty == ["blk.5.ffn_up"], att.table(only_guilty=True)
