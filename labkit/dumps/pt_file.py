@@ -16,6 +16,7 @@ widened exactly to float32, with "bfloat16" kept, so the run's precision stays b
 
 from __future__ import annotations
 
+import _compat_pickle
 import collections
 import pickle
 import zipfile
@@ -107,6 +108,9 @@ class _Unpickler(pickle.Unpickler):
         self.storages: dict[str, np.ndarray] = {}
 
     def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _compat_pickle.NAME_MAPPING:  # protocol 2 writes Python 2 names
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        module = _compat_pickle.IMPORT_MAPPING.get(module, module)
         key = f"{module}.{name}"
         if key in _CALLABLES:
             return _CALLABLES[key]
