@@ -13,7 +13,14 @@ from contextlib import nullcontext
 from typing import Any
 
 from labkit import progress
-from labkit.errors import InputFileError, InvalidArgumentError, LabkitError, ToolNotFoundError, UnknownVariantError
+from labkit.errors import (
+    InputFileError,
+    InvalidArgumentError,
+    LabkitError,
+    ToolNotFoundError,
+    UnknownStageError,
+    UnknownVariantError,
+)
 
 EXIT_ERROR = 2
 EXIT_INTERNAL = 3
@@ -217,17 +224,27 @@ def _names_arg(text: str) -> str | dict[str, str]:
     return mapping
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
+def _subject(args: argparse.Namespace):
+    """The lab, and the run a compare or repro is about: dumps, the GPU, the reference or llama.cpp."""
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
     ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens))  # tokenized once
     if args.dumps:
         names = _names_arg(args.names)
-        a = labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids, precision=args.precision)
-    else:
-        a = lab.reference(ids) if args.engine == "reference" else lab.run(ids)
-    b = lab.oracle(ids) if args.against == "llamacpp" else lab.reference(ids)
+        return lab, labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids,
+                                      precision=args.precision)  # fmt: skip
+    runs = {"reference": lab.reference, "llamacpp": lab.oracle, "gpu": lab.run}
+    return lab, runs[args.engine](ids)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import labkit
+
+    lab, a = _subject(args)
+    if args.local:
+        return _attribute(args, lab, a)
+    b = lab.oracle(a.tokens) if args.against == "llamacpp" else lab.reference(a.tokens)
     cmp = labkit.compare(a, b)
     data = cmp.to_dict()
     if args.dumps:
@@ -241,6 +258,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     _emit(args, data, text)
     return 0 if cmp.passed else 1
+
+
+def _attribute(args: argparse.Namespace, lab, run) -> int:
+    """compare --local: each stage's own error; --json writes one JSON record per stage (JSONL)."""
+    import labkit
+
+    att = labkit.attribute(run, lab)
+    if args.json:
+        print(att.to_jsonl())
+    else:
+        print(att.table(only_guilty=args.failed))
+    return 0 if not att.guilty else 1
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    import labkit
+
+    lab, run = _subject(args)
+    att = labkit.attribute(run, lab)
+    stage = args.stage or att.first_guilty
+    if stage is None:
+        raise InvalidArgumentError(f"no guilty stage in this {run.engine} run: give --stage NAME to write one anyway")
+    try:
+        att.row(stage)
+    except KeyError:
+        raise UnknownStageError(f"--stage {stage}: not a stage this run captured whole") from None
+    rep = att.repro(stage, args.out)
+    data = {"directory": str(rep.directory), "files": list(rep.files), "stage": rep.stage, "guilty": rep.guilty,
+            "headline": att.headline()}  # fmt: skip
+    _emit(
+        args, data, lambda: f"{att.headline()}\nreproducer of {rep.stage} in {rep.directory}: " + ", ".join(rep.files)
+    )
+    return 0
 
 
 def cmd_diff_weights(args: argparse.Namespace) -> int:
@@ -367,6 +417,18 @@ WGSL_HELP = "register the WGSL in FILE as variant NAME of op family OP and selec
 VARIANT_HELP = "select variant NAME of family OP for every layer, or of one layer as blk.L.OP (repeatable)"
 
 
+def _subject_args(s: argparse.ArgumentParser) -> None:
+    """The options that choose the run compare and repro are about (labkit.cli._subject)."""
+    s.add_argument("--engine", choices=["gpu", "reference", "llamacpp"], default="gpu")
+    s.add_argument("--dumps", metavar="PATH", help="another engine's tensors: .npz, .safetensors, .pt or a folder")
+    s.add_argument("--names", default="auto", metavar="PRESET|MAP.json",
+                   help="llamacpp, hf, transformerlens, sglang, trtllm, auto, or JSON {their name: stage}")  # fmt: skip
+    s.add_argument("--layout", default="auto", help="auto, or one layout for every dumped tensor (thd, bhqk, ...)")
+    s.add_argument("--precision", default=None, help="what the dumping engine computed in (default: --names/dtype)")
+    s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
+    s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="labkit", description="A lab for LLM inference on WebGPU")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -404,17 +466,22 @@ def build_parser() -> argparse.ArgumentParser:
     given.add_argument("--prompt")
     given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids, e.g. 2,818,2258")
     s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
-    s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
-    s.add_argument("--dumps", metavar="PATH", help="another engine's tensors: .npz, .safetensors or a folder of .npy")
-    s.add_argument("--names", default="auto", metavar="PRESET|MAP.json",
-                   help="llamacpp, hf, transformerlens, auto, or a JSON file {their name or regex: stage}")  # fmt: skip
-    s.add_argument("--layout", default="auto", help="auto, or one layout for every dumped tensor (thd, bhqk, ...)")
-    s.add_argument("--precision", default=None, help="what the dumping engine computed in (default: --names/dtype)")
-    s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
-    s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
-    s.add_argument("--failed", action="store_true", help="show only failing stages")
-    s.add_argument("--json", action="store_true")
+    _subject_args(s)
+    s.add_argument("--local", action="store_true", help="each stage's own error against its noise band (attribute)")
+    s.add_argument("--failed", action="store_true", help="show only failing (with --local: guilty) stages")
+    s.add_argument("--json", action="store_true", help="JSON (with --local: one JSON record per stage, JSONL)")
     s.set_defaults(fn=cmd_compare)
+
+    s = sub.add_parser("repro", help="a standalone reproducer of the first guilty stage (or --stage)")
+    s.add_argument("model")
+    given = s.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt")
+    given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids, e.g. 2,818,2258")
+    _subject_args(s)
+    s.add_argument("--stage", help="the stage to reproduce (default: the first guilty one)")
+    s.add_argument("--out", required=True, metavar="DIR", help="a new directory")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_repro)
 
     s = sub.add_parser("diff-weights", help="two GGUF files, tensor by tensor (exit 1 when they differ)")
     s.add_argument("a", metavar="A.gguf")

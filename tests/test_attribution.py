@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -250,3 +253,81 @@ def test_a_run_with_no_stage_of_the_model_is_refused(smollm):
     run = Run(smollm.name, "dumps", [1, 2], smollm.stages, {"not_a_stage": np.zeros((2, 3))})
     with pytest.raises(NoCommonStagesError, match="nothing to attribute"):
         labkit.attribute(run, smollm)
+
+
+# ----------------------------------------------------------------- reproducers
+def _check(directory: Path) -> subprocess.CompletedProcess:
+    """check_stage.py with labkit made unimportable: it must stand on numpy and gguf alone."""
+    code = "import sys, runpy; sys.modules['labkit'] = None; sys.argv = ['check_stage.py']; "
+    code += "runpy.run_path('check_stage.py', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", code], cwd=directory, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_a_reproducer_rechecks_the_guilty_stage_without_labkit(smollm, tmp_path):
+    run = smollm.run(PROMPTS[0], patch={"blk.9.ffn_gate": lambda a, st: a * 1.001})
+    att = labkit.attribute(run, smollm)
+    rep = att.repro("blk.9.ffn_gate", out=tmp_path / "bug")
+    assert rep.guilty and {"inputs.npz", "stage.json", "check_stage.py", "test_backend_ops.json"} <= set(rep.files)
+    done = _check(rep.directory)
+    assert done.returncode == 1 and "OUTSIDE the band" in done.stdout, done.stdout + done.stderr
+    spec = json.loads((rep.directory / "stage.json").read_text())
+    assert spec["weights"]["blk.9.ffn_gate.weight"] == {"type": "Q4_1", "shape": [1536, 576], "stored": True}
+    data = np.load(rep.directory / "inputs.npz")
+    assert np.array_equal(data["input:blk.9.ffn_norm"], run["blk.9.ffn_norm"])
+    # the same check on a clean stage of the same run passes
+    ok = att.repro("blk.9.ffn_up", out=tmp_path / "fine")
+    assert not ok.guilty and _check(ok.directory).returncode == 0
+    with pytest.raises(InvalidArgumentError, match="not empty"):
+        att.repro("blk.9.ffn_up", out=tmp_path / "fine")
+
+
+@pytest.mark.slow
+def test_a_segment_and_a_decode_step_reproduce_with_their_cache(smollm, tmp_path):
+    ids = smollm.prompt_ids(PROMPTS[0])
+    ex = smollm.executor
+    cache = ex.new_cache(len(ids))
+    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(ids[:-1], cache).captures)
+    caps = ex.run_pass(ids[-1:], cache, patch={"blk.4.attn_out": lambda a, st: a * 1.01}).captures
+    caps = {n: a for n, a in caps.items() if not n.endswith(("attn_scores", "attn_probs", "attn_ctx"))}
+    step = Run(smollm.name, "gpu", ids[-1:], smollm.stages, caps, n_past=len(ids) - 1)
+    att = labkit.attribute(step, smollm, past=past)
+    assert att.guilty == ["blk.4.attn_out"] and att.row("blk.4.attn_out").name == "blk.4.attn_scores … blk.4.attn_out"
+    rep = att.repro("blk.4.attn_out", out=tmp_path / "step")
+    assert {"past_k:4", "past_v:4"} <= set(np.load(rep.directory / "inputs.npz").files)
+    done = _check(rep.directory)
+    assert done.returncode == 1 and "blk.4.attn_scores … blk.4.attn_out" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.oracle
+@needs_llama
+def test_test_backend_ops_lines_carry_ggml_ids_and_shapes(smollm, tmp_path):
+    """Each line: op type ne0..3, 16 op_params, the sources (type, ne, nb in bytes), the name."""
+    from labkit.attribution.ggml_ops import op_ids
+
+    run = smollm.run(PROMPTS[0], patch={"blk.2.ffn_up": lambda a, st: a * 1.001})
+    rep = labkit.attribute(run, smollm).repro("blk.2.ffn_up", out=tmp_path / "ops")
+    line = (rep.directory / "test_backend_ops.txt").read_text().split()
+    T = len(run.tokens)
+    assert int(line[0]) == op_ids({"MUL_MAT"})["MUL_MAT"] and line[1:6] == ["0", "1536", str(T), "1", "1"]
+    assert line[6] == "16" and line[23] == "2"  # 16 op params, 2 sources
+    assert line[24:33] == ["3", "576", "1536", "1", "1", "20", "360", str(360 * 1536), str(360 * 1536)]  # Q4_1
+    assert line[-1] == "blk.2.ffn_up"
+
+
+@pytest.mark.slow
+def test_the_cli_attributes_and_writes_a_reproducer(tmp_path):
+    base = [sys.executable, "-m", "labkit.cli"]
+    args = ["smollm2-135m", "--prompt", PROMPTS[0], "--variant", "blk.7.rmsnorm=scale_clamp"]
+    done = subprocess.run([*base, "compare", *args, "--local", "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-1000:]
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["stage"] for r in records if r["verdict"] == "guilty"] == ["blk.7.attn_norm", "blk.7.ffn_norm"]
+    out = tmp_path / "repro"
+    done = subprocess.run([*base, "repro", *args, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "blk.7.attn_norm" in done.stdout, done.stderr[-1000:]
+    assert _check(out).returncode == 1
+    done = subprocess.run([*base, "repro", "smollm2-135m", "--prompt", PROMPTS[0], "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode != 0 and done.stderr.strip().splitlines()[-1].startswith("labkit: error: no guilty stage")

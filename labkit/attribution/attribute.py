@@ -82,14 +82,14 @@ def attribute(
     k = GUILT_FACTOR[run.precision] if k is None else float(k)
     floor = BAND_FLOOR[run.precision]
     fixed = thresholds_for(run.precision, "float64")
-    rows = []
+    rows, segments = [], {}
     for name in graph_sorted(available):
-        seg = segment_of(name, graph, available)
+        seg = segments[name] = segment_of(name, graph, available)
         exact = evaluate(seg, run.captures, ctx)
         emulated = evaluate(seg, run.captures, ctx, emulation)
         rows.append(_row(name, seg.stages, run, exact, emulated, ref, k, floor, fixed))
     return Attribution(run.engine, run.precision, k, floor, rows, run.model, run.n_past, dict(run.variants),
-                       _repro=(run, lab, ctx))  # fmt: skip
+                       _repro=(run, lab, ctx, segments))  # fmt: skip
 
 
 def _row(name, segment, run: Run, exact, emulated, ref: Run, k, floor, fixed) -> StageAttribution:

@@ -49,7 +49,7 @@ class Attribution:
     model: str = ""
     n_past: int = 0
     variants: dict[str, str] = field(default_factory=dict)
-    _repro: object = field(default=None, repr=False)  # (run, lab, context) for repro()
+    _repro: object = field(default=None, repr=False)  # (run, lab, context, segments) for repro()
 
     @property
     def guilty(self) -> list[str]:
