@@ -415,3 +415,24 @@ def test_a_capture_with_fewer_rows_than_tokens_holds_the_last_positions():
     assert row.passed and row.positions == (2,)
     with pytest.raises(labkit.errors.UnknownStageError):
         last.at("logits", 0)
+
+
+@pytest.mark.slow
+def test_a_decode_steps_dumps_compare_and_attribute_on_their_cache(smollm):
+    """A decode step's tensors (TransformerLens names; attention maps over n_past + 1 keys) with
+    n_past=: the step compares with the reference's own step, and attribution reads the cache of
+    the engine's prompt pass."""
+    ids = smollm.prompt_ids(SKY)
+    ex, n = smollm.executor, len(ids) - 1
+    cache = ex.new_cache(len(ids))
+    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(ids[:-1], cache).captures)
+    step = Run(smollm.name, "gpu", ids[-1:], smollm.stages, ex.run_pass(ids[-1:], cache).captures, n_past=n)
+    dumps = _tl_dumps(step, smollm)
+    assert dumps["blocks.0.attn.hook_pattern"].shape == (1, smollm.config.n_heads, 1, len(ids))
+    mine = labkit.load_dumps(dumps, smollm, names="transformerlens", tokens=ids[-1:], n_past=n)
+    assert mine.n_past == n and mine["blk.0.attn_probs"].shape == (smollm.config.n_heads, 1, len(ids))
+    att = labkit.attribute(mine, smollm, past=past)
+    assert att.guilty == [] and att.row("blk.3.attn_scores").total < 1e-8, att.table(only_guilty=True)
+    with pytest.raises(LayoutMismatchError, match="fits no layout"):  # maps over fewer keys than the cache holds
+        labkit.load_dumps({"blocks.0.attn.hook_pattern": dumps["blocks.0.attn.hook_pattern"][..., :2]}, smollm,
+                          names="transformerlens", tokens=ids[-1:], n_past=n)  # fmt: skip

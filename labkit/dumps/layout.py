@@ -43,6 +43,11 @@ class Expect:
     width: int = 0
     heads: tuple[int, int] | None = None
     n_heads: int = 0
+    n_past: int = 0  # positions cached before the pass: an attention map has n_past + T keys
+
+    @property
+    def keys(self) -> int:
+        return self.n_past + self.T
 
     @property
     def family(self) -> str:
@@ -62,11 +67,11 @@ class Expect:
         return " or ".join(str(list(x)) for x in shapes)
 
 
-def expect(stage: str, cfg: ModelConfig, T: int, width: int | None = None) -> Expect:
+def expect(stage: str, cfg: ModelConfig, T: int, width: int | None = None, n_past: int = 0) -> Expect:
     """The Expect of a stage of this model; `width` overrides it for a fused source tensor."""
     kind = stage_kind(stage)
     if is_attention_map(stage):
-        return Expect(stage, T, n_heads=cfg.n_heads)
+        return Expect(stage, T, n_heads=cfg.n_heads, n_past=n_past)
     q_heads, kv_heads = (cfg.n_heads, cfg.head_dim), (cfg.n_kv_heads, cfg.head_dim)
     table = {
         **dict.fromkeys(("q", "q_norm", "q_rope", "attn_ctx"), (cfg.q_dim, q_heads)),
@@ -116,7 +121,7 @@ def _axes(layout: str, squeezed: tuple[int, ...], e: Expect, t: int) -> dict[str
     if len(letters) != len(squeezed):
         return None
     got = dict(zip(letters, squeezed))
-    if any(c != "k" and got[c] != sizes[c] for c in letters) or got.get("k", t) < t:
+    if any(c != "k" and got[c] != sizes[c] for c in letters) or got.get("k", e.keys) < e.keys:
         return None
     return {c: got.get(c, 1 if c == "k" else sizes[c]) for c in layout}
 
@@ -177,7 +182,7 @@ def apply(a: np.ndarray, r: Reading, e: Expect) -> np.ndarray:
     canon = "tw" if "w" in r.layout else _CANONICAL[e.family]
     out = full.transpose([r.layout.index(c) for c in canon])
     if e.family == "map":
-        return np.ascontiguousarray(out[:, :, : e.T])
+        return np.ascontiguousarray(out[:, :, : e.keys])
     return np.ascontiguousarray(out.reshape(r.t, -1))
 
 

@@ -40,6 +40,7 @@ def load_dumps(
     prompt: str | None = None,
     engine: str = "dumps",
     precision: str | None = None,
+    n_past: int = 0,
 ) -> Run:
     """Another engine's tensors as a Run that `labkit.compare` and every widget take.
 
@@ -52,6 +53,8 @@ def load_dumps(
     tokens / prompt: the ids the engine ran (one of them).
     precision: what the engine computed in (labkit.precision); default: the preset's engine, or
       the dumps' dtype. It picks the thresholds `compare` uses.
+    n_past: for a decode step's dumps, the positions already in the engine's KV cache (the
+      tokens are then the step's own); attention maps hold n_past + len(tokens) keys.
     """
     t0 = time.perf_counter()
     lab = _open(model)
@@ -68,6 +71,7 @@ def load_dumps(
         explain=lab.explain,
         unembed=lab.reference_engine.unembed,
         unmapped={},
+        n_past=n_past,
     )
     stored = []
     for name, d in dumped.items():
@@ -122,21 +126,22 @@ def _place(lab, run: Run, name: str, d: Dumped, targets: list[Target], nmap: Nam
     T = len(run.tokens)
     fused = targets[0].columns is not None
     width = max(t.columns[1] for t in targets) if fused else None
-    e = expect(targets[0].stage, lab.config, T, width)
+    e = expect(targets[0].stage, lab.config, T, width, run.n_past)
     reading = choose(name, d.array.shape, e, layout_for(name, targets[0].stage, layout), nmap.prefer)
     a = apply(d.array, reading, e)
     a = a if a.dtype == np.float64 else a.astype(np.float32)
     for t in targets:
         x = a[:, t.columns[0] : t.columns[1]] if fused else a
-        run.captures[t.stage] = _convert(lab, nmap.graph[t.stage], t.convert, np.ascontiguousarray(x), reading.t)
+        x = np.ascontiguousarray(x)
+        run.captures[t.stage] = _convert(lab, nmap.graph[t.stage], t.convert, x, reading.t, run.n_past)
         if reading.t != T:
             run.positions[t.stage] = (T - 1,)
 
 
-def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int) -> np.ndarray:
+def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int, n_past: int = 0) -> np.ndarray:
     """Make the engine's tensor the quantity labkit's stage holds."""
     if convert == "scores":
-        return _scores_from_kq(lab.config, stage, a, rows)
+        return _scores_from_kq(lab.config, stage, a, rows, n_past)
     if convert == "times_weight":  # the norm's weight, read (and cached) as the reference reads it
         return (a * lab.reference_engine.weight(stage.weight)).astype(a.dtype)
     if convert == "gguf_rows":  # per head [halves: 2, head_dim/2] → the file's [pairs: head_dim/2, 2]
@@ -145,12 +150,12 @@ def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int) -> np.nd
     return a
 
 
-def _scores_from_kq(cfg: ModelConfig, stage: Stage, kq: np.ndarray, rows: int) -> np.ndarray:
-    """llama.cpp's raw q·k [heads, q, T] → × the softmax scale, then the causal/sliding mask as -inf
-    (what its soft_max_ext adds)."""
+def _scores_from_kq(cfg: ModelConfig, stage: Stage, kq: np.ndarray, rows: int, n_past: int = 0) -> np.ndarray:
+    """llama.cpp's raw q·k [heads, q, n_past + T] → × the softmax scale, then the causal/sliding mask
+    as -inf (what its soft_max_ext adds)."""
     from labkit.ops.attn_scores import attention_mask
 
     scale = 1.0 if cfg.arch in _Q_PRESCALED else cfg.attn_scale
-    T = kq.shape[2]
-    allowed = attention_mask(T, 0, stage.params.get("window"))[T - rows :]
+    T = kq.shape[2] - n_past
+    allowed = attention_mask(T, n_past, stage.params.get("window"))[T - rows :]
     return np.where(allowed[None], kq * np.float32(scale), -np.inf).astype(kq.dtype)
