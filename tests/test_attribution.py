@@ -331,3 +331,31 @@ def test_the_cli_attributes_and_writes_a_reproducer(tmp_path):
     done = subprocess.run([*base, "repro", "smollm2-135m", "--prompt", PROMPTS[0], "--out", str(tmp_path / "x")],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode != 0 and done.stderr.strip().splitlines()[-1].startswith("labkit: error: no guilty stage")
+
+
+# ----------------------------------------------------------------- figures and widgets
+@pytest.mark.slow
+def test_the_heat_map_has_a_local_mode_and_the_stepper_shows_local_error(smollm):
+    from labkit.viz import interactive, static
+    from labkit.viz.common import divergence_grid
+    from labkit.viz.widgets import stage_stepper
+
+    lab = labkit.open("smollm2-135m", variants={"rmsnorm": "scale_clamp"})
+    run = lab.run(PROMPTS[0])
+    ref = lab.reference(PROMPTS[0])
+    att = labkit.attribute(run, lab, reference=ref)
+    total, local = divergence_grid(labkit.compare(run, ref)), divergence_grid(att)
+    assert local.local and not total.local
+    # total error fails everywhere after the first norm; local error only at the norms
+    assert (~total.passed).sum() > 5 * (~local.passed).sum()
+    guilty_kinds = {local.kinds[j] for _, j in np.argwhere(~local.passed)}
+    assert guilty_kinds == {"attn_norm", "ffn_norm", "output_norm"}
+    i, j = local.rows.index("layer 3"), local.kinds.index("ffn_up")
+    assert "inherited" in local.hover[i][j] and "band" in local.hover[i][j] and "ok" in local.hover[i][j]
+    assert "local error" in interactive.divergence(att).layout.title.text
+    assert "first guilty: blk.0.attn_norm" in static.divergence(att).get_title()
+    w = stage_stepper(run, ref, att)
+    w.go("blk.0.attn_norm")
+    assert "GUILTY" in w.title.value and "local" in w.title.value
+    w.go("blk.0.q")
+    assert "own error within its band" in w.title.value

@@ -1,13 +1,15 @@
 """What the static (matplotlib) and interactive (plotly) figures share: titles, the token labels,
-a histogram that does not let outliers stretch it, and the layers × stage-kinds grid of a comparison."""
+a histogram that does not let outliers stretch it, and the layers × stage-kinds grid of a comparison
+(total error) or an attribution (each stage's own error)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.attribution import Attribution
 from labkit.captures import KIND_ORDER, TOP_LEVEL_KINDS, Run, graph_position, stage_kind
 from labkit.compare import Comparison
 
@@ -58,9 +60,11 @@ def robust_histogram(v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, 
 
 @dataclass
 class DivergenceGrid:
-    """A comparison laid out as rows (`embed`, layer 0 … N-1, `out`) × stage kinds in pass order.
+    """A comparison (total error) or an attribution (each stage's own error) laid out as rows
+    (`embed`, layer 0 … N-1, `out`) × stage kinds in pass order.
 
-    `nmse`/`threshold` are NaN where a row has no such stage; `names[r][c]` is the stage or ""."""
+    `nmse`/`threshold` are NaN where a row has no such stage; `names[r][c]` is the stage or "",
+    `hover[r][c]` what a pointer over the cell reads; `first` the first failing (guilty) cell."""
 
     rows: list[str]
     kinds: list[str]
@@ -68,28 +72,62 @@ class DivergenceGrid:
     threshold: np.ndarray
     passed: np.ndarray  # bool; True where there is no stage
     names: list[list[str]]
-    first: tuple[int, int] | None  # (row, column) of the first divergence
+    first: tuple[int, int] | None  # (row, column) of the first divergence (or guilty stage)
+    hover: list[list[str]] = field(default_factory=list)
+    title: str = ""
+    local: bool = False  # an attribution's local errors, not a comparison's totals
 
 
-def divergence_grid(cmp: Comparison) -> DivergenceGrid:
-    kinds = sorted({stage_kind(r.stage) for r in cmp.rows}, key=lambda k: KIND_ORDER.index(k))
-    layers = sorted({graph_position(r.stage)[1] for r in cmp.rows if r.stage.startswith("blk.")})
-    rows = ["embed"] * any(r.stage == "embed" for r in cmp.rows) + [f"layer {L}" for L in layers]
-    if any(stage_kind(r.stage) in TOP_LEVEL_KINDS[1:] for r in cmp.rows):
+@dataclass(frozen=True)
+class _Cell:
+    stage: str
+    value: float
+    limit: float
+    ok: bool
+    hover: str
+
+
+def divergence_grid(x: Comparison | Attribution) -> DivergenceGrid:
+    """The grid of a Comparison (total NMSE against its thresholds) or of an Attribution (local NMSE
+    against k × band; a segment sits in its captured stage's cell)."""
+    if isinstance(x, Attribution):
+        cells = [_Cell(r.stage, r.local, r.limit, not r.guilty, _local_hover(r)) for r in x.rows]
+        title = f"first guilty: {x.first_guilty} · {x.model} · {x.engine} ({variants_text(x.variants)}), local error"
+    else:
+        cells = [_Cell(r.stage, r.nmse, r.threshold, r.passed, _total_hover(r)) for r in x.rows]
+        title = comparison_title(x, f"first divergence: {x.first_divergence}")
+    return _grid(cells, title, isinstance(x, Attribution))
+
+
+def _total_hover(r) -> str:
+    return f"{r.stage}<br>NMSE {r.nmse:.3g}<br>threshold {r.threshold:.3g}<br>{'ok' if r.passed else 'FAIL'}"
+
+
+def _local_hover(r) -> str:
+    return (f"{r.name}<br>local {r.local:.3g} (limit {r.limit:.3g})<br>band {r.band:.3g}<br>"
+            f"inherited {r.inherited:.3g}<br>total {r.total:.3g}<br>{'GUILTY' if r.guilty else 'ok'}")  # fmt: skip
+
+
+def _grid(cells: list[_Cell], title: str, local: bool) -> DivergenceGrid:
+    kinds = sorted({stage_kind(c.stage) for c in cells}, key=lambda k: KIND_ORDER.index(k))
+    layers = sorted({graph_position(c.stage)[1] for c in cells if c.stage.startswith("blk.")})
+    rows = ["embed"] * any(c.stage == "embed" for c in cells) + [f"layer {L}" for L in layers]
+    if any(stage_kind(c.stage) in TOP_LEVEL_KINDS[1:] for c in cells):
         rows.append("out")
     shape = (len(rows), len(kinds))
     nmse, thr = np.full(shape, np.nan), np.full(shape, np.nan)
     passed, names = np.ones(shape, bool), [[""] * len(kinds) for _ in rows]
+    hover = [[""] * len(kinds) for _ in rows]
     first = None
-    for r in cmp.rows:
-        kind = stage_kind(r.stage)
+    for c in cells:
+        kind = stage_kind(c.stage)
         row = (
             "embed"
             if kind == "embed"
-            else ("out" if kind in TOP_LEVEL_KINDS else f"layer {graph_position(r.stage)[1]}")
+            else ("out" if kind in TOP_LEVEL_KINDS else f"layer {graph_position(c.stage)[1]}")
         )
         i, j = rows.index(row), kinds.index(kind)
-        nmse[i, j], thr[i, j], passed[i, j], names[i][j] = r.nmse, r.threshold, r.passed, r.stage
-        if first is None and not r.passed:
+        nmse[i, j], thr[i, j], passed[i, j], names[i][j], hover[i][j] = c.value, c.limit, c.ok, c.stage, c.hover
+        if first is None and not c.ok:
             first = (i, j)
-    return DivergenceGrid(rows, kinds, nmse, thr, passed, names, first)
+    return DivergenceGrid(rows, kinds, nmse, thr, passed, names, first, hover, title, local)

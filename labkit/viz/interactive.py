@@ -11,11 +11,12 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
 from labkit.lens import LogitLens
 from labkit.viz import static
-from labkit.viz.common import comparison_title, divergence_grid, lens_title, robust_histogram, run_title, token_labels
+from labkit.viz.common import divergence_grid, lens_title, robust_histogram, run_title, token_labels
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -190,28 +191,21 @@ def attention_map(
     return fig
 
 
-def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
+def divergence(cmp: Comparison | Attribution, fig=None, row=None, col=None, ax=None):
     """A heat map of layers × stage kinds colored by log10 NMSE → a go.Figure.
 
-    Hover gives the stage, its NMSE and its threshold; failing stages are outlined, the first
-    divergence is marked ✕. Blank cells: no such stage in that row. With `ax=`, the matplotlib
-    version draws there and the Axes is returned."""
+    Given a Comparison: each stage's total NMSE against the reference; given an Attribution
+    (labkit.attribute): each stage's own (local) NMSE, hover with local, band, inherited and
+    total. Failing (guilty) stages are outlined, the first is marked ✕. Blank cells: no such
+    stage in that row. With `ax=`, the matplotlib version draws there and the Axes is returned."""
     if ax is not None:
         return static.divergence(cmp, ax=ax)
     g = divergence_grid(cmp)
     z = np.log10(np.clip(g.nmse, 1e-20, 1e20))  # inf (a shape or inf mismatch) at the top
-    text = np.array(
-        [
-            [
-                f"{n}<br>NMSE {e:.3g}<br>threshold {t:.3g}<br>{'ok' if ok else 'FAIL'}" if n else ""
-                for n, e, t, ok in zip(names, er, tr, pr)
-            ]
-            for names, er, tr, pr in zip(g.names, g.nmse, g.threshold, g.passed)
-        ]
-    )
+    text = np.array(g.hover)
     fig = _figure(
         fig,
-        comparison_title(cmp, f"first divergence: {cmp.first_divergence}"),
+        g.title,
         height=max(380, 16 * len(g.rows) + 200),
         width=max(640, 34 * len(g.kinds) + 220),
         still=lambda: static.divergence(cmp),
@@ -226,7 +220,7 @@ def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
         reversescale=True,
         zmin=-16,
         zmax=max(1.0, float(np.nanmax(z))),
-        colorbar=dict(title="log10 NMSE"),
+        colorbar=dict(title="log10 local NMSE" if g.local else "log10 NMSE"),
         row=row,
         col=col,
         name="nmse",
@@ -239,7 +233,7 @@ def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
             mode="markers",
             hoverinfo="skip",
             marker=dict(symbol="square-open", size=12, color="#d62728"),
-            name="fails",
+            name="guilty" if g.local else "fails",
             row=row,
             col=col,
         )
@@ -250,7 +244,7 @@ def divergence(cmp: Comparison, fig=None, row=None, col=None, ax=None):
             y=[g.rows[i]],
             mode="markers",
             hoverinfo="skip",
-            name="first divergence",
+            name="first guilty" if g.local else "first divergence",
             marker=dict(symbol="x", size=14, color="#1f77b4"),
             row=row,
             col=col,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 
+from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
-from labkit.viz.common import comparison_title, divergence_grid, lens_title, robust_histogram, run_title, token_labels
+from labkit.viz.common import divergence_grid, lens_title, robust_histogram, run_title, token_labels
 
 
 def histogram(run: Run, stage: str, pos: int | None = -1, bins=80, ax=None, sample: int | None = None):
@@ -110,20 +111,21 @@ def logit_ranking(run: Run, k: int = 10, pos: int = -1, ax=None, track: list[int
     return ax
 
 
-def divergence(cmp: Comparison, ax=None):
-    """log10 NMSE per layer × stage kind, failures outlined in red, the first marked ✕ → the Axes."""
+def divergence(cmp: Comparison | Attribution, ax=None):
+    """log10 NMSE per layer × stage kind (total for a Comparison, each stage's own for an
+    Attribution), failures (guilty stages) outlined in red, the first marked ✕ → the Axes."""
     g = divergence_grid(cmp)
     ax = ax or plt.subplots(figsize=(max(6, 0.45 * len(g.kinds) + 2), max(3, 0.22 * len(g.rows) + 1.2)))[1]
     z = np.log10(np.clip(g.nmse, 1e-20, 1e20))  # inf (a shape or inf mismatch) at the top
     im = ax.imshow(z, cmap="magma_r", aspect="auto", interpolation="nearest", vmin=-16, vmax=max(1, np.nanmax(z)))
-    ax.figure.colorbar(im, ax=ax, fraction=0.03, label="log10 NMSE")
+    ax.figure.colorbar(im, ax=ax, fraction=0.03, label="log10 local NMSE" if g.local else "log10 NMSE")
     bad = np.argwhere(~g.passed)
     ax.scatter(bad[:, 1], bad[:, 0], marker="s", s=30, facecolors="none", edgecolors="#d62728", linewidths=1)
     if g.first is not None:
         ax.scatter([g.first[1]], [g.first[0]], marker="x", s=60, color="#1f77b4", linewidths=2)
     ax.set_xticks(range(len(g.kinds)), g.kinds, rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(g.rows)), g.rows, fontsize=6)
-    ax.set_title(comparison_title(cmp, f"first divergence {cmp.first_divergence}"), fontsize=8)
+    ax.set_title(g.title, fontsize=8)
     return ax
 
 

@@ -23,6 +23,7 @@ import ipywidgets as W
 import numpy as np
 from matplotlib.figure import Figure
 
+from labkit.attribution import Attribution
 from labkit.captures import TOP_LEVEL_KINDS, Run, TopToken, graph_position
 from labkit.compare import Comparison, compare, stage_kind
 from labkit.viz import figures, static
@@ -533,12 +534,13 @@ variant_switcher = VariantSwitcher
 
 class StageStepper(_Panel):
     """Every captured stage in graph order behind a slider and ◀ ▶ buttons; each shows its
-    array summary (stats, histogram, heat map per position) and, given a reference, its NMSE."""
+    array summary (stats, histogram, heat map per position), given a reference its NMSE, and
+    given an attribution (labkit.attribute) its own error beside it."""
 
     css_class = "labkit-stage-stepper"
 
-    def __init__(self, run: Run, reference: Run | None = None):
-        self.run = run
+    def __init__(self, run: Run, reference: Run | None = None, attribution: Attribution | None = None):
+        self.run, self.attribution = run, attribution
         self.summaries = _Summaries(run)
         self.names = [s for s in run.stages if s in run]
         self.comparison = compare(run, reference) if reference is not None else None
@@ -611,6 +613,7 @@ class StageStepper(_Panel):
             color = "#2a7" if r.passed else "#c00"
             mark = "ok" if r.passed else "FAIL " + r.reason
             verdict = f" · <span style='color:{color}'>nmse {r.nmse:.2e} ({mark})</span>"
+        verdict += _local_html(self.attribution, name)
         self.title.value = _message(
             f"{self.index.value + 1}/{len(self.names)} <code>{html.escape(name)}</code>{verdict}"
         )
@@ -618,7 +621,19 @@ class StageStepper(_Panel):
         self.body.value = self.summaries(name)
 
 
-def stage_stepper(run: Run, reference: Run | None = None) -> StageStepper:
+def _local_html(att: Attribution | None, name: str) -> str:
+    """` · local 1.0e-06 (band 1.1e-14, inherited 2.0e-13): GUILTY` for a stage the attribution holds."""
+    row = next((r for r in att.rows if r.stage == name), None) if att is not None else None
+    if row is None:
+        return ""
+    color, mark = ("#c00", "GUILTY") if row.guilty else ("#2a7", "own error within its band")
+    where = f" for {html.escape(row.name)}" if len(row.segment) > 1 else ""
+    return (f" · <span style='color:{color}'>local {row.local:.2e}{where} (band {row.band:.1e}, "
+            f"inherited {row.inherited:.1e}): {mark}</span>")  # fmt: skip
+
+
+def stage_stepper(run: Run, reference: Run | None = None, attribution: Attribution | None = None) -> StageStepper:
     """Step through every captured stage of a run (◀ ▶, a slider, or play), each shown as an
-    array summary; with a reference, each stage's NMSE and pass/fail."""
-    return StageStepper(run, reference)
+    array summary; with a reference, each stage's NMSE and pass/fail; with an attribution
+    (labkit.attribute), each stage's own error, band and verdict beside it."""
+    return StageStepper(run, reference, attribution)
