@@ -229,11 +229,15 @@ def _subject(args: argparse.Namespace):
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
-    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens))  # tokenized once
-    if args.dumps:
+    given = args.prompt is not None or args.tokens is not None
+    if args.dumps:  # SGLang's and TensorRT-LLM's dumps hold their token ids: neither option needed
+        ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens)) if given else None
         names = _names_arg(args.names)
         return lab, labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids,
-                                      precision=args.precision)  # fmt: skip
+                                      precision=args.precision, step=args.step)  # fmt: skip
+    if not given:
+        raise InvalidArgumentError("give --prompt TEXT or --tokens IDS")
+    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens))  # tokenized once
     runs = {"reference": lab.reference, "llamacpp": lab.oracle, "gpu": lab.run}
     return lab, runs[args.engine](ids)
 
@@ -425,6 +429,8 @@ def _subject_args(s: argparse.ArgumentParser) -> None:
                    help="llamacpp, hf, transformerlens, sglang, trtllm, auto, or JSON {their name: stage}")  # fmt: skip
     s.add_argument("--layout", default="auto", help="auto, or one layout for every dumped tensor (thd, bhqk, ...)")
     s.add_argument("--precision", default=None, help="what the dumping engine computed in (default: --names/dtype)")
+    s.add_argument("--step", type=int, default=None,
+                   help="which forward pass of a dump folder holding several (0: the first)")  # fmt: skip
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
 
@@ -462,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("compare", help="per-stage comparison against a reference (a run, or another engine's dumps)")
     s.add_argument("model")
-    given = s.add_mutually_exclusive_group(required=True)
+    given = s.add_mutually_exclusive_group()  # one of them, unless --dumps hold the ids
     given.add_argument("--prompt")
     given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids, e.g. 2,818,2258")
     s.add_argument("--against", choices=["reference", "llamacpp"], default="reference")
@@ -474,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("repro", help="a standalone reproducer of the first guilty stage (or --stage)")
     s.add_argument("model")
-    given = s.add_mutually_exclusive_group(required=True)
+    given = s.add_mutually_exclusive_group()  # one of them, unless --dumps hold the ids
     given.add_argument("--prompt")
     given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids, e.g. 2,818,2258")
     _subject_args(s)

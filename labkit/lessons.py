@@ -112,3 +112,41 @@ def rms_norm_by_hand(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     """x / sqrt(mean(x²) + eps) · w, in float64 (what the attn_norm stage computes)."""
     x = np.asarray(x, dtype=np.float64)
     return x / np.sqrt(np.mean(x * x) + eps) * np.asarray(w, dtype=np.float64)
+
+
+@dataclass(frozen=True, repr=False)
+class MysteryFault:
+    """A run with one kernel broken in one layer, chosen by a seed and not shown: the lesson's
+    blind case. `key` and `variant` are there for the check; a student finds them with tools."""
+
+    run: Run
+    key: str  # "blk.L.family"
+    variant: str
+
+    def __repr__(self) -> str:
+        return f"MysteryFault(run of {len(self.run.tokens)} tokens; which kernel and layer is the exercise)"
+
+
+# faults that stay inside the stages of their own kernel (each checked by test_attribution on both models)
+_MYSTERY_FAULTS = (("rmsnorm", "scale_clamp"), ("rope", "normal_pairs"))
+
+
+def mystery_fault(lab: Any, prompt: str, seed: int) -> MysteryFault:
+    """Run `prompt` with one of a few faulty kernels bound to one layer, picked by `seed`."""
+    rng = np.random.default_rng(seed)
+    family, variant = _MYSTERY_FAULTS[int(rng.integers(len(_MYSTERY_FAULTS)))]
+    key = f"blk.{int(rng.integers(1, lab.config.n_layers - 1))}.{family}"
+    before = lab.selected.get(key, "default")
+    lab.use(key, variant)
+    try:
+        run = lab.run(prompt)
+    finally:
+        lab.use(key, before)
+    return MysteryFault(run, key, variant)
+
+
+def stages_of(lab: Any, key: str) -> list[str]:
+    """The stages a layer-bound kernel key (`blk.L.family`) runs, in graph order: read from the
+    graph and each stage's kernel family, not from any comparison."""
+    _, layer, family = key.split(".", 2)
+    return [st.name for st in lab.graph if st.layer == int(layer) and lab.executor.family(st) == family]

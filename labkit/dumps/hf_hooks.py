@@ -22,15 +22,27 @@ import numpy as np
 
 def dump(gguf: Path, tokens: list[int], dtype: str = "float32", scale: dict[str, float] | None = None) -> dict:
     """{module path: output tensor in the run's dtype}, batch dim dropped."""
+    return dump_with_inputs(gguf, tokens, dtype, scale)[0]
+
+
+def dump_with_inputs(
+    gguf: Path, tokens: list[int], dtype: str = "float32", scale: dict[str, float] | None = None
+) -> tuple[dict, dict, tuple]:
+    """(outputs, first inputs, rope's (cos, sin)) of every named module of a transformers run:
+    what another engine's module tree sees is put together from these (labkit.dumps.engine_dumps)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype))
     model.eval()
     out: dict[str, np.ndarray] = {}
+    inputs: dict = {}
+    rope: list = []
 
     def hook(name):
         def keep(module, args, output):
+            if name.endswith("rotary_emb") and isinstance(output, tuple):
+                rope[:] = [t.detach()[0].clone() for t in output]
             t = output[0] if isinstance(output, tuple) else output
             if not torch.is_tensor(t):
                 return None
@@ -42,12 +54,20 @@ def dump(gguf: Path, tokens: list[int], dtype: str = "float32", scale: dict[str,
 
         return keep
 
+    def pre_hook(name):
+        def keep(module, args):
+            if args and torch.is_tensor(args[0]):
+                inputs[name] = args[0].detach()[0].clone()
+
+        return keep
+
     for name, module in model.named_modules():
         if name:
             module.register_forward_hook(hook(name))
+            module.register_forward_pre_hook(pre_hook(name))
     with torch.no_grad():
         model(torch.tensor([tokens]), use_cache=False)
-    return out
+    return out, inputs, tuple(rope)
 
 
 def main(argv: list[str] | None = None) -> int:

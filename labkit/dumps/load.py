@@ -16,8 +16,8 @@ import numpy as np
 from labkit.captures import Run
 from labkit.dumps.layout import apply, choose, expect, layout_for
 from labkit.dumps.names import PRESETS, NameMap, Target, name_map
-from labkit.dumps.sources import Dumped, read_source
-from labkit.errors import InvalidArgumentError, UnmappedDumpsError
+from labkit.dumps.sources import Dumped, dumped_ids, read_source
+from labkit.errors import InvalidArgumentError, UnknownPresetError, UnmappedDumpsError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
 from labkit.precision import check_precision, precision_of
@@ -40,26 +40,34 @@ def load_dumps(
     prompt: str | None = None,
     engine: str = "dumps",
     precision: str | None = None,
-    n_past: int = 0,
+    n_past: int | None = None,
+    step: int | None = None,
 ) -> Run:
     """Another engine's tensors as a Run that `labkit.compare` and every widget take.
 
-    source: a directory of .npy files, an .npz, a .safetensors file, or {name: array}.
+    source: a directory of .npy or .pt files (an engine's dump folder: SGLang's, its dumper's or
+      TensorRT-LLM's, or their root holding rank 0's), an .npz, a .pt, a .safetensors file, or {name: array}.
     model: an open Lab, or a model name or .gguf path.
-    names: "llamacpp", "hf", "transformerlens", "auto" (the preset that maps the most names),
-      or {their name or regex with {L}: stage name with {L}}.
+    names: "llamacpp", "hf", "transformerlens", "sglang", "trtllm", "auto" (the preset that maps the
+      most names), or {their name or regex with {L}: stage name with {L}}.
     layout: "auto", one layout for every tensor ("thd", "bhqk", ...: labkit.dumps.layout), or
       {name or stage glob: layout}.
-    tokens / prompt: the ids the engine ran (one of them).
+    tokens / prompt: the ids the engine ran (one of them; neither when the dumps hold them, as
+      SGLang's and TensorRT-LLM's do).
     precision: what the engine computed in (labkit.precision); default: the preset's engine, or
       the dumps' dtype. It picks the thresholds `compare` uses.
     n_past: for a decode step's dumps, the positions already in the engine's KV cache (the
-      tokens are then the step's own); attention maps hold n_past + len(tokens) keys.
+      tokens are then the step's own); attention maps hold n_past + len(tokens) keys. Default:
+      the dumps' first position when they hold positions, else 0.
+    step: which forward pass of a folder holding several (0: the first; labkit.dumps.steps).
     """
     t0 = time.perf_counter()
     lab = _open(model)
-    ids = _ids(lab, tokens, prompt)
-    dumped = read_source(source)
+    integers: dict[str, np.ndarray] = {}
+    dumped = read_source(source, integers, step)
+    held = dumped_ids(integers)
+    ids = _ids(lab, tokens, prompt, held.tokens)
+    n_past = held.first_position if n_past is None else int(n_past)
     nmap = _names(names, lab, dumped)
     run = Run(
         lab.name,
@@ -98,16 +106,28 @@ def _open(model: Any):
     return model if isinstance(model, Lab) else open(model)
 
 
-def _ids(lab, tokens: list[int] | None, prompt: str | None) -> list[int]:
-    if (tokens is None) == (prompt is None):
-        raise InvalidArgumentError("load_dumps needs the token ids the engine ran: tokens=[...] or prompt='...'")
-    return lab.prompt_ids(prompt if tokens is None else list(tokens))
+def _ids(lab, tokens: list[int] | None, prompt: str | None, held: list[int] | None) -> list[int]:
+    if tokens is not None and prompt is not None:
+        raise InvalidArgumentError("load_dumps takes tokens=[...] or prompt='...', not both")
+    if tokens is None and prompt is None:
+        if held is None:
+            raise InvalidArgumentError("load_dumps needs the token ids the engine ran: tokens=[...] or prompt='...'")
+        tokens = held
+    ids = lab.prompt_ids(prompt if tokens is None else list(tokens))
+    if held is not None and ids != held:
+        raise InvalidArgumentError(f"the dumps hold token ids {held[:8]}..., not the {len(ids)} given ({ids[:8]}...)")
+    return ids
 
 
 def _names(names: str | Mapping[str, str], lab, dumped: dict[str, Dumped]) -> NameMap:
     if names != "auto":
         return name_map(names, lab.config, lab.graph)
-    maps = [name_map(p, lab.config, lab.graph) for p in PRESETS]
+    maps = []
+    for p in PRESETS:
+        try:
+            maps.append(name_map(p, lab.config, lab.graph))
+        except UnknownPresetError:  # a preset that knows no layers of this architecture
+            continue
     hits = [sum(not isinstance(m.resolve(n), str) for n in dumped) for m in maps]
     return maps[int(np.argmax(hits))]
 
@@ -124,6 +144,8 @@ def _place(lab, run: Run, name: str, d: Dumped, targets: list[Target], nmap: Nam
     """Read one dumped tensor in its stage's layout, convert it, and store it (each column block
     of a fused tensor under its own stage)."""
     T = len(run.tokens)
+    if len(targets) > 1 and targets[0].columns is None:  # the model's weights are separate, the engine's fused
+        targets = _column_blocks(lab.config, targets, T)
     fused = targets[0].columns is not None
     width = max(t.columns[1] for t in targets) if fused else None
     e = expect(targets[0].stage, lab.config, T, width, run.n_past)
@@ -136,6 +158,17 @@ def _place(lab, run: Run, name: str, d: Dumped, targets: list[Target], nmap: Nam
         run.captures[t.stage] = _convert(lab, nmap.graph[t.stage], t.convert, x, reading.t, run.n_past)
         if reading.t != T:
             run.positions[t.stage] = (T - 1,)
+
+
+def _column_blocks(cfg: ModelConfig, targets: list[Target], T: int) -> list[Target]:
+    """Each stage's column range in an engine's fused tensor (SGLang's q;k;v, TensorRT-LLM's gate;up),
+    in order, from the stages' own widths."""
+    out, start = [], 0
+    for t in targets:
+        w = expect(t.stage, cfg, T).width
+        out.append(Target(t.stage, t.convert, (start, start + w)))
+        start += w
+    return out
 
 
 def _convert(lab, stage: Stage, convert: str, a: np.ndarray, rows: int, n_past: int = 0) -> np.ndarray:

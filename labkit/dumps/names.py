@@ -38,7 +38,7 @@ from labkit.errors import UnknownPresetError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
 
-PRESETS = ("llamacpp", "hf", "transformerlens")
+PRESETS = ("llamacpp", "hf", "transformerlens", "sglang", "trtllm")
 _LAYER = r"(?P<L>\d+)"
 
 
@@ -62,6 +62,7 @@ class Rule:
     kinds: tuple[str, ...]
     convert: str = ""
     layer_offset: int = 0  # TransformerLens' hook_resid_pre of block L is resid_out of block L-1
+    beyond: str = ""  # the kind when layer + offset is past the last layer (the next layer's norm → output_norm)
 
 
 @dataclass(frozen=True)
@@ -87,13 +88,18 @@ class NameMap:
 
     def _targets(self, rule: Rule, m: re.Match) -> list[Target] | str:
         layer = int(m.group("L")) + rule.layer_offset if "L" in m.groupdict() else None
-        stages = [_stage_name(kind, layer) for kind in rule.kinds]
+        kinds = rule.kinds
+        if rule.beyond and layer is not None and f"blk.{layer}.{kinds[0]}" not in self.graph and layer > 0:
+            kinds, layer = (rule.beyond,), None
+        stages = [_stage_name(kind, layer) for kind in kinds]
         absent = [s for s in stages if s not in self.graph]
         if absent:
             return f"this model has no stage {absent[0]}"
         if len(stages) == 1:
             return [Target(stages[0], rule.convert)]
-        return [Target(s, rule.convert, self.graph[s].weight_rows) for s in stages]
+        # a fused q;k;v: the GGUF row order applies to q and k only
+        converts = [rule.convert if rule.convert != "gguf_rows" or k in _QK_KINDS else "" for k in kinds]
+        return [Target(s, c, self.graph[s].weight_rows) for s, c in zip(stages, converts)]
 
 
 def _stage_name(kind: str, layer: int | None) -> str:
@@ -148,10 +154,11 @@ def _llamacpp(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
 _HF = r"(?:[\w.]*\.)?"  # any module prefix: model., model.language_model., ...
 # Architectures whose q/k rows llama.cpp's converter permutes (HF's rotate-halves → pairs).
 QK_PERMUTED = ("llama",)
+_QK_KINDS = ("q", "k", "q_rope", "k_rope")
 
 
 def _qk_convert(cfg: ModelConfig, kind: str) -> str:
-    return "gguf_rows" if kind in ("q", "k", "q_rope", "k_rope") and cfg.arch in QK_PERMUTED else ""
+    return "gguf_rows" if kind in _QK_KINDS and cfg.arch in QK_PERMUTED else ""
 
 
 def _hf(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
@@ -231,8 +238,122 @@ def _transformerlens(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]
     return rules, notes
 
 
-_BUILDERS = {"llamacpp": _llamacpp, "hf": _hf, "transformerlens": _transformerlens}
-PREFER = {"llamacpp": ("thd", "tw", "hqk"), "hf": ("tw", "hqk"), "transformerlens": ("thd", "tw", "hqk")}
+# ----------------------------------------------------------------- SGLang
+# Architectures whose layers SGLang builds llama-style: fused qkv_proj and gate_up_proj, and RMSNorm
+# fused with the residual add (python/sglang/srt/models/{llama,qwen2,qwen3}.py).
+LLAMA_STYLE = ("llama", "qwen2", "qwen3")
+
+
+def _llama_style(cfg: ModelConfig, preset: str) -> None:
+    if cfg.arch not in LLAMA_STYLE:
+        raise UnknownPresetError(
+            f"the {preset!r} names know {', '.join(LLAMA_STYLE)} layers, not {cfg.arch}'s: "
+            f"map its names with a dict {{their name: stage}}"
+        )
+
+
+def _sglang(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
+    """SGLang's module paths (tensor_dump_forward_hook.py hooks leaf modules and `model`; its dumper's
+    non-intrusive mode names a module's output `non_intrusive__{path}.output`). A tuple output is
+    kept as a list, read here as `name[i]`: an RMSNorm fused with the residual add returns
+    (norm(x + residual), x + residual) from layer 0's post-attention norm on (layernorm.py); a
+    linear layer returns (out, None), kept as the bare tensor; rotary_emb returns (q, k) rotated.
+    Its q and k follow the Hugging Face checkpoint it loads (halves), like the hf preset's."""
+    _llama_style(cfg, "sglang")
+    pre = r"(?:non_intrusive__)?(?:[\w.]*\.)?"
+    out = r"(?:\.output)?"
+    layer = pre + r"layers\.{L}\."
+    item = r"(?:\[{i}\](?:\.output)?|\.output\[{i}\])".format  # a tuple's i-th: `x[1]`, the dumper's `x.output[1]`
+    first, second = f"(?:{out}|{item(i=0)})", item(i=1)
+    last = f"blk.{cfg.n_layers - 1}.resid_out"
+    rules = [
+        Rule(pre + r"embed_tokens" + out, ("embed",)),
+        Rule(layer + r"input_layernorm" + first, ("attn_norm",)),
+        Rule(layer + r"input_layernorm" + second, ("resid_out",), layer_offset=-1),
+        Rule(layer + r"self_attn\.qkv_proj" + out, ("q", "k", "v"), _qk_convert(cfg, "q")),
+        Rule(layer + r"self_attn\.q_norm" + out, ("q_norm",)),
+        Rule(layer + r"self_attn\.k_norm" + out, ("k_norm",)),
+        Rule(layer + r"self_attn\.rotary_emb" + item(i=0), ("q_rope",), _qk_convert(cfg, "q_rope")),
+        Rule(layer + r"self_attn\.rotary_emb" + item(i=1), ("k_rope",), _qk_convert(cfg, "k_rope")),
+        Rule(layer + r"self_attn\.attn" + out, ("attn_ctx",)),
+        Rule(layer + r"self_attn\.o_proj" + out, ("attn_out",)),
+        Rule(layer + r"post_attention_layernorm" + first, ("ffn_norm",)),
+        Rule(layer + r"post_attention_layernorm" + second, ("resid_mid",)),
+        Rule(layer + r"mlp\.gate_up_proj" + out, ("ffn_gate", "ffn_up")),
+        Rule(layer + r"mlp\.act_fn" + out, ("ffn_act",)),  # SiluAndMul: act(gate)·up, as labkit's
+        Rule(layer + r"mlp\.down_proj" + out, ("ffn_down",)),
+        Rule(pre + r"norm" + first, ("output_norm",)),
+        Rule(pre + r"norm" + second, (last,)),
+    ]
+    notes = [
+        (pre + r"forward_batch_info\.\w+" + out, "the pass's token ids, positions or lengths (read, not compared)"),
+        (r"(?:non_intrusive__)?(?:model|logits_processor)" + out,
+         "the previous pass's final output: SGLang writes a pass's file before its top-level module returns"),
+        (pre + r"lm_head" + out, "not called by SGLang (its logits processor reads the weight); tied: the embedding"),
+        (r"(?:input_ids|positions|seq_lens|req_pool_indices|rids)", "the pass's ids, positions or lengths"),
+    ]  # fmt: skip
+    return rules, notes
+
+
+# ----------------------------------------------------------------- TensorRT-LLM
+def _trtllm(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
+    """TensorRT-LLM's PyTorch backend, `debug_mode(model, dest)` (tensorrt_llm/_torch/debug/debug_hook.py):
+    one file per tensor, `{call}.{Class}-{call}.{Class}-...-{input|output}.{name}.pt`, where each
+    number counts calls inside the parent's current call (the model: embedding 1, layer L is L+2).
+    A module's inputs are dumped before it runs and again, named as its forward's parameters, before
+    its outputs after it runs; an output past the parameters is numbered. So a linear's output is
+    `output.1`; an RMSNorm called on (h, residual) gives `output.2` (the norm) and `output.3` (the sum);
+    called on h alone its norm lands under `output.residual`. Layers call, in order: their input
+    norm (every layer in Qwen; layer 0 only in Llama, whose layers end with the next layer's
+    norm, fused with the residual add, or the model's), attention (qkv_proj, then o_proj: rope runs
+    inside the fused attention kernel, so q_rope and the maps have no file), the post-attention norm,
+    GatedMLP (gate_up_proj, down_proj; the activation is a function: no file). q and k follow the
+    Hugging Face checkpoint (halves)."""
+    _llama_style(cfg, "trtllm")
+    model = r"\d+\.\w*Model-"
+    layer = model + r"{L}\.\w*DecoderLayer-"
+    attn = layer + r"\d+\.\w*Attention-"
+    mlp = layer + r"\d+\.GatedMLP-"
+    last = f"blk.{cfg.n_layers - 1}.resid_out"
+
+    def rule(pattern: str, kinds: tuple[str, ...], offset: int = -2, **kw) -> Rule:
+        return Rule(pattern + r"(?:\.pt)?", kinds, layer_offset=offset, **kw)
+
+    rules = [
+        Rule(model + r"1\.Embedding-output\.1(?:\.pt)?", ("embed",)),
+        rule(layer + r"1\.RMSNorm-output\.(?:residual|2)", ("attn_norm",)),  # the layer's own input norm
+        rule(layer + r"1\.RMSNorm-output\.3", ("resid_out",), -3),
+        rule(attn + r"1\.Linear-output\.1", ("q", "k", "v"), convert=_qk_convert(cfg, "q")),
+        rule(attn + r"[23]\.Linear-output\.1", ("attn_out",)),
+        rule(attn + r"[23]\.Linear-input\.input", ("attn_ctx",)),  # o_proj's input: the attention's output
+        rule(layer + r"[23]\.RMSNorm-output\.2", ("ffn_norm",)),
+        rule(layer + r"[23]\.RMSNorm-output\.3", ("resid_mid",)),
+        rule(mlp + r"1\.Linear-output\.1", ("ffn_gate", "ffn_up")),
+        rule(mlp + r"2\.Linear-output\.1", ("ffn_down",)),
+        rule(mlp + r"2\.Linear-input\.input", ("ffn_act",)),  # down_proj's input: swiglu's output
+        rule(layer + r"[45]\.RMSNorm-output\.2", ("attn_norm",), -1, beyond="output_norm"),  # the next layer's
+        rule(layer + r"[45]\.RMSNorm-output\.3", ("resid_out",)),
+        Rule(model + r"\d+\.RMSNorm-output\.(?:2|residual)(?:\.pt)?", ("output_norm",)),
+        Rule(model + r"\d+\.RMSNorm-output\.3(?:\.pt)?", (last,)),
+        Rule(r"\d+\.LMHead-output\.1(?:\.pt)?", ("logits_raw" if cfg.final_softcap else "logits",)),
+    ]
+    notes = [
+        (r"[\w.-]*-input\.\w+(?:\.pt)?", "a module's input, dumped before it runs (TensorRT-LLM dumps inputs too)"),
+        (r"[\w.-]*-output\.(?:input|x|hidden_states|residual|position_ids|targets)(?:\.pt)?",
+         "a module's input, dumped again after it ran (its outputs follow, numbered)"),
+        (r"[\w.-]*-\d+\.AllReduce-[\w.]+", "the all-reduce of a linear's output: that output itself on one rank"),
+        (layer + r"output\.[\w.]+", "the layer's (next norm, residual): the same tensors as its last RMSNorm's"),
+        (layer + r"\d+\.(?:\w*Attention|GatedMLP)-output\.\w+(?:\.pt)?",
+         "the attention's or MLP's output: the same tensor as its o_proj's or down_proj's"),
+    ]  # fmt: skip
+    return rules, notes
+
+
+_BUILDERS = {
+    "llamacpp": _llamacpp, "hf": _hf, "transformerlens": _transformerlens, "sglang": _sglang, "trtllm": _trtllm,
+}  # fmt: skip
+PREFER = {"llamacpp": ("thd", "tw", "hqk"), "hf": ("tw", "hqk"), "transformerlens": ("thd", "tw", "hqk"),
+          "sglang": ("tw", "hqk"), "trtllm": ("tw", "hqk")}  # fmt: skip
 
 
 def user_rules(mapping: Mapping[str, str], graph: Mapping[str, Stage]) -> list[Rule]:

@@ -11,13 +11,15 @@ come back as float32 with their stored dtype recorded, so the run's precision st
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from labkit.dumps.steps import files_of_step, rank0_folder
 from labkit.errors import DumpsFileError
 
 
@@ -30,9 +32,12 @@ class Dumped:
     stored: str  # "float16", "bfloat16", "float32", "float64", ...
 
 
-def read_source(source: Any, integers: dict[str, np.ndarray] | None = None) -> dict[str, Dumped]:
+def read_source(
+    source: Any, integers: dict[str, np.ndarray] | None = None, step: int | None = None
+) -> dict[str, Dumped]:
     """{name: Dumped} from a path (directory of .npy or .pt, .npz, .npy, .pt, .safetensors) or a dict
-    of arrays. Integer tensors of .pt files go into `integers` when given (else they are dropped)."""
+    of arrays. Integer tensors of .pt files go into `integers` when given (else they are dropped).
+    step: which forward pass of a folder that holds several (labkit.dumps.steps); default the first."""
     if isinstance(source, dict):
         return {str(k): _dumped(str(k), v) for k, v in source.items()}
     path = Path(source)
@@ -40,8 +45,9 @@ def read_source(source: Any, integers: dict[str, np.ndarray] | None = None) -> d
         raise DumpsFileError(f"{path}: no such file or directory")
     integers = {} if integers is None else integers
     try:
+        path = rank0_folder(path)
         if path.is_dir() and any(path.glob("*.pt")):
-            return read_pt_files(sorted(path.glob("*.pt")), integers)
+            return read_pt_files(files_of_step(sorted(path.glob("*.pt")), step), integers)
         if path.suffix == ".pt":
             return read_pt_files([path], integers)
         if path.is_dir():
@@ -60,6 +66,26 @@ def read_source(source: Any, integers: dict[str, np.ndarray] | None = None) -> d
     raise DumpsFileError(
         f"{path}: not a dumps source (a directory of .npy or .pt files, .npz, .npy, .pt or .safetensors)"
     )
+
+
+class HeldIds(NamedTuple):
+    """The token ids and first position an engine's dumps record, when they do."""
+
+    tokens: list[int] | None
+    first_position: int
+
+
+# integer tensors that hold the pass's token ids or positions: SGLang's Pass files
+# (model.forward_batch_info.input_ids), its dumper (input_ids), TensorRT-LLM's embedding input
+_IDS = re.compile(r"(?:.*\.)?input_ids(?:\[0\])?|.*Embedding-input\.input")
+_POSITIONS = re.compile(r"(?:.*\.)?positions(?:\[0\])?")
+
+
+def dumped_ids(integers: dict[str, np.ndarray]) -> HeldIds:
+    ids = next((a for n, a in integers.items() if _IDS.fullmatch(n)), None)
+    pos = next((a for n, a in integers.items() if _POSITIONS.fullmatch(n)), None)
+    tokens = None if ids is None else [int(t) for t in np.asarray(ids).reshape(-1)]
+    return HeldIds(tokens, int(np.asarray(pos).reshape(-1)[0]) if pos is not None and np.size(pos) else 0)
 
 
 def _dumped(name: str, a: Any) -> Dumped:
@@ -135,11 +161,29 @@ def _pt_tensors(path: Path) -> dict:
     obj = read_pt(path)
     if isinstance(obj, PtTensor):
         return {path.stem: obj}
-    if isinstance(obj, dict) and isinstance(obj.get("value"), PtTensor):
+    if isinstance(obj, dict) and "value" in obj and _tensors(obj["value"]):
         meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
-        return {str(meta.get("name", path.stem)): obj["value"]}
+        return _named(str(meta.get("name", path.stem)), obj["value"])
     if isinstance(obj, dict):
-        return {str(k): v for k, v in obj.items() if isinstance(v, PtTensor)}
-    if isinstance(obj, list | tuple) and obj and isinstance(obj[0], PtTensor):
-        return {path.stem: obj[0]}  # a module's tuple output: the first is its hidden state
+        return {n: t for k, v in obj.items() for n, t in _named(str(k), v).items()}
+    if _tensors(obj):
+        return _named(path.stem, obj)
     raise DumpsFileError(f"{path}: holds a {type(obj).__name__}, not tensors")
+
+
+def _tensors(v: Any) -> bool:
+    from labkit.dumps.pt_file import PtTensor
+
+    return isinstance(v, PtTensor) or (isinstance(v, list | tuple) and any(isinstance(t, PtTensor) for t in v))
+
+
+def _named(name: str, v: Any) -> dict:
+    """A tensor under its name; a module's several outputs (SGLang keeps a tuple as a list) as
+    `name[0]`, `name[1]`, ... so a preset can tell a fused norm's output from its residual."""
+    from labkit.dumps.pt_file import PtTensor
+
+    if isinstance(v, PtTensor):
+        return {name: v}
+    if isinstance(v, list | tuple):
+        return {f"{name}[{i}]": t for i, t in enumerate(v) if isinstance(t, PtTensor)}
+    return {}
