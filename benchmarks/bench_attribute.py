@@ -51,7 +51,8 @@ def main() -> None:
     att_s, att = _median_s(lambda: labkit.attribute(run, lab, reference=ref), a.repeats)
     print(json.dumps({
         "model": a.model, "tokens": a.tokens, "cpu": _cpu(), "stages_attributed": len(att.rows),
-        "guilty": att.guilty, "reference_s": round(ref_s, 2), "attribute_s": round(att_s, 2),
+        "guilty": att.guilty, "largest_local_over_limit": round(max(r.ratio for r in att.rows), 3),
+        "reference_s": round(ref_s, 2), "attribute_s": round(att_s, 2),
         "attribute_over_reference": round(att_s / ref_s, 2),
         "attribute_with_its_reference_over_reference": round((att_s + ref_s) / ref_s, 2),
     }, indent=1))  # fmt: skip

@@ -345,6 +345,6 @@ def test_committed_notebook_shows_its_figures_and_widgets_before_running(jupyter
         page.wait_for_selector(".labkit-stage-explorer, .labkit-stage-explorer-still", timeout=120_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "children=(" not in text and "HBox(" not in text
-        assert page.locator(".labkit-check").count() == 3
+        assert page.locator(".labkit-check").count() == 5
         page.screenshot(path=str(ARTIFACTS / "saved-notebook.png"), full_page=False)
         browser.close()

@@ -85,3 +85,41 @@ def test_bfloat16_dumps_localize_a_five_percent_fault(smollm, tmp):
     assert labkit.compare(bad, ref).passed, "the bf16 table hides a 5 % fault: the reason for attribution"
     att = labkit.attribute(bad, smollm, reference=ref)
     assert att.guilty == ["blk.5.ffn_up"], att.table(only_guilty=True)
+
+
+# transformers builds a GGUF file's config from a few metadata keys and takes its defaults for the
+# rest: qwen3's head_dim (128), the gemmas' query_pre_attn_scalar (256), gemma2's soft-caps (50, 30),
+# gemma3's sliding-window pattern (every 6th layer global), phi3's pad id (32000). Real checkpoints
+# have those values; the tiny files are written with them, so both engines read the same model.
+TRANSFORMERS_DEFAULTS = {
+    "llama": {},
+    "qwen2": {},
+    "qwen3": dict(head_dim=128),
+    "gemma2": dict(head_dim=256, attn_softcap=50.0, final_softcap=30.0),
+    "gemma3": dict(head_dim=256, n_layers=6, swa_pattern=6),
+    "phi3": dict(vocab=32064),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(TRANSFORMERS_DEFAULTS))
+def test_every_architecture_transformers_loads_passes_the_hf_preset(arch, tmp_path):
+    """Each architecture labkit runs, loaded from GGUF by transformers itself: the hf preset's
+    names, fused tensors (phi3's qkv and gate_up), q/k row order and norms hold on its real output."""
+    from labkit.model.tiny import TinySpec, write_tiny_model
+
+    spec = TinySpec(arch=arch, weight_type="F32", embed_type="F32", **TRANSFORMERS_DEFAULTS[arch])
+    path = write_tiny_model(tmp_path / f"tiny-{arch}.gguf", spec)
+    lab = labkit.open(str(path))
+    ids = [5, 17, 33, 2, 99, 7, 250, 64]
+    out = tmp_path / "dump.pt"
+    cmd = [sys.executable, "-m", "labkit.dumps.hf_hooks", str(path), "--tokens", ",".join(map(str, ids))]
+    cmd += ["--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = labkit.load_dumps(out, lab, names="hf", tokens=ids)
+    ref = lab.reference(ids)
+    cmp = labkit.compare(run, ref)
+    assert cmp.passed, cmp.table(only_failed=True)
+    assert len(cmp.rows) >= 10 * spec.n_layers, f"only {len(cmp.rows)} stages compared"
+    att = labkit.attribute(run, lab, reference=ref)
+    assert att.guilty == [], att.table(only_guilty=True)
