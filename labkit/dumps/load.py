@@ -7,6 +7,7 @@ Nothing is dropped silently: names that match no stage are in `run.unmapped`, wi
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -69,35 +70,29 @@ def load_dumps(
     ids = _ids(lab, tokens, prompt, held.tokens)
     n_past = held.first_position if n_past is None else int(n_past)
     nmap = _names(names, lab, dumped)
-    run = Run(
-        lab.name,
-        engine,
-        ids,
-        lab.stages,
-        {},
-        piece=lab.piece,
-        explain=lab.explain,
-        unembed=lab.reference_engine.unembed,
-        unmapped={},
-        n_past=n_past,
-    )
-    stored = []
-    for name, d in dumped.items():
-        targets = nmap.resolve(name)
-        if isinstance(targets, str):
-            run.unmapped[name] = targets
-            continue
-        taken = [t.stage for t in targets if t.stage in run.captures]
-        if taken:
-            run.unmapped[name] = f"a second tensor for {taken[0]} (the first one is kept)"
-            continue
-        _place(lab, run, name, d, targets, nmap, layout)
-        stored.append(d.stored)
+    run = Run(lab.name, engine, ids, lab.stages, {}, piece=lab.piece, explain=lab.explain,
+              unembed=lab.reference_engine.unembed, unmapped={}, n_past=n_past)  # fmt: skip
+    stored = [_place_one(lab, run, name, d, nmap, layout) for name, d in dumped.items()]
+    stored = [s for s in stored if s]
     if not run.captures:
         raise _nothing_mapped(nmap, dumped)
     run.precision = check_precision(precision or PRESET_PRECISION.get(nmap.preset) or precision_of(stored))
     run.timings = {"load_s": time.perf_counter() - t0}
     return run
+
+
+def _place_one(lab, run: Run, name: str, d: Dumped, nmap: NameMap, layout) -> str:
+    """Place one dumped tensor (its stored dtype), or say in run.unmapped why it has no stage ("")."""
+    targets = nmap.resolve(name)
+    if isinstance(targets, str):
+        run.unmapped[name] = targets
+        return ""
+    taken = [t.stage for t in targets if t.stage in run.captures]
+    if taken:
+        run.unmapped[name] = f"a second tensor for {taken[0]} (the first one is kept)"
+        return ""
+    _place(lab, run, name, d, targets, nmap, layout)
+    return d.stored
 
 
 def _open(model: Any):
@@ -119,11 +114,22 @@ def _ids(lab, tokens: list[int] | None, prompt: str | None, held: list[int] | No
     return ids
 
 
+# "auto" tries these presets only on dumps that carry a name of theirs: SGLang's module paths are the
+# Hugging Face ones with fused q;k;v and gate;up, and its act_fn holds act(gate)·up where HF's holds
+# act(gate), so a few hf names alone must not read as SGLang's.
+AUTO_MARKERS = {
+    "sglang": r"forward_batch_info|qkv_proj|gate_up_proj|rotary_emb|non_intrusive__|\]$",
+    "trtllm": r"DecoderLayer-",
+}
+
+
 def _names(names: str | Mapping[str, str], lab, dumped: dict[str, Dumped]) -> NameMap:
     if names != "auto":
         return name_map(names, lab.config, lab.graph)
     maps = []
     for p in PRESETS:
+        if p in AUTO_MARKERS and not any(re.search(AUTO_MARKERS[p], n) for n in dumped):
+            continue
         try:
             maps.append(name_map(p, lab.config, lab.graph))
         except UnknownPresetError:  # a preset that knows no layers of this architecture
