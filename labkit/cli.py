@@ -321,9 +321,35 @@ def cmd_cases(args: argparse.Namespace) -> int:
 def cmd_case(args: argparse.Namespace) -> int:
     from labkit.cases import run_case
 
+    if args.blind:
+        return _blind(args)
+    if args.name is None:
+        raise InvalidArgumentError("give a case name (labkit cases lists them), or --blind")
     report = run_case(args.name)
     _emit(args, report.to_dict(), report.text)
     return 0 if report.passed else 1
+
+
+def _blind(args: argparse.Namespace) -> int:
+    """`labkit case --blind`: the symptoms; with --answer, the verdict (exit 1 when wrong)."""
+    from dataclasses import asdict
+
+    from labkit.cases.blind import blind_case
+
+    case = blind_case(args.model, args.seed)
+    data, lines = case.to_dict(), [case.text()]
+    if args.answer:
+        verdict = case.check(*args.answer)
+        data["check"] = verdict.to_dict()
+        lines.append(f"{'✓ right' if verdict.passed else '✗ not it'}: {verdict.observed}")
+    if args.reveal:
+        data["answer"] = asdict(case.reveal())
+        a = case.reveal()
+        lines.append(f"worked answer: {a.stage} ({a.where}), family {a.family}, variant {a.variant}: {a.description}")
+    elif not args.answer:
+        lines.append(f"answer: labkit case --blind --model {args.model} --seed {args.seed} --answer STAGE FAMILY")
+    _emit(args, data, lambda: "\n".join(lines))
+    return 1 if args.answer and not data["check"]["passed"] else 0
 
 
 def cmd_variants(args: argparse.Namespace) -> int:
@@ -523,7 +549,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_cases)
 
     s = sub.add_parser("case", help="reproduce a post-mortem: fault, symptoms, localization, fix, checklist")
-    s.add_argument("name")
+    s.add_argument("name", nargs="?", help="a case of `labkit cases` (none with --blind)")
+    s.add_argument("--blind", action="store_true", help="a hidden faulty variant: symptoms only; find the stage")
+    s.add_argument("--model", default="smollm2-135m", help="with --blind: the model")
+    s.add_argument("--seed", type=int, default=0, help="with --blind: which hidden fault")
+    s.add_argument("--answer", nargs=2, metavar=("STAGE", "FAMILY"), help="with --blind: check an answer")
+    s.add_argument("--reveal", action="store_true", help="with --blind: show the worked answer")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_case)
 

@@ -14,6 +14,7 @@ gives them.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -129,10 +130,14 @@ def failure_reason(r: StageComparison) -> str:
     return f"{r.reason} (nmse {r.nmse:.3e}, threshold {r.threshold:.0e})"
 
 
-def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritten: int = 0) -> str:
-    """Why `a` fails against `b`, or "" when it passes."""
+def _fault(
+    a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritten: int = 0, finite: bool = False
+) -> str:
+    """Why `a` fails against `b`, or "" when it passes. finite: both are known to be all finite."""
     if unwritten:
         return f"{unwritten} unwritten"
+    if finite:
+        return "" if nmse <= threshold else "nmse"
     if np.isnan(a).any():
         return f"{int(np.isnan(a).sum())} NaN"
     if not np.array_equal(np.isposinf(a), np.isposinf(b)) or not np.array_equal(np.isneginf(a), np.isneginf(b)):
@@ -140,16 +145,57 @@ def _fault(a: np.ndarray, b: np.ndarray, nmse: float, threshold: float, unwritte
     return "" if nmse <= threshold else "nmse"
 
 
-def _per_position(a: np.ndarray, b: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per position along `axis`: Σ(a−b)² and Σb² over the elements finite on both sides, and
-    whether the position holds a NaN in `a` or an inf where `b` has none (or the other sign)."""
-    both = np.isfinite(a) & np.isfinite(b)
+class _Stats(NamedTuple):
+    num: np.ndarray  # per position: Σ(a−b)² over the elements finite on both sides
+    den: np.ndarray  # per position: Σb² over the same
+    broken: np.ndarray  # per position: a NaN in a, or an inf where b has none (or the other sign)
+    finite: bool  # every element of both is finite
+    max_abs: float
+
+
+BLOCK_VALUES = 1 << 22  # a large 2-D stage is compared in row blocks of this many values
+
+
+def _stats(a: np.ndarray, b: np.ndarray, axis: int) -> _Stats:
+    """Per-position sums, in row blocks for a large 2-D stage: Gemma's logits at 512 tokens are
+    134M values, and whole-array temporaries of 1 GB cost more in page faults than in arithmetic."""
+    if a.ndim != 2 or axis != 0 or a.size <= BLOCK_VALUES:
+        return _block_stats(as_f64(a), as_f64(b), axis)
+    step = max(1, BLOCK_VALUES // max(a.shape[1], 1))
+    parts = [_block_stats(as_f64(a[i : i + step]), as_f64(b[i : i + step]), 0) for i in range(0, a.shape[0], step)]
+    return _Stats(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("num", "den", "broken")),
+                  all(p.finite for p in parts), max(p.max_abs for p in parts))  # fmt: skip
+
+
+def _block_stats(a: np.ndarray, b: np.ndarray, axis: int) -> _Stats:
     other = tuple(i for i in range(a.ndim) if i != axis)
     with np.errstate(invalid="ignore", over="ignore"):  # inf-inf and huge squares are masked out below
-        num = np.where(both, (a - b) ** 2, 0.0).sum(axis=other)
+        d = a - b
+        if np.isfinite(d).all() and np.isfinite(b).all():  # the common case: no masks, no inf bookkeeping
+            max_abs = float(max(d.max(), -d.min())) if d.size else 0.0
+            return _Stats(_sum_sq(d, axis), _sum_sq(b, axis), np.zeros(a.shape[axis], bool), True, max_abs)
+        both = np.isfinite(a) & np.isfinite(b)
+        num = np.where(both, d * d, 0.0).sum(axis=other)
         den = np.where(both, b * b, 0.0).sum(axis=other)
+        max_abs = float(np.max(np.abs(d), where=np.isfinite(d), initial=0.0))
     broken = (np.isnan(a) | (np.isposinf(a) != np.isposinf(b)) | (np.isneginf(a) != np.isneginf(b))).any(axis=other)
-    return num, den, broken
+    return _Stats(num, den, broken, False, max_abs)
+
+
+def _sum_sq(x: np.ndarray, axis: int) -> np.ndarray:
+    """Σx² over every axis but `axis`, without a squared copy."""
+    letters = "abcdefgh"[: x.ndim]
+    return np.einsum(f"{letters},{letters}->{letters[axis]}", x, x)
+
+
+def nmse_of(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ(a−b)²/Σb² over the elements finite on both sides (per-position sums, in blocks when large)."""
+    if np.shape(a) != np.shape(b):
+        return float("inf")
+    a2, b2 = (a, b) if np.ndim(a) else (np.reshape(a, 1), np.reshape(b, 1))
+    st = _stats(a2, b2, 0)
+    den = float(st.den.sum())
+    return float(st.num.sum()) / den if den > 0 else float(st.num.sum())
 
 
 def compare_arrays(
@@ -161,16 +207,16 @@ def compare_arrays(
     positions: tuple[int, ...] | None = None,
 ) -> StageComparison:
     """One stage: its NMSE overall and per position (rows of a vector, query rows of an attention map)."""
-    a, b = as_f64(a), as_f64(b)  # a debug run's poison is a signalling NaN: as_f64 casts it quietly
-    if a.shape != b.shape:
-        return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {a.shape} vs {b.shape}")
-    a2, b2 = (a, b) if a.ndim else (a.reshape(1), b.reshape(1))
+    a, b = np.asarray(a), np.asarray(b)
+    if np.shape(a) != np.shape(b):
+        return StageComparison(stage, np.inf, np.inf, threshold, False, f"shape {np.shape(a)} vs {np.shape(b)}")
+    a2, b2 = (a, b) if np.ndim(a) else (np.reshape(a, 1), np.reshape(b, 1))
     axis = 1 if is_attention_map(stage) and a2.ndim == 3 else 0
-    num, den, broken = _per_position(a2, b2, axis)
-    nmse = float(num.sum() / den.sum()) if den.sum() > 0 else float(num.sum())
-    with np.errstate(invalid="ignore"):
-        max_abs = float(np.max(np.abs(a - b), where=np.isfinite(a) & np.isfinite(b), initial=0.0))
-    reason = _fault(a, b, nmse, threshold, unwritten)
+    num, den, broken, finite, max_abs = _stats(a2, b2, axis)  # as_f64 per block: a debug run's poison is
+    nmse = float(num.sum() / den.sum()) if den.sum() > 0 else float(num.sum())  # a signalling NaN, cast quietly
+    if not finite:
+        a, b = as_f64(a), as_f64(b)
+    reason = _fault(a, b, nmse, threshold, unwritten, finite)
     with np.errstate(divide="ignore", invalid="ignore"):
         per = np.where(den > 0, num / np.where(den > 0, den, 1.0), num)
     positions = tuple(range(len(per))) if positions is None else tuple(positions)

@@ -399,6 +399,25 @@ class Lab:
         ids = self.prompt_ids(prompt)
         return Stepper(self.executor, ids, self.executor.new_cache(len(ids)))
 
+    def decode_step(self, prompt: Prompt, engine: str = "gpu") -> Run:
+        """The prompt's last token as a KV-cached decode step: every stage captured, reading the cache
+        the positions before it left (`run.n_past` of them). Its logits equal a prefill's last row;
+        a decode-only fault (post-mortem sky-kaw's) shows here and not in `run`."""
+        ids = self.prompt_ids(prompt)
+        if engine == "reference":
+            cache = KVCache()
+            self.reference_engine.forward(ids[:-1], cache, capture=[])
+            caps = self.reference_engine.forward(ids[-1:], cache)
+        elif engine == "gpu":
+            ex = self.executor
+            cache = ex.new_cache(len(ids))
+            ex.run_pass(ids[:-1], cache, names=[], last_logits_only=True)
+            caps = ex.run_pass(ids[-1:], cache).captures
+        else:
+            raise InvalidArgumentError(f"decode_step engine {engine!r}: use 'gpu' or 'reference'")
+        chosen = dict(self.selected) if engine == "gpu" else {}
+        return self._make_run(engine, ids[-1:], caps, {}, n_past=len(ids) - 1, variants=chosen)
+
     def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
         from labkit.gpu.sampling import GpuSampler

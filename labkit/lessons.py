@@ -150,3 +150,16 @@ def stages_of(lab: Any, key: str) -> list[str]:
     graph and each stage's kernel family, not from any comparison."""
     _, layer, family = key.split(".", 2)
     return [st.name for st in lab.graph if st.layer == int(layer) and lab.executor.family(st) == family]
+
+
+def kv_cache_bytes(config: Any, positions: int, itemsize: int = 2, gqa: bool = True, window: bool = True) -> int:
+    """Bytes of a KV cache holding `positions` tokens: per layer K and V, each [kept positions,
+    KV heads x head_dim]. gqa=False counts a head of K and V per query head (multi-head attention);
+    window=False keeps every position in the sliding-window layers too."""
+    heads = config.n_kv_heads if gqa else config.n_heads
+    total = 0
+    for layer in range(config.n_layers):
+        w = config.layer_window(layer) if window else None
+        kept = min(positions, w) if w else positions
+        total += 2 * kept * heads * config.head_dim * itemsize
+    return total

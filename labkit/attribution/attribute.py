@@ -23,21 +23,22 @@ import numpy as np
 from labkit.attribution.emulation import emulation_for
 from labkit.attribution.evaluate import PassContext, evaluate
 from labkit.attribution.report import Attribution, StageAttribution
-from labkit.attribution.segments import segment_of
+from labkit.attribution.segments import Segment, segment_of
 from labkit.captures import Run, graph_sorted, is_attention_map, stage_kind
-from labkit.compare import compare_arrays
+from labkit.compare import compare_arrays, nmse_of
 from labkit.errors import InvalidArgumentError, NoCommonStagesError
 from labkit.model.reference import KVCache
 from labkit.precision import DEFAULT_THRESHOLD, thresholds_for
 
-# Guilty when local NMSE > K × max(band, FLOOR). Measured on clean runs (docs/attribution.md):
-# the largest local/band over every stage of both golden models stays below K / 3 for each precision.
+# Guilty when local NMSE > K × max(band, FLOOR). Measured on clean runs (docs/attribution.md,
+# scripts/measure_attribution.py): the largest local/band over every stage of both models' golden
+# prompts is 5.7 (f32), 3.0 (int8-activations), 4.6 (f16) and 8.2 (bf16): K keeps a margin of 2 or more.
 GUILT_FACTOR: dict[str, float] = {
     "float64": 10.0,
     "float32": 30.0,
     "float16": 10.0,
-    "bfloat16": 10.0,
-    "int8-activations": 5.0,
+    "bfloat16": 20.0,
+    "int8-activations": 8.0,
 }
 # The smallest band a stage is given: an op whose precision changes nothing (an embedding lookup
 # of exactly representable values) would otherwise make any rounding of the engine's guilty, and
@@ -52,6 +53,10 @@ BAND_FLOOR: dict[str, float] = {
     "bfloat16": 1e-6,
     "int8-activations": 1e-8,
 }
+
+
+BAND_ROWS = 64  # positions a large matmul's band is emulated on (see _band)
+BAND_SAMPLE_ABOVE = 1 << 24  # output values from which a matmul's band is sampled
 
 
 def attribute(
@@ -86,20 +91,32 @@ def attribute(
     for name in graph_sorted(available):
         seg = segments[name] = segment_of(name, graph, available)
         exact = evaluate(seg, run.captures, ctx)
-        emulated = evaluate(seg, run.captures, ctx, emulation)
-        rows.append(_row(name, seg.stages, run, exact, emulated, ref, k, floor, fixed))
+        band = _band(seg, run, ctx, emulation, exact)
+        rows.append(_row(name, seg.stages, run, exact, band, ref, k, floor, fixed))
     return Attribution(run.engine, run.precision, k, floor, rows, run.model, run.n_past, dict(run.variants),
                        _repro=(run, lab, ctx, segments))  # fmt: skip
 
 
-def _row(name, segment, run: Run, exact, emulated, ref: Run, k, floor, fixed) -> StageAttribution:
-    out = np.asarray(run.captures[name], np.float64)
-    band = compare_arrays(name, emulated, exact, np.inf).nmse
+def _band(seg: Segment, run: Run, ctx: PassContext, emulation, exact: np.ndarray) -> float:
+    """NMSE of the stage recomputed as the engine's precision computes it, against exactly. A large
+    matmul (Gemma's 262k-wide logits: 134M values at 512 tokens) is emulated on BAND_ROWS evenly
+    spread positions only: its rows are independent, and the band's estimate from 64 of them is
+    within a few percent, at an eighth of the cost."""
+    matmul_only = all(ctx.by_name[s].op == "matmul" for s in seg.stages)
+    if not matmul_only or exact.ndim != 2 or exact.size < BAND_SAMPLE_ABOVE or exact.shape[0] <= BAND_ROWS:
+        return nmse_of(evaluate(seg, run.captures, ctx, emulation), exact)
+    pick = np.unique(np.linspace(0, exact.shape[0] - 1, BAND_ROWS).astype(int))
+    inputs = {n: np.asarray(run.captures[n])[pick] for n in seg.inputs}
+    return nmse_of(evaluate(seg, inputs, ctx, emulation), exact[pick])
+
+
+def _row(name, segment, run: Run, exact, band: float, ref: Run, k, floor, fixed) -> StageAttribution:
+    out = np.asarray(run.captures[name])  # compared in its own dtype, converted block by block
     limit = k * max(band, floor)
     read_nan = np.isnan(exact)  # NaN computed exactly from the engine's NaN inputs: inherited, not made here
     mine, want = (np.where(read_nan, 0.0, out), np.where(read_nan, 0.0, exact)) if read_nan.any() else (out, exact)
     local = compare_arrays(name, mine, want, limit, run.unwritten.get(name, 0), run.rows(name))
-    inherited = compare_arrays(name, exact, ref.captures[name], np.inf).nmse if name in ref.captures else np.nan
+    inherited = nmse_of(exact, ref.captures[name]) if name in ref.captures else np.nan
     total = compare_arrays(name, out, ref.captures[name], fixed.get(stage_kind(name), DEFAULT_THRESHOLD))
     return StageAttribution(
         name, tuple(segment), local.nmse, float(inherited), total.nmse, band, limit, not local.passed,

@@ -57,6 +57,11 @@ class _Inputs:
     def n_past(self) -> int:
         return self.ctx.n_past
 
+    @property
+    def angle_dtype(self):
+        """Rope's angles: exact, or in f32 as every engine emulated here computes them."""
+        return np.float64 if self.emulation is None or self.emulation.precision == "float64" else np.float32
+
     def weight(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         w = self.ctx.weights.get(name)
         w = w if rows is None else w[rows[0] : rows[1]]

@@ -188,6 +188,9 @@ class RefInputs(Protocol):
     def matmul(self, x: np.ndarray, name: str, rows: tuple[int, int] | None) -> np.ndarray: ...  # x @ W.T, f64
     def cached(self, kind: str) -> np.ndarray: ...  # this layer's K or V, cached and new positions
 
+    # optional: `angle_dtype`, what rope computes its angles in (float64 when absent; float32 where
+    # labkit.attribution emulates an engine's precision)
+
 
 class GpuStage(Protocol):
     """What the GPU executor gives an op's `plan`: regions, buffers, and one way to dispatch."""

@@ -15,7 +15,8 @@ ACT_CODES = {"gelu_tanh": 0, "silu": 1}
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    """x·x·x, not x**3: numpy's pow is ten times slower (the reference and attribution call it per layer)."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
 
 
 def silu(x: np.ndarray) -> np.ndarray:

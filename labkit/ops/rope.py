@@ -18,13 +18,18 @@ PARAMS = Params(
 )
 
 
-def rope(x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, style: str) -> np.ndarray:
-    """Rotate pairs by pos·base^(-2i/rope_dim): neox pairs (i, i+d/2), normal pairs (2i, 2i+1)."""
+def rope(
+    x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, style: str, angle_dtype=np.float64
+) -> np.ndarray:
+    """Rotate pairs by pos·base^(-2i/rope_dim): neox pairs (i, i+d/2), normal pairs (2i, 2i+1).
+    angle_dtype: what the angle pos·freq is computed in. Engines compute it in f32 (labkit's WGSL,
+    llama.cpp, transformers' rotary embedding), whose rounding grows with the position: at
+    position 512 an f32 angle is off by ~3e-5 rad, far more than the f32 rounding of q and k."""
     T = x.shape[0]
     h = x.reshape(T, n_heads, head_dim).copy()
     half = rope_dim // 2
-    inv_freq = base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)
-    ang = positions[:, None].astype(np.float64) * inv_freq[None, :]
+    inv_freq = (base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)).astype(angle_dtype)
+    ang = (positions[:, None].astype(angle_dtype) * inv_freq[None, :]).astype(np.float64)
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     if style == "neox":
         a, b = h[..., :half].copy(), h[..., half:rope_dim].copy()
@@ -39,7 +44,8 @@ def rope(x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, 
 
 def reference(stage, ref) -> np.ndarray:
     P = stage.params
-    return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"])
+    angle = getattr(ref, "angle_dtype", np.float64)  # f32 where attribution emulates an engine
+    return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"], angle)
 
 
 def workgroups(n: int) -> int:

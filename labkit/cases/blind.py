@@ -1,0 +1,159 @@
+"""A blind case: one faulty variant bound in secret, only its symptoms shown.
+
+The post-mortem cases tell their story; a blind case asks the engine developer to find it. A
+seed draws one of the model's faulty variants (every faulty kernel and dispatch policy of the
+families its stages run; samplers compute no stage), runs the prompt pass, a KV-cached decode
+step and a greedy continuation under it, and shows what a user of the engine would see. The
+learner names the stage where the run first parts from the reference and the op family at
+fault; `check` says whether that is right, and `reveal` gives the worked answer: the first
+divergence of the prompt pass, or of the decode step when the fault shows only in decode
+(post-mortem sky-kaw's). A fault that shows nothing on the prompt is passed over, and said so.
+
+    case = blind_case("smollm2-135m", seed=3)
+    print(case.text())                    # symptoms only
+    case.check("blk.0.attn_norm", "rmsnorm")
+    case.reveal()                          # family, variant, stage, where
+
+    labkit case --blind --seed 3 [--answer STAGE FAMILY] [--reveal]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from labkit.captures import Run
+from labkit.cases.base import Check
+from labkit.compare import Comparison, compare
+
+BLIND_PROMPT = "The color of the sky is"
+NEW_TOKENS = 6
+
+
+@dataclass(frozen=True)
+class BlindAnswer:
+    """The worked answer: the hidden variant and the first stage where the run parts from the reference."""
+
+    family: str
+    variant: str
+    stage: str
+    where: str  # "prompt pass" or "decode step"
+    description: str
+
+
+@dataclass(frozen=True)
+class BlindCase:
+    """Symptoms of a hidden fault; `check` an answer, `reveal` the worked one."""
+
+    model: str
+    seed: int
+    prompt: str
+    symptoms: list[str]
+    passed_over: list[str] = field(default_factory=list)  # faults drawn first that show nothing here
+    _answer: BlindAnswer | None = field(default=None, repr=False)
+
+    def check(self, stage: str, family: str) -> Check:
+        """Right when both the stage (the first divergence) and the op family are."""
+        a = self._answer
+        ok_stage, ok_family = stage == a.stage, family == a.family
+        said = f"stage {stage!r} {'✓' if ok_stage else '✗'}, family {family!r} {'✓' if ok_family else '✗'}"
+        return Check("blind case", "the first divergence and the family at fault", said, ok_stage and ok_family)
+
+    def reveal(self) -> BlindAnswer:
+        return self._answer
+
+    def text(self) -> str:
+        head = (
+            f"blind case {self.seed} on {self.model}: one kernel or dispatch policy is faulty. Prompt: {self.prompt!r}"
+        )
+        over = f"\n(faults passed over, nothing shows on this prompt: {', '.join(self.passed_over)})"
+        ask = "\nWhich stage first parts from the reference, and which op family is at fault?"
+        return head + "\n" + "\n".join(f"- {s}" for s in self.symptoms) + (over if self.passed_over else "") + ask
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "seed": self.seed, "prompt": self.prompt, "symptoms": self.symptoms,
+                "passed_over": self.passed_over}  # fmt: skip
+
+
+def candidates(lab: Any) -> list[tuple[str, str]]:
+    """Every faulty kernel and dispatch policy of the families this model's stages run, sorted."""
+    from labkit.ops.registry import is_faulty
+
+    used = {lab.executor.family(st) for st in lab.graph} | {st.policy for st in lab.graph if st.policy}
+    found = [(f, n) for f, names in lab.variants().items() if f in used for n in names if n != "default"]
+    return sorted((f, n) for f, n in found if is_faulty(f, n))
+
+
+def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prompt: str = BLIND_PROMPT) -> BlindCase:
+    """Draw a faulty variant by `seed` (passing over those that show nothing on `prompt`) and gather
+    its symptoms. `lab`: a live Lab of the model to reuse; its selection is put back afterwards."""
+    import labkit
+
+    lab = lab or labkit.open(model)
+    ids = lab.prompt_ids(prompt)
+    ref = _reference(lab, ids)
+    order = candidates(lab)
+    passed_over = []
+    for i in np.random.default_rng(seed).permutation(len(order)):
+        case = _case_of(lab, *order[int(i)], ids, ref, prompt, seed)
+        if case is not None:
+            return BlindCase(case.model, seed, prompt, case.symptoms, passed_over, case._answer)
+        passed_over.append("=".join(order[int(i)]))
+    raise RuntimeError(f"no faulty variant shows on {prompt!r}")  # every model has faults that show
+
+
+def blind_case_of(lab: Any, family: str, variant: str, prompt: str = BLIND_PROMPT) -> BlindCase | None:
+    """The blind case of one given faulty variant (None when it shows nothing on `prompt`): how the
+    tests play every variant."""
+    ids = lab.prompt_ids(prompt)
+    return _case_of(lab, family, variant, ids, _reference(lab, ids), prompt, -1)
+
+
+@dataclass
+class _Reference:
+    prompt: Run
+    step: Run
+    text: str
+
+
+def _reference(lab, ids: list[int]) -> _Reference:
+    text = lab.generate_reference(ids, NEW_TOKENS).text
+    return _Reference(lab.reference(ids), lab.decode_step(ids, "reference"), text)
+
+
+def _case_of(lab, family: str, variant: str, ids: list[int], ref: _Reference, prompt_text: str, seed: int):
+    """The case under one faulty variant, or None when nothing diverges."""
+    from labkit.ops.registry import describe
+
+    before = lab.selected.get(family, "default")
+    lab.use(family, variant)
+    try:
+        run = lab.run(ids)
+        step = lab.decode_step(ids)
+        text = lab.generate(ids, NEW_TOKENS).text
+    finally:
+        lab.use(family, before)
+    p_cmp, s_cmp = compare(run, ref.prompt), compare(step, ref.step)
+    stage, where = (
+        (p_cmp.first_divergence, "prompt pass") if not p_cmp.passed else (s_cmp.first_divergence, "decode step")
+    )
+    if stage is None:  # neither the prompt pass nor its decode step parts from the reference
+        return None
+    answer = BlindAnswer(family, variant, stage, where, describe(family, variant))
+    return BlindCase(lab.name, seed, prompt_text, _symptoms(run, step, text, p_cmp, s_cmp, ref), [], answer)
+
+
+def _symptoms(prompt: Run, step: Run, text: str, p_cmp: Comparison, s_cmp: Comparison, ref: _Reference) -> list[str]:
+    """What a user of the engine sees, with no stage named: output, top tokens, logits' distance."""
+    top = ", ".join(f"{t.piece!r} {t.prob:.2f}" for t in prompt.top(3))
+    ref_top = ", ".join(f"{t.piece!r} {t.prob:.2f}" for t in ref.prompt.top(3))
+    bad = int(np.size(prompt.logits()) - np.isfinite(prompt.logits()).sum())
+    return [
+        f"greedy continuation: {text!r} (reference: {ref.text!r})",
+        f"top-3 after the prompt: {top} (reference: {ref_top})",
+        f"logits NMSE against the reference: prompt pass {p_cmp.row('logits').nmse:.2e}, "
+        f"decode step of the last token {s_cmp.row('logits').nmse:.2e}",
+        f"non-finite logits at the last position: {bad}",
+    ]

@@ -1,0 +1,76 @@
+"""Blind cases: a hidden faulty variant, its symptoms only; the learner names the stage and family.
+
+Every faulty variant of both models is played: its symptoms must not name it, the worked answer
+(the first divergence, in the prompt pass or its decode step) must pass the check, and a wrong
+family or stage must not. A fault that shows nothing on the prompt is passed over, never asked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from labkit.cases.blind import BLIND_PROMPT, blind_case, blind_case_of, candidates
+from labkit.ops.registry import is_faulty
+
+pytestmark = pytest.mark.slow
+# faults that cannot show on the blind prompt, and why (each checked below to show nothing)
+SILENT = {
+    ("smollm2-135m", "rope", "normal_pairs"): "SmolLM2 is a llama: its rope already pairs (2i, 2i+1)",
+    ("smollm2-135m", "rmsnorm", "eps_outside"): "eps is small beside SmolLM2's mean squares (norm-cascade's C)",
+    ("smollm2-135m", "softmax", "no_max_sub"): "the scores of six tokens are far from exp's overflow",
+    ("smollm2-135m", "softmax", "masked_nan"): "no row of a causal prompt pass has every key masked",
+    ("gemma3-270m", "softmax", "no_max_sub"): "the scores of six tokens are far from exp's overflow",
+    ("gemma3-270m", "softmax", "masked_nan"): "no row of a causal prompt pass has every key masked",
+}
+
+
+@pytest.mark.parametrize("real_lab", ["smollm2-135m", "gemma3-270m"], indirect=True)
+def test_every_faulty_variant_plays_as_a_blind_case(real_lab):
+    lab = real_lab
+    played = []
+    for family, variant in candidates(lab):
+        assert is_faulty(family, variant)
+        case = blind_case_of(lab, family, variant)
+        if (lab.name, family, variant) in SILENT:
+            assert case is None, f"{family}={variant} shows on {lab.name}: {case.reveal()}"
+            continue
+        assert case is not None, f"{family}={variant} shows nothing on {lab.name}"
+        text = case.text()
+        assert variant not in text and f"{family}=" not in text, text
+        a = case.reveal()
+        assert (a.family, a.variant) == (family, variant)
+        assert case.check(a.stage, a.family).passed
+        assert not case.check(a.stage, "matmul_q8_0" if family != "matmul_q8_0" else "rope").passed
+        assert not case.check("embed", a.family).passed
+        played.append(f"{family}={variant}")
+    assert len(played) >= 4, played
+    assert lab.selected == {}, "the lab's selection is put back"
+
+
+def test_a_seed_draws_a_case_and_names_what_it_passed_over(smollm):
+    case = blind_case("smollm2-135m", seed=1, lab=smollm)
+    assert case.prompt == BLIND_PROMPT and case.seed == 1
+    for over in case.passed_over:
+        family, variant = over.split("=")
+        assert (smollm.name, family, variant) in SILENT
+    assert blind_case("smollm2-135m", seed=1, lab=smollm).reveal() == case.reveal(), "a seed is one case"
+
+
+def test_the_cli_plays_a_blind_case():
+    base = [sys.executable, "-m", "labkit.cli", "case", "--blind", "--model", "smollm2-135m", "--seed", "2"]
+    shown = subprocess.run(base, capture_output=True, text=True, timeout=600)
+    assert shown.returncode == 0, shown.stderr[-1500:]
+    assert "Which stage first parts from the reference" in shown.stdout and "--answer STAGE FAMILY" in shown.stdout
+    worked = json.loads(
+        subprocess.run(base + ["--reveal", "--json"], capture_output=True, text=True, timeout=600).stdout
+    )
+    a = worked["answer"]
+    assert a["variant"] not in shown.stdout
+    right = subprocess.run(base + ["--answer", a["stage"], a["family"]], capture_output=True, text=True, timeout=600)
+    assert right.returncode == 0 and "✓ right" in right.stdout, right.stdout[-800:]
+    wrong = subprocess.run(base + ["--answer", "embed", a["family"]], capture_output=True, text=True, timeout=600)
+    assert wrong.returncode == 1 and "✗ not it" in wrong.stdout
