@@ -163,3 +163,33 @@ def kv_cache_bytes(config: Any, positions: int, itemsize: int = 2, gqa: bool = T
         kept = min(positions, w) if w else positions
         total += 2 * kept * heads * config.head_dim * itemsize
     return total
+
+
+def min_p_ids(logits: np.ndarray, min_p: float, temperature: float = 1.0) -> np.ndarray:
+    """Min-p: the ids whose probability (at `temperature`) is at least min_p × the top one's, by
+    falling probability. Written out plainly for lesson 07's check."""
+    z = np.asarray(logits, np.float64) / temperature
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    return order[p[order] >= min_p * p[order[0]]]
+
+
+def temperature_last(
+    logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's default chain (common_params_sampling::samplers): top-k, top-p and min-p cut the
+    candidates on the unscaled distribution, then the temperature scales what is left."""
+    z = np.asarray(logits, np.float64)
+    ids = np.argsort(-z, kind="stable")
+    if top_k > 0:
+        ids = ids[:top_k]
+    p = np.exp(z[ids] - z[ids].max())
+    p /= p.sum()
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
+        ids, p = ids[:keep], p[:keep] / p[:keep].sum()
+    if min_p > 0.0:
+        ids = ids[p >= min_p * p[0]]
+    q = np.exp((z[ids] - z[ids].max()) / temperature)
+    return ids, q / q.sum()

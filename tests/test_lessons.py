@@ -1,4 +1,4 @@
-"""The lessons (notebooks 01–04 and 06) run top to bottom in a real Jupyter kernel; every exercise check
+"""The lessons (notebooks 01–04, 06 and 07) run top to bottom in a real Jupyter kernel; every exercise check
 passes with the shipped (reference) answers; the committed outputs still match the code; and the
 lesson figures are interactive plotly figures that carry a still PNG for viewers without plotly."""
 
@@ -10,7 +10,7 @@ import pytest
 from notebook_outputs import assert_outputs_match, assert_shippable, cell_text, errors, execute
 
 PLOTLY = "application/vnd.plotly.v1+json"
-LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants", "06_prefill_decode"]
+LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants", "06_prefill_decode", "07_sampling"]
 
 
 def checks(nb) -> list[str]:
