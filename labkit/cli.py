@@ -229,15 +229,14 @@ def _subject(args: argparse.Namespace):
     import labkit
 
     lab = labkit.open(args.model, variants=_selection(args))
-    given = args.prompt is not None or args.tokens is not None
-    if args.dumps:  # SGLang's and TensorRT-LLM's dumps hold their token ids: neither option needed
-        ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens)) if given else None
+    given = args.prompt is not None or args.tokens is not None  # dumps may hold their ids (SGLang, TensorRT-LLM)
+    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens)) if given else None
+    if args.dumps:
         names = _names_arg(args.names)
         return lab, labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids,
                                       precision=args.precision, step=args.step)  # fmt: skip
-    if not given:
+    if ids is None:
         raise InvalidArgumentError("give --prompt TEXT or --tokens IDS")
-    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens))  # tokenized once
     runs = {"reference": lab.reference, "llamacpp": lab.oracle, "gpu": lab.run}
     return lab, runs[args.engine](ids)
 
@@ -332,24 +331,11 @@ def cmd_case(args: argparse.Namespace) -> int:
 
 def _blind(args: argparse.Namespace) -> int:
     """`labkit case --blind`: the symptoms; with --answer, the verdict (exit 1 when wrong)."""
-    from dataclasses import asdict
-
     from labkit.cases.blind import blind_case
 
-    case = blind_case(args.model, args.seed)
-    data, lines = case.to_dict(), [case.text()]
-    if args.answer:
-        verdict = case.check(*args.answer)
-        data["check"] = verdict.to_dict()
-        lines.append(f"{'✓ right' if verdict.passed else '✗ not it'}: {verdict.observed}")
-    if args.reveal:
-        data["answer"] = asdict(case.reveal())
-        a = case.reveal()
-        lines.append(f"worked answer: {a.stage} ({a.where}), family {a.family}, variant {a.variant}: {a.description}")
-    elif not args.answer:
-        lines.append(f"answer: labkit case --blind --model {args.model} --seed {args.seed} --answer STAGE FAMILY")
-    _emit(args, data, lambda: "\n".join(lines))
-    return 1 if args.answer and not data["check"]["passed"] else 0
+    data, text, right = blind_case(args.model, args.seed).session(args.answer, args.reveal)
+    _emit(args, data, lambda: text)
+    return 0 if right else 1
 
 
 def cmd_variants(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ divergence of the prompt pass, or of the decode step when the fault shows only i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,23 @@ class BlindCase:
         over = f"\n(faults passed over, nothing shows on this prompt: {', '.join(self.passed_over)})"
         ask = "\nWhich stage first parts from the reference, and which op family is at fault?"
         return head + "\n" + "\n".join(f"- {s}" for s in self.symptoms) + (over if self.passed_over else "") + ask
+
+    def session(self, answer: tuple[str, str] | None = None, reveal: bool = False) -> tuple[dict, str, bool]:
+        """What `labkit case --blind` shows: (data, text, whether the answer, when given, is right)."""
+        data, lines, right = self.to_dict(), [self.text()], True
+        if answer:
+            verdict = self.check(*answer)
+            data["check"], right = verdict.to_dict(), verdict.passed
+            lines.append(f"{'✓ right' if right else '✗ not it'}: {verdict.observed}")
+        if reveal:
+            a = self._answer
+            data["answer"] = asdict(a)
+            lines.append(
+                f"worked answer: {a.stage} ({a.where}), family {a.family}, variant {a.variant}: {a.description}"
+            )
+        elif not answer:
+            lines.append(f"answer: labkit case --blind --model {self.model} --seed {self.seed} --answer STAGE FAMILY")
+        return data, "\n".join(lines), right
 
     def to_dict(self) -> dict:
         return {"model": self.model, "seed": self.seed, "prompt": self.prompt, "symptoms": self.symptoms,

@@ -89,7 +89,7 @@ class NameMap:
     def _targets(self, rule: Rule, m: re.Match) -> list[Target] | str:
         layer = int(m.group("L")) + rule.layer_offset if "L" in m.groupdict() else None
         kinds = rule.kinds
-        if rule.beyond and layer is not None and f"blk.{layer}.{kinds[0]}" not in self.graph and layer > 0:
+        if rule.beyond and layer is not None and f"blk.{layer}.{kinds[0]}" not in self.graph:
             kinds, layer = (rule.beyond,), None
         stages = [_stage_name(kind, layer) for kind in kinds]
         absent = [s for s in stages if s not in self.graph]

@@ -14,106 +14,28 @@ and every explorer exposes its controls as attributes, so a notebook or a test c
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from collections.abc import Callable, Iterable, Mapping
 
 import ipywidgets as W
 import numpy as np
-from matplotlib.figure import Figure
 
-from labkit.attribution import Attribution
 from labkit.captures import TOP_LEVEL_KINDS, Run, TopToken, graph_position
 from labkit.compare import Comparison, compare, stage_kind
-from labkit.viz import figures, static
+from labkit.viz import static
 from labkit.viz.figures import explanation_html
+from labkit.viz.panel import FONT, Panel, Summaries, axes, message, png, token_pieces
+from labkit.viz.stepper_panel import StageStepper, stage_stepper
 
+__all__ = ["AttentionExplorer", "StageExplorer", "StageStepper", "VariantSwitcher", "attention_explorer",
+           "stage_explorer", "stage_stepper", "variant_switcher"]  # fmt: skip
 Rerun = Callable[[dict[str, str]], Run]
-FONT = "font-family:var(--jp-ui-font-family,sans-serif);font-size:12px"
-
-
-def png(fig: Figure, dpi: int = 90) -> bytes:
-    """A Figure (not registered with pyplot, so nothing else displays it) as PNG bytes."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return buf.getvalue()
-
-
-def _axes(w: float, h: float):
-    fig = Figure(figsize=(w, h))
-    return fig, fig.add_subplot()
-
-
-def _labels(run: Run) -> list[str]:
-    piece = run.piece or str
-    return [piece(int(t)) for t in run.tokens]
-
-
-def _message(text: str, color: str = "#666") -> str:
-    return f"<div style='{FONT};color:{color}'>{text}</div>"
-
-
-class _Panel(W.VBox):
-    """An explorer: its children in a column (figures at their own size, not stretched), marked with
-    `css_class`, and drawn once on creation by `refresh()`."""
-
-    css_class = ""
-
-    def __init__(self, children: list[W.Widget]):
-        super().__init__(children)
-        self.add_class(self.css_class)
-        self.layout.align_items = "flex-start"
-        self.refresh()
-
-    def refresh(self, *_) -> None:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__}: run the notebook to use it; its last view is shown as a still>"
-
-    def _repr_mimebundle_(self, **kwargs):
-        """The widget, plus a still of what it shows now (HTML): a viewer without the widget manager
-        (GitHub, an untrusted notebook) shows the still instead of the widget's repr."""
-        bundle = super()._repr_mimebundle_(**kwargs)
-        bundle["text/html"] = f"<div class='{self.css_class}-still'>{still_html(self)}</div>"
-        return bundle
-
-
-def still_html(w: W.Widget) -> str:
-    """A widget tree as static HTML: HTML children as they are, images inline, controls as a caption."""
-    if isinstance(w, W.HTML):
-        return w.value
-    if isinstance(w, W.Image):
-        return f"<img src='data:image/png;base64,{base64.b64encode(w.value).decode()}'/>" if w.value else ""
-    if isinstance(w, W.Box):
-        return "".join(still_html(c) for c in w.children)
-    if isinstance(w, W.Button):
-        return ""
-    if isinstance(w, W.ValueWidget) and getattr(w, "description", ""):
-        text = f"{w.description}: {w.value}"
-        return f"<span style='{FONT};margin-right:12px'>{html.escape(text)}</span>"
-    return ""
-
-
-class _Summaries:
-    """figures.array_summary HTML of each stage of one run, built on first view: it does not depend
-    on the position a widget shows, so moving a slider does not rebuild it."""
-
-    def __init__(self, run: Run):
-        self.run = run
-        self._html: dict[str, str] = {}
-
-    def __call__(self, name: str) -> str:
-        if name not in self._html:
-            self._html[name] = figures.array_summary(self.run, name)._repr_html_()
-        return self._html[name]
 
 
 # ----- stages
 
 
-class StageExplorer(_Panel):
+class StageExplorer(Panel):
     """Stage dropdown in pass order (embed, each layer's stages, output_norm, logits) × layer
     slider × position slider → what the stage computes, its stats line and histogram at that
     position, and the whole stage as a heat map (one row per position, see figures.array_summary)."""
@@ -122,8 +44,8 @@ class StageExplorer(_Panel):
 
     def __init__(self, run: Run, n_layers: int):
         self.run = run
-        self.labels = _labels(run)
-        self.summaries = _Summaries(run)
+        self.labels = token_pieces(run)
+        self.summaries = Summaries(run)
         kinds = pass_order_kinds(run)
         if not kinds:
             raise ValueError("the run captured no stage: nothing to explore")
@@ -152,18 +74,18 @@ class StageExplorer(_Panel):
         self.layer.disabled = name in TOP_LEVEL_KINDS  # embed, output_norm, logits: no layer
         self.explanation.value = explanation_html(self.run, name)
         if name not in self.run:
-            self.stats.value = _message(f"{name} was not captured in this run", "#c00")
+            self.stats.value = message(f"{name} was not captured in this run", "#c00")
             self.image.value, self.summary.value = b"", ""
             return
         if pos not in self.run.rows(name):  # an engine's dump that holds the last position only
-            self.stats.value = _message(f"{name} holds position(s) {list(self.run.rows(name))} only", "#c00")
+            self.stats.value = message(f"{name} holds position(s) {list(self.run.rows(name))} only", "#c00")
             self.image.value, self.summary.value = b"", self.summaries(name)
             return
         piece = self.labels[pos]
         self.stats.value = (
-            _message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
+            message(f"position {pos} = {html.escape(repr(piece))}") + self.run.stats(name, pos=pos)._repr_html_()
         )
-        fig, ax = _axes(6, 2.6)
+        fig, ax = axes(6, 2.6)
         static.histogram(self.run, name, pos=pos, ax=ax)
         self.image.value = png(fig)
         self.summary.value = self.summaries(name)  # the whole stage: the same at every position
@@ -189,7 +111,7 @@ def stage_explorer(run: Run, n_layers: int) -> StageExplorer:
 # ----- attention
 
 
-class AttentionExplorer(_Panel):
+class AttentionExplorer(Panel):
     """Layer and head sliders → one head's attention map (probabilities, or the masked scores), or
     every head of the layer side by side; a query slider lists what that query attends to most."""
 
@@ -197,7 +119,7 @@ class AttentionExplorer(_Panel):
 
     def __init__(self, run: Run, n_layers: int, labels: list[str] | None = None):
         self.run = run
-        self.labels = labels if labels is not None else _labels(run)
+        self.labels = labels if labels is not None else token_pieces(run)
         maps = [s for s in run.stages if s.endswith("attn_probs") and s in run]
         n_heads = run[maps[0]].shape[0] if maps else 1
         T = len(run.tokens)
@@ -226,7 +148,7 @@ class AttentionExplorer(_Panel):
         self.explanation.value = explanation_html(self.run, name)
         if name not in self.run:
             self.image.value = b""
-            self.attends.value = _message(
+            self.attends.value = message(
                 f"{name} was not captured: a fused attention variant (streaming, tiled) never materializes "
                 "the attention map, or a names filter left it out",
                 "#c00",
@@ -237,7 +159,7 @@ class AttentionExplorer(_Panel):
             fig = static.attention_grid(self.run, L, probs=probs, labels=self.labels)
         else:
             size = min(3.0 + 0.25 * len(self.labels), 9.0)
-            fig, ax = _axes(size, size)
+            fig, ax = axes(size, size)
             static.attention_map(self.run, L, head=h, probs=probs, ax=ax, labels=self.labels)
         self.image.value = png(fig)
         self._show_attends()
@@ -259,7 +181,7 @@ class AttentionExplorer(_Panel):
             f"{html.escape(repr(labels[j - offset]) if j >= offset else f'cached {j}')} {row[j]:.2f}" for j in order
         ]
         who = html.escape(repr(labels[q])) if q < len(labels) else str(q)
-        return _message(f"layer {layer} head {head}: query {q} {who} attends most to " + ", ".join(parts))
+        return message(f"layer {layer} head {head}: query {q} {who} attends most to " + ", ".join(parts))
 
 
 def attention_explorer(run: Run, n_layers: int, labels: list[str] | None = None) -> AttentionExplorer:
@@ -287,7 +209,7 @@ def _top_k(run: Run, k: int) -> list[TopToken] | None:
 def _top_table(top: list[TopToken] | None, other: list[TopToken] | None, title: str) -> str:
     """The top tokens, those not among `other`'s in red."""
     if top is None:
-        return _message(f"{title}: no logits captured")
+        return message(f"{title}: no logits captured")
     other_ids = {t.id for t in other or ()}
     rows = "".join(
         f"<tr style='{'' if t.id in other_ids else 'color:#c00'}'><td style='white-space:pre;padding:0 6px'>"
@@ -297,7 +219,7 @@ def _top_table(top: list[TopToken] | None, other: list[TopToken] | None, title: 
     return f"<div><b>{html.escape(title)}</b><table>{rows}</table></div>"
 
 
-class VariantSwitcher(_Panel):
+class VariantSwitcher(Panel):
     """One dropdown per op family that has more than one variant; the re-run button (or, with
     auto=True, any change) calls `rerun({family: variant, ...})` (the notebook wires the lab in) and
     shows the top-k tokens against the reference's, the first divergence, the run's
@@ -356,7 +278,7 @@ class VariantSwitcher(_Panel):
         self.reset = W.Button(description="all defaults", icon="undo")
         self.reset.on_click(lambda _: self.select({}, run=self.auto.value))
         self.auto = W.Checkbox(value=auto, description="re-run on change", indent=False)
-        self.status = W.HTML(_message("pick variants, then re-run"))
+        self.status = W.HTML(message("pick variants, then re-run"))
         self.about = W.HTML()
         self.result = W.HTML()
         self.image = W.Image(format="png")
@@ -410,7 +332,7 @@ class VariantSwitcher(_Panel):
             self._quiet = False
         self.refresh()
         if self.last_run is not None:
-            self.status.value = _message(
+            self.status.value = message(
                 "the lab's variants changed since the result below (now "
                 + html.escape(_fmt_selection(self.selection))
                 + "): re-run to see them",
@@ -421,7 +343,7 @@ class VariantSwitcher(_Panel):
         """Call `rerun(self.selection)`, compare its Run with the reference and show the result."""
         sel = self.selection
         self.button.disabled, self.button.description = True, "running…"
-        self.status.value = _message("running " + _fmt_selection(sel) + " …")
+        self.status.value = message("running " + _fmt_selection(sel) + " …")
         try:
             run = self.rerun(dict(sel))
         finally:
@@ -435,7 +357,7 @@ class VariantSwitcher(_Panel):
         try:
             self.run()
         except Exception as e:  # a click has no cell to show a traceback in: show it here
-            self.status.value = _message(
+            self.status.value = message(
                 f"re-run failed: {html.escape(type(e).__name__)}: {html.escape(str(e))}", "#c00"
             )
 
@@ -450,7 +372,7 @@ class VariantSwitcher(_Panel):
         """Describe the variants the dropdowns select (re-running is `run()`)."""
         chosen = [(f, n) for f, n in self.selection.items() if n != "default"]
         if not chosen:
-            self.about.value = _message("every family at its default (correct) variant")
+            self.about.value = message("every family at its default (correct) variant")
             return
         items = "".join(
             f"<li><code>{html.escape(f)}={html.escape(n)}</code>"
@@ -473,7 +395,7 @@ class VariantSwitcher(_Panel):
             parts.append(f"recomputed from <code>{html.escape(rec)}</code>")
         elif "recomputed_from" in t:
             parts.append("nothing recomputed")
-        status = _message(" · ".join(parts))
+        status = message(" · ".join(parts))
         if first is None:
             verdict = f"<b style='color:#2a7'>✓ every stage within its threshold against {self.reference.engine}</b>"
         else:
@@ -492,7 +414,7 @@ class VariantSwitcher(_Panel):
             f"<div style='{FONT}'>{verdict}{missing}"
             f"<div style='display:flex;gap:30px;margin-top:4px'>{tables}</div></div>"
         )
-        fig, ax = _axes(9, 4.2)
+        fig, ax = axes(9, 4.2)
         static.divergence(cmp, ax=ax)  # the first divergence is marked ✕ on the layer × kind grid
         image = png(fig)
         # everything is computed before any of it is shown: the figure never lags behind the text
@@ -530,110 +452,3 @@ variant_switcher = VariantSwitcher
 
 
 # ----- the pass, stage by stage
-
-
-class StageStepper(_Panel):
-    """Every captured stage in graph order behind a slider and ◀ ▶ buttons; each shows its
-    array summary (stats, histogram, heat map per position), given a reference its NMSE, and
-    given an attribution (labkit.attribute) its own error beside it."""
-
-    css_class = "labkit-stage-stepper"
-
-    def __init__(self, run: Run, reference: Run | None = None, attribution: Attribution | None = None):
-        self.run, self.attribution = run, attribution
-        self.summaries = _Summaries(run)
-        self.names = [s for s in run.stages if s in run]
-        self.comparison = compare(run, reference) if reference is not None else None
-        self.index = W.IntSlider(value=0, min=0, max=len(self.names) - 1, description="stage", readout=False)
-        self.index.layout.width = "420px"
-        # play/pause on the kernel side: pausing keeps the stage (ipywidgets' Play has a stop that
-        # rewinds to the first stage), and the speed is a control of its own
-        self.play = W.ToggleButton(value=False, description="play", icon="play", layout=W.Layout(width="80px"))
-        self.speed = W.FloatLogSlider(
-            value=4.0, base=10, min=-0.5, max=1.5, description="stages/s", readout_format=".1f"
-        )
-        self.speed.layout.width = "260px"
-        self.play.observe(self._toggled, names="value")
-        self._task = None
-        self.prev = W.Button(description="◀", layout=W.Layout(width="40px"))
-        self.next = W.Button(description="▶", layout=W.Layout(width="40px"))
-        self.prev.on_click(lambda _: self.step(-1))
-        self.next.on_click(lambda _: self.step(+1))
-        self.title = W.HTML()
-        self.explanation = W.HTML()
-        self.body = W.HTML()
-        self.index.observe(self.refresh, names="value")
-        controls = W.HBox([self.play, self.prev, self.index, self.next, self.speed])
-        super().__init__([controls, self.title, self.explanation, self.body])
-
-    def step(self, delta: int) -> None:
-        self.index.value = int(np.clip(self.index.value + delta, 0, len(self.names) - 1))
-
-    def tick(self) -> bool:
-        """One step of play: the next stage; False (and paused) at the last one."""
-        if self.index.value >= len(self.names) - 1:
-            self.play.value = False
-            return False
-        self.step(+1)
-        return True
-
-    def _toggled(self, change) -> None:
-        self.play.description, self.play.icon = ("pause", "pause") if change["new"] else ("play", "play")
-        if change["new"] and self.index.value >= len(self.names) - 1:
-            self.index.value = 0  # play from the end starts over
-        if change["new"]:
-            import asyncio
-
-            try:
-                loop = asyncio.get_running_loop()  # the kernel's loop (none outside Jupyter: drive tick())
-            except RuntimeError:
-                return
-            self._task = loop.create_task(self._play())
-
-    async def _play(self) -> None:
-        import asyncio
-
-        while self.play.value and self.tick():
-            await asyncio.sleep(1.0 / self.speed.value)
-
-    def go(self, name: str) -> None:
-        self.index.value = self.names.index(name)
-
-    @property
-    def stage(self) -> str:
-        return self.names[self.index.value]
-
-    def refresh(self, *_) -> None:
-        name = self.stage
-        verdict = ""
-        if self.comparison is not None and name in self.comparison.missing:
-            verdict = " · not in the reference"
-        elif self.comparison is not None:
-            r = self.comparison.row(name)
-            color = "#2a7" if r.passed else "#c00"
-            mark = "ok" if r.passed else "FAIL " + r.reason
-            verdict = f" · <span style='color:{color}'>nmse {r.nmse:.2e} ({mark})</span>"
-        verdict += _local_html(self.attribution, name)
-        self.title.value = _message(
-            f"{self.index.value + 1}/{len(self.names)} <code>{html.escape(name)}</code>{verdict}"
-        )
-        self.explanation.value = explanation_html(self.run, name)
-        self.body.value = self.summaries(name)
-
-
-def _local_html(att: Attribution | None, name: str) -> str:
-    """` · local 1.0e-06 (band 1.1e-14, inherited 2.0e-13): GUILTY` for a stage the attribution holds."""
-    row = next((r for r in att.rows if r.stage == name), None) if att is not None else None
-    if row is None:
-        return ""
-    color, mark = ("#c00", "GUILTY") if row.guilty else ("#2a7", "own error within its band")
-    where = f" for {html.escape(row.name)}" if len(row.segment) > 1 else ""
-    return (f" · <span style='color:{color}'>local {row.local:.2e}{where} (band {row.band:.1e}, "
-            f"inherited {row.inherited:.1e}): {mark}</span>")  # fmt: skip
-
-
-def stage_stepper(run: Run, reference: Run | None = None, attribution: Attribution | None = None) -> StageStepper:
-    """Step through every captured stage of a run (◀ ▶, a slider, or play), each shown as an
-    array summary; with a reference, each stage's NMSE and pass/fail; with an attribution
-    (labkit.attribute), each stage's own error, band and verdict beside it."""
-    return StageStepper(run, reference, attribution)
