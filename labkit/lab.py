@@ -324,6 +324,8 @@ class Lab:
         `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
         the pass continues from it. Re-running the same prompt after `use()` reuses the stages
         upstream of the first one the variant switch affects (run.timings["recomputed_from"])."""
+        from labkit.gpu.reuse import Reuse
+
         cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, cap.names, cap.layers)
@@ -333,10 +335,14 @@ class Lab:
         head_list = select_heads(self.config.n_heads, cap.heads)
         ex = self.executor
         debug = self.debug if debug is None else debug
+        # the same prompt again re-runs the kept pass from the first stage a switch changed; another
+        # one reuses the last run's buffers, whose pages stay warm (lavapipe's device memory is host
+        # memory: fresh pages cost about 0.6 ms per MB, 0.25 s for a 128-token Gemma pass)
         last = self._last_pass
-        reuse = last is not None and last[0] == ids and not debug and not patch and not stepped
-        cache, previous = (last[1], last[2]) if reuse else (ex.new_cache(len(ids)), None)
-        plans = self._run_plan_cache(len(ids), previous is None and not stepped)
+        if last is not None and last[0] == ids:
+            cache, reuse = last[1], Reuse.rerun(last[2])
+        else:
+            cache, reuse = ex.new_cache(len(ids)), Reuse.objects("run")
         res = ex.run_pass(
             ids,
             cache,
@@ -346,14 +352,13 @@ class Lab:
             stepped=stepped,
             timestamps=timestamps,
             patch=patch,
-            previous=previous,
             positions=rows,
             heads=head_list,
-            plan_cache=plans,
+            reuse=reuse,
         )
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects (a
         # pass on scratch regions cannot be re-run from its middle: dropping it frees its buffers now)
-        self._last_pass = (ids, cache, res) if res.reusable and not debug and not patch and not stepped else None
+        self._last_pass = (ids, cache, res) if res.reusable else None
         caps = res.captures
         timings = dict(res.timings, upload_s=ex.upload_seconds, recomputed_from=res.recomputed_from)
         if res.stage_ms:
@@ -383,15 +388,6 @@ class Lab:
         """The next run plans afresh instead of re-running the kept pass (timing a full pass)."""
         self._last_pass = None
 
-    def _run_plan_cache(self, T: int, fresh: bool):
-        """The plan cache a fresh short `run` reuses the last one's buffers through: their pages stay
-        warm (lavapipe's device memory is host memory, and fresh pages cost about 0.6 ms per MB, 0.25 s
-        for a 128-token Gemma pass). The pass kept for a re-run after a switch is the last one anyway.
-        A streamed pass (STREAM_MIN_TOKENS or more) frees its scratch buffers instead."""
-        from labkit.gpu.executor import STREAM_MIN_TOKENS
-
-        return self.executor.plan_cache("run") if fresh and T < STREAM_MIN_TOKENS else None
-
     def step(self, prompt: Prompt):
         """A stepper over the GPU pass: st.next(), st.run_to(name), st.current, st[name]."""
         from labkit.gpu.stepper import Stepper
@@ -420,6 +416,7 @@ class Lab:
 
     def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
+        from labkit.gpu.reuse import Reuse
         from labkit.gpu.sampling import GpuSampler
 
         ex = self.executor
@@ -428,8 +425,8 @@ class Lab:
 
         def step(ids: list[int]) -> np.ndarray:
             # a step replays the last one's plans where they still hold; the prefill reuses objects
-            plans = {"replay": ex.step_replay()} if len(ids) == 1 else {"plan_cache": ex.plan_cache("prefill")}
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, **plans)
+            reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse)
             return res.captures["logits"][-1]
 
         return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)

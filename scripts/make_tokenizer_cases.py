@@ -201,7 +201,7 @@ VARIANTS: list[tuple[str, dict[str, str | bool], bool]] = [
 
 def pre_variants() -> list[tuple[str, dict[str, str | bool], bool]]:
     """Every gpt2 pre-tokenizer name labkit accepts that VARIANTS does not cover, on SmolLM2's vocab."""
-    from labkit.model.tokenizer import _PRE_TYPES
+    from labkit.model.vocab_rules import PRE_TYPES as _PRE_TYPES
 
     covered = {v[1].get("tokenizer.ggml.pre") for v in VARIANTS} | {"smollm"}
     return [("smollm2-135m", {"tokenizer.ggml.pre": name}, False) for name in sorted(_PRE_TYPES) if name not in covered]

@@ -26,7 +26,7 @@ from labkit.errors import (
 )
 from labkit.gpu.dispatch import grid
 from labkit.lab import Lab
-from labkit.model.tokenizer import _BYTE_ENCODER
+from labkit.model.vocab_rules import BYTE_ENCODER as _BYTE_ENCODER
 from labkit.ops.registry import variants
 
 from conftest import free_port, golden

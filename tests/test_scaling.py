@@ -25,6 +25,7 @@ import labkit
 from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError, PromptTooLongError, UnknownStageError
 from labkit.gpu.dispatch import encode
 from labkit.gpu.readback import Readback
+from labkit.gpu.reuse import Reuse
 from labkit.ops import OPS
 from labkit.ops.registry import kernel_source
 
@@ -121,11 +122,11 @@ def test_long_pass_streams_its_captures_segment_by_segment(lab, monkeypatch):
     """A pass of STREAM_MIN_TOKENS or more puts every region in scratch and reads its captures back
     segment by segment (here a 11-token pass, 4 KiB segments): every capture is bit-identical to a
     pass that keeps a region per stage, with per-stage timestamps, and positions still cut rows."""
-    from labkit.gpu import executor, scratch
+    from labkit.gpu import scratch
 
     lab.forget_last_pass()  # a whole pass, not a re-run from an earlier test's switch
     full = lab.run(IDS)
-    monkeypatch.setattr(executor, "STREAM_MIN_TOKENS", len(IDS))
+    monkeypatch.setattr(scratch, "STREAM_MIN_TOKENS", len(IDS))
     monkeypatch.setattr(scratch, "SEGMENT_BYTES", 4096)
     streamed = lab.run(IDS)
     res = pass_of(lab)
@@ -146,12 +147,12 @@ def test_long_pass_reads_logits_in_token_chunks(lab, monkeypatch, T):
     """A streamed pass computes and reads its logits in token chunks over one region (here 16-token
     chunks; at 33 tokens the last token joins the chunk before it): bit-identical to a pass that
     holds all logits, with positions cut across chunk edges and a chunk nothing is read from."""
-    from labkit.gpu import chunked_logits, executor
+    from labkit.gpu import chunked_logits, scratch
 
     ids = [1 + (7 * i) % (lab.config.vocab_size - 1) for i in range(T)]
     lab.forget_last_pass()
     full = lab.run(ids, names=["logits"])
-    monkeypatch.setattr(executor, "STREAM_MIN_TOKENS", 16)
+    monkeypatch.setattr(scratch, "STREAM_MIN_TOKENS", 16)
     monkeypatch.setattr(chunked_logits, "CHUNK_BYTES", 1)
     res = lab.executor.run_pass(ids, lab.executor.new_cache(T), names=["logits"])
     assert [(c.t0, c.n) for c in res.plans[-1].chunks] == (
@@ -302,10 +303,10 @@ def decode(lab, prompt_ids, steps: int, replay: bool = True) -> list[bytes]:
     out, ids = [], list(prompt_ids)
     for _ in range(steps):
         if len(ids) == 1 and replay:
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
         else:
-            plans = ex.plan_cache("decode" if len(ids) == 1 else "prefill")
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, plan_cache=plans)
+            plans = Reuse.objects("decode" if len(ids) == 1 else "prefill")
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=plans)
         logits = res.captures["logits"][-1]
         out.append(logits.tobytes())
         ids = [int(np.argmax(logits))]
@@ -317,10 +318,10 @@ def test_warm_decode_creates_no_gpu_objects(lab):
     ex = lab.executor
     replay = ex.step_replay()
     kv = ex.new_cache(len(IDS) + 8)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
     for step in range(4):
         before = replay.created
-        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, replay=replay)
+        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
         if step >= 1:  # the first step on a new KV cache binds it once
             assert replay.created == before, f"step {step}: {replay.created - before} GPU objects created"
 
@@ -343,9 +344,9 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     ex = real_lab.executor
     ids = real_lab.prompt_ids("The capital of France is")
     kv = ex.new_cache(len(ids) + 4)
-    ex.run_pass(ids, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    ex.run_pass(ids, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
     for _ in range(3):  # the last two steps have 8 and 9 keys: the same pow2 buffers
-        ex.run_pass([5], kv, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+        ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
     per_step = {st.name for st in real_lab.graph if OPS[st.op].per_step or st.kv_write or st.op == "softmax"}
     replanned = set(ex.step_replay().replanned)
     assert replanned <= per_step, sorted(replanned - per_step)  # softmax: its input, the scores, grew
@@ -397,9 +398,9 @@ def warm_step_plans(lab) -> dict:
     """The stage plans of a warm replayed decode step after IDS."""
     ex = lab.executor
     kv = ex.new_cache(len(IDS) + 3)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, plan_cache=ex.plan_cache("prefill"))
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
     for _ in range(3):
-        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, replay=ex.step_replay())
+        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
     return {p.stage.name: p for p in res.plans}
 
 

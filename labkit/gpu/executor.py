@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from contextlib import closing, nullcontext
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -32,6 +32,7 @@ import numpy as np
 import wgpu
 
 from labkit.errors import BufferLimitError, UnknownStageError
+from labkit.gpu import scratch as scratch_regions
 from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
@@ -55,6 +56,7 @@ from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
 from labkit.gpu.replay import StepReplay
+from labkit.gpu.reuse import FRESH, Reuse
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.stage_context import StageContext
@@ -93,7 +95,9 @@ class PassResult:
     recomputed_from: str | None = None
     positions: dict[str, tuple[int, ...]] = field(default_factory=dict)  # rows held by cut captures
     heads: dict[str, tuple[int, ...]] = field(default_factory=dict)  # heads held by cut attention maps
-    reusable: bool = True  # False: uncaptured stages had scratch regions, so a re-run plans afresh
+    # a later pass of the same ids may rerun this one from its middle (Reuse.rerun): every stage
+    # had its own region, and no poison, patch or step cut it
+    reusable: bool = True
 
 
 class GpuExecutor:
@@ -472,18 +476,16 @@ class GpuExecutor:
             )
         return names
 
-    def _plans_for(self, ids, cache, last_only: bool, previous: PassResult | None, keep, streamed, replay=None):
-        """Plans of a pass, reusing a previous pass of the same ids from the first changed signature
-        (a previous pass on scratch regions is planned afresh: its regions were overwritten)."""
-        if previous is None:
-            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
-        cache.rewind(len(ids))  # the previous pass advanced it
-        if not previous.reusable or keep is not None:
-            return self.plan(ids, cache, last_only, keep=keep, streamed=streamed), 0
-        new_sigs = self.selection().signatures
-        # no switch since the last pass: recompute it all (same regions), don't replay old data
-        start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
-        return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
+    def _plans_for(self, ids, cache, last_only: bool, reuse: Reuse, keep, streamed):
+        """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
+        changed signature (when every stage of this pass has its own region too); steps replay."""
+        if reuse.kind == "rerun" and keep is None:
+            previous, new_sigs = reuse.previous, self.selection().signatures
+            # no switch since the last pass: recompute it all (same regions), don't replay old data
+            start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
+            return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
+        replay = self.step_replay() if reuse.kind == "steps" else None
+        return self.plan(ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
 
     def run_pass(
         self,
@@ -495,48 +497,41 @@ class GpuExecutor:
         timestamps: bool = False,
         stepped: bool = False,
         patch: dict[str, Patch] | None = None,
-        previous: PassResult | None = None,
-        plan_cache: PlanCache | None = None,
         positions: list[int] | None = None,
         heads: list[int] | None = None,
-        replay: StepReplay | None = None,
+        reuse: Reuse = FRESH,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
 
-        With `previous` (a result for the same ids on the same cache), only the stages from the
-        first one whose kernel, policy or skip changed are recomputed; earlier regions keep their data.
-        With `plan_cache`, the pass reuses the GPU objects of the cache's last pass (its regions do
-        not outlive the next pass: no `previous` then). With `replay` (a decode step), stages whose
-        last plan still holds keep it, the others are planned with their own plan caches.
+        `reuse` (labkit.gpu.reuse) names what the pass may take over from earlier ones: a rerun of a
+        previous pass of the same ids on the same cache recomputes only the stages from the first one
+        whose kernel, policy or skip changed; objects reuse a role's buffers and bind groups; steps
+        replay a decode step's stage plans that still hold. The pass takes what it can of it.
 
         `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps);
         `heads`: attention maps hold only those heads.
         The unembedding runs for the last position only when nothing reads the other positions'
         logits: `last_logits_only`, logits not captured, or positions = [last]."""
-        if debug or patch or stepped or previous is not None:
-            replay = None  # a replayed plan is a plain decode step's
-        scope = nullcontext()
-        if plan_cache is not None:
-            scope, previous = plan_cache.active(), None
-        elif replay is not None:
-            scope = replay.active((len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads))))
-        with scope:
-            return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, previous,
-                              positions, heads, replay)  # fmt: skip
+        if reuse.kind == "rerun":
+            cache.rewind(len(ids))  # the previous pass advanced it
+        reuse = reuse.within(len(ids), debug, bool(patch), stepped)
+        key = (len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads)))
+        with reuse.scope(self, key):
+            return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions,
+                              heads, reuse)  # fmt: skip
 
-    def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, previous, positions,
-              heads, replay) -> PassResult:  # fmt: skip
-        """run_pass within its plan cache or replay."""
+    def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions, heads,
+              reuse: Reuse) -> PassResult:  # fmt: skip
+        """run_pass within its reuse's scope."""
         t0 = time.perf_counter()
         patch = dict(patch or {})
         names = self.check_names(names, patch)
         last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
-        reuse = previous if previous is not None and not debug and not patch else None
         keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
-        if replay is not None:  # every stage keeps its own region: a replayed plan holds on to it
+        if reuse.kind == "steps":  # every stage keeps its own region: a replayed plan holds on to it
             keep, streamed = None, None
-        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed, replay)
+        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
@@ -546,7 +541,7 @@ class GpuExecutor:
             for p in plans:
                 if not p.skipped:
                     poison_region(self.device, p.out)
-        elif replay is None and active_cache() is not None:
+        elif reuse.kind == "objects":
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
         cut = (positions, heads)
@@ -561,7 +556,8 @@ class GpuExecutor:
             caps = {n: a for n, a in caps.items() if n in want}
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
         recomputed_from = plans[start].stage.name if start < len(plans) else None
-        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, keep is None)
+        rerunnable = keep is None and not debug and not patch and not stepped
+        return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""
@@ -573,12 +569,10 @@ class GpuExecutor:
         """(keep, streamed) for `plan`: a full capture keeps a region per stage (None); a narrowed one
         keeps the captured and patched stages', the others are scratch; a long pass streams: every
         region is scratch, the captures read back segment by segment."""
-        if T >= STREAM_MIN_TOKENS and not debug and not patch and not stepped:
+        if T >= scratch_regions.STREAM_MIN_TOKENS and not debug and not patch and not stepped:
             return set(), {st.name for st in self.graph} if names is None else set(names)
         return (None if names is None or debug else set(names) | set(patch)), None
 
-
-STREAM_MIN_TOKENS = 256  # passes this long stream their captures (labkit.gpu.scratch)
 
 LONG_PROMPT_HINT = (
     ' Capture less: lab.run(prompt, positions="last") computes and reads the logits of the last position only,'

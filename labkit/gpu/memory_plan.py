@@ -39,8 +39,7 @@ def weight_bytes(ex) -> tuple[int, str]:
 
 def gpu_parts(ex, T: int, names, last_logits_only: bool, capacity: int | None = None) -> list[MemoryPart]:
     """The GPU path's parts for a pass of T tokens capturing `names` (all when None)."""
-    from labkit.gpu.executor import STREAM_MIN_TOKENS
-    from labkit.gpu.scratch import SEGMENT_BYTES
+    from labkit.gpu.scratch import SEGMENT_BYTES, STREAM_MIN_TOKENS
 
     graph, cfg = ex.graph, ex.cfg
     wbytes, layout = weight_bytes(ex)

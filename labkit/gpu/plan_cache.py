@@ -10,8 +10,9 @@ over the same pipeline and resources is reused. Objects the last pass did not as
 so a long-running lab holds one pass's objects per cache, not a growing pile.
 
 Reuse is safe because a pass reads its captures back to host arrays before the next pass
-runs; a plan whose regions must outlive the pass (lab.run keeps them to re-run after a variant
-switch) is built without a cache.
+runs. lab.run keeps its last pass to re-run it after a variant switch; the next run of the cache's
+role takes its buffers, and that run is the one kept from then on. When a pass uses a cache is
+decided in labkit.gpu.reuse.
 """
 
 from __future__ import annotations

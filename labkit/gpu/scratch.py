@@ -27,6 +27,8 @@ from labkit.gpu.plan_cache import pow2_at_most, storage_bytes
 # captured bytes per segment of a streamed pass (its staging round): against 256 MiB, a 512-token
 # Gemma pass capturing every stage peaked at 2.28 GB RSS instead of 2.63, in the same time
 SEGMENT_BYTES = 128 << 20
+# a pass of this many tokens or more streams: every region scratch, captures read per segment
+STREAM_MIN_TOKENS = 256
 
 
 class ScratchPool:

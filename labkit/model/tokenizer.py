@@ -35,131 +35,23 @@ import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from labkit.errors import TokenIdError, TokenizerError, UnsupportedArchitectureError
-
-# tokenizer.ggml.token_type values (llama.cpp's llama_token_type)
-TYPE_UNDEFINED, TYPE_NORMAL, TYPE_UNKNOWN, TYPE_CONTROL = 0, 1, 2, 3
-TYPE_USER_DEFINED, TYPE_UNUSED, TYPE_BYTE = 4, 5, 6
-
-# llama.cpp's llama_token_attr bit flags
-ATTR_UNDEFINED = 0
-ATTR_UNKNOWN = 1 << 0
-ATTR_UNUSED = 1 << 1
-ATTR_NORMAL = 1 << 2
-ATTR_CONTROL = 1 << 3
-ATTR_USER_DEFINED = 1 << 4
-ATTR_BYTE = 1 << 5
-
-_TYPE_TO_ATTR = {
-    TYPE_UNKNOWN: ATTR_UNKNOWN,
-    TYPE_UNUSED: ATTR_UNUSED,
-    TYPE_NORMAL: ATTR_NORMAL,
-    TYPE_CONTROL: ATTR_CONTROL,
-    TYPE_USER_DEFINED: ATTR_USER_DEFINED,
-    TYPE_BYTE: ATTR_BYTE,
-}
-
-# --- llama.cpp pre-tokenizer regexes (llm_tokenizer_bpe), applied one after the other ---------
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-_LLAMA3 = (
-    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+from labkit.model.vocab_rules import (
+    ATTR_BYTE,
+    ATTR_CONTROL,
+    ATTR_NORMAL,
+    ATTR_UNKNOWN,
+    ATTR_USER_DEFINED,
+    AUTO_SPECIAL,
+    AUTO_SPECIAL_KEYS,
+    BYTE_DECODER,
+    BYTE_ENCODER,
+    EOG_NAMES,
+    FORCE_USER_DEFINED,
+    PRE_TYPES,
+    TYPE_NORMAL,
+    TYPE_TO_ATTR,
+    PreType,
 )
-_QWEN2 = (
-    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_DEFAULT = (r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]")
-
-
-@dataclass(frozen=True)
-class _PreType:
-    regexes: tuple[str, ...]
-    ignore_merges: bool = False
-    add_bos: bool = False  # llama.cpp's default before tokenizer.ggml.add_bos_token
-    clean_spaces: bool = True  # llama_detokenize drops " " before ?!., etc.
-
-
-_PRE_TYPES: dict[str, _PreType] = {}
-for _names, _pre in (
-    (("default", "gpt-2", "phi-2", "mpt", "olmo", "jais", "exaone4"), None),
-    (("trillion",), _PreType((_GPT2,), clean_spaces=False)),
-    (("starcoder", "refact", "codeshell", "exaone", "minerva-7b", "mellum2"), _PreType((r"\p{N}", _GPT2))),
-    (("smollm", "command-r"), _PreType((r"\p{N}", _GPT2), clean_spaces=False)),
-    (("qwen2", "deepseek-r1-qwen", "hunyuan"), _PreType((_QWEN2,), clean_spaces=False)),
-    (("megrez", "stablelm2"), _PreType((_QWEN2,))),
-    (
-        ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "lfm2"),
-        _PreType((_LLAMA3,), ignore_merges=True, add_bos=True),
-    ),
-    (("dbrx", "smaug-bpe"), _PreType((_LLAMA3,))),
-):  # fmt: skip
-    for _name in _names:
-        _PRE_TYPES[_name] = _pre or _PreType(_DEFAULT if _name == "default" else (_GPT2,))
-
-# --- llama.cpp's by-name fix-ups of token attributes (llama_vocab::impl::load) ----------------
-# The first token found with one of these names becomes that special id (if the file does not
-# give it) and is forced to CONTROL.
-_AUTO_SPECIAL: dict[str, tuple[str, ...]] = {
-    "eot": (
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-        "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>",
-        "<end_of_utterance>",
-    ),
-    "eom": ("<|eom_id|>",),
-    "fim_pre": (
-        "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-        "<|code_prefix|>", "<|prefix|>",
-    ),
-    "fim_suf": (
-        "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-        "<|code_suffix|>", "<|suffix|>",
-    ),
-    "fim_mid": (
-        "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-        "<|code_middle|>", "<|middle|>",
-    ),
-    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
-    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "fim_sep": ("<|file_sep|>",),
-}  # fmt: skip
-_AUTO_SPECIAL_KEYS = {
-    "eot": ("eot_token_id",),
-    "eom": ("eom_token_id",),
-    "fim_pre": ("fim_pre_token_id", "prefix_token_id"),
-    "fim_suf": ("fim_suf_token_id", "suffix_token_id"),
-    "fim_mid": ("fim_mid_token_id", "middle_token_id"),
-    "fim_pad": ("fim_pad_token_id",),
-    "fim_rep": ("fim_rep_token_id",),
-    "fim_sep": ("fim_sep_token_id",),
-}
-# Every token with one of these names ends generation and is forced to CONTROL.
-_EOG_NAMES = frozenset(
-    (
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>",
-        "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>",
-        "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>",
-        "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
-    )
-)  # fmt: skip
-# gpt-oss: always rendered, whatever the file says
-_FORCE_USER_DEFINED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
-
-
-def _gpt2_byte_decoder() -> dict[str, int]:
-    """GPT-2's unicode char -> byte map (the inverse of bytes_to_unicode)."""
-    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    out = {chr(b): b for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in keep:
-            out[chr(256 + n)] = b
-            n += 1
-    return out
-
-
-_BYTE_DECODER = _gpt2_byte_decoder()
-_BYTE_ENCODER = {b: ch for ch, b in _BYTE_DECODER.items()}
 
 
 @dataclass(eq=False)
@@ -305,7 +197,7 @@ def _byte_level_decode(text: str) -> bytes:
     """llama.cpp's llama_decode_text: GPT-2 byte-level chars back to bytes."""
     out = bytearray()
     for ch in text:
-        b = _BYTE_DECODER.get(ch)
+        b = BYTE_DECODER.get(ch)
         if b is not None:
             out.append(b)
         else:  # llama.cpp's marker for a char outside the byte map
@@ -387,7 +279,7 @@ def _token_table(metadata: Mapping[str, Any]) -> tuple[list[str], np.ndarray, di
     types = metadata.get(key + "token_type")
     types = np.asarray(types, dtype=np.int64) if types is not None else np.full(n, TYPE_NORMAL, dtype=np.int64)
     attrs = np.zeros(n, dtype=np.int64)  # unknown type values stay ATTR_UNDEFINED
-    for t, a in _TYPE_TO_ATTR.items():
+    for t, a in TYPE_TO_ATTR.items():
         attrs[types[:n] == t] = a
     return tokens, attrs, {t: i for i, t in enumerate(tokens)}
 
@@ -400,11 +292,11 @@ def _settings(metadata: Mapping[str, Any], model: str, n: int) -> dict[str, Any]
         add_bos, add_space_prefix, clean_spaces = True, True, False
     else:
         pre = str(metadata.get(key + "pre") or "default")
-        pre_type = _PRE_TYPES.get(pre)
+        pre_type = PRE_TYPES.get(pre)
         if pre_type is None:
             raise UnsupportedArchitectureError(
                 f"gpt2 pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported; known: "
-                + ", ".join(sorted(_PRE_TYPES))
+                + ", ".join(sorted(PRE_TYPES))
             )
         bos, eos, unk = 11, 11, None
         add_bos, add_space_prefix, clean_spaces = pre_type.add_bos, False, pre_type.clean_spaces
@@ -444,7 +336,7 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         hf = _bpe_hf(tokens, vocab, [] if merges is None else merges, pre_type)
     specials = [i for i in np.flatnonzero(attrs & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))]
     specials.sort(key=lambda i: -len(tokens[i].encode()))  # stable: ties keep id order
-    missing = frozenset(b for b, ch in _BYTE_ENCODER.items() if ch not in vocab) if model == "gpt2" else frozenset()
+    missing = frozenset(b for b, ch in BYTE_ENCODER.items() if ch not in vocab) if model == "gpt2" else frozenset()
     return GgufTokenizer(
         model=model,
         vocab_size=n,
@@ -468,13 +360,13 @@ def _fix_attrs(
     """llama.cpp's by-name attribute fix-ups (llama_vocab::impl::load), in its order."""
     n = len(tokens)
     given: dict[str, int | None] = {}
-    for role, keys in _AUTO_SPECIAL_KEYS.items():
+    for role, keys in AUTO_SPECIAL_KEYS.items():
         given[role] = None
         for k in keys:
             v = metadata.get("tokenizer.ggml." + k)
             if v is not None and 0 <= int(v) < n:
                 given[role] = int(v)
-    for role, names in _AUTO_SPECIAL.items():
+    for role, names in AUTO_SPECIAL.items():
         if given[role] is not None:
             continue
         # llama.cpp takes the first match in hash-map order; the lowest id is our stand-in
@@ -484,12 +376,12 @@ def _fix_attrs(
             attrs[found[0]] |= ATTR_CONTROL
 
     eog = {given[r] for r in ("fim_pad", "fim_rep", "fim_sep")} - {None}
-    for name in _EOG_NAMES:
+    for name in EOG_NAMES:
         i = vocab.get(name)
         if i is not None:
             eog.add(i)
             attrs[i] |= ATTR_CONTROL
-    for name in _FORCE_USER_DEFINED:
+    for name in FORCE_USER_DEFINED:
         if name in vocab:
             attrs[vocab[name]] = ATTR_USER_DEFINED
     eog |= {eos, given["eot"], given["eom"]} - {None}
@@ -594,7 +486,7 @@ def _spm_hf(tokens: list[str], vocab: dict[str, int], scores: np.ndarray, unk: i
     return tok
 
 
-def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: _PreType) -> Tokenizer:
+def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: PreType) -> Tokenizer:
     merges = []
     for m in merges_raw:
         m = str(m)

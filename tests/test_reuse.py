@@ -1,0 +1,63 @@
+"""The one reuse policy (labkit.gpu.reuse): what a pass takes over from earlier ones, cut down in
+one place, and lab.run's same-prompt re-run under every setting that must not take it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import labkit
+from labkit.gpu import scratch
+from labkit.gpu.reuse import FRESH, Reuse
+
+IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8]
+
+
+class _Previous:
+    def __init__(self, reusable: bool):
+        self.reusable = reusable
+
+
+@pytest.mark.parametrize(
+    "wanted, T, debug, patched, stepped, kind",
+    [
+        (Reuse.objects("run"), 8, False, False, False, "objects"),
+        (Reuse.objects("run"), 8, True, False, False, "objects"),  # poisoned regions are written over anyway
+        (Reuse.objects("run"), 8, False, False, True, "fresh"),
+        (Reuse.objects("run"), scratch.STREAM_MIN_TOKENS, False, False, False, "fresh"),
+        (Reuse.steps(), 1, False, False, False, "steps"),
+        (Reuse.steps(), 1, False, True, False, "fresh"),
+        (Reuse.steps(), 1, True, False, False, "fresh"),
+        (Reuse.rerun(_Previous(True)), 8, False, False, False, "rerun"),
+        (Reuse.rerun(_Previous(True)), 8, True, False, False, "fresh"),
+        (Reuse.rerun(_Previous(True)), 8, False, True, False, "fresh"),
+        (Reuse.rerun(_Previous(True)), 8, False, False, True, "fresh"),
+        (Reuse.rerun(_Previous(False)), 8, False, False, False, "fresh"),
+        (FRESH, 8, False, False, False, "fresh"),
+    ],
+)
+def test_a_pass_takes_only_the_reuse_it_can(wanted, T, debug, patched, stepped, kind):
+    assert wanted.within(T, debug, patched, stepped).kind == kind
+
+
+def test_same_prompt_rerun_then_debug_patch_and_stepped_passes_match_a_fresh_lab(tiny_model):
+    """After a run of IDS, a debug, a patched and a stepped run of the same IDS take no rerun: the
+    KV cache is rewound, every stage is recomputed, and each equals the same run on a fresh lab."""
+    path = tiny_model("llama", "Q4_K")
+    lab = labkit.open(path)
+    first = lab.run(IDS)
+    again = lab.run(IDS)
+    assert again.timings["recomputed_from"] == "embed"  # a rerun with no switch recomputes it all
+    dbg = lab.run(IDS, debug=True)
+    assert dbg.timings["recomputed_from"] == "embed" and not any(dbg.unwritten.values()), dbg.unwritten
+    stepped = lab.run(IDS, stepped=True)
+    double = {"blk.0.attn_norm": lambda a, name: 2 * a}
+    patched = lab.run(IDS, patch=double)
+    fresh = labkit.open(path)
+    for name in first.captures:
+        for run in (again, dbg, stepped):
+            assert run[name].tobytes() == first[name].tobytes(), name
+    want = fresh.run(IDS, patch=double)
+    diff = np.abs(patched["logits"] - want["logits"]).max()
+    assert patched["logits"].tobytes() == want["logits"].tobytes(), f"max diff {diff}"
+    assert patched["logits"].tobytes() != first["logits"].tobytes()
