@@ -1,8 +1,9 @@
 """The GPU executor: runs a model's stage graph on WebGPU, batched or one stage at a time.
 
-Planning is one loop over the graph: each stage's op module (labkit.ops) says what to
-dispatch through a `StageContext`, and the executor turns that into pipelines, uniform
-buffers and bind groups. Every stage writes its own output region (a stage with
+The planner (labkit.gpu.planner) is one loop over the graph: each stage's op module
+(labkit.ops) says what to dispatch through a `StageContext`, and the executor turns that into
+pipelines, uniform buffers and bind groups. The executor holds what a pass needs (weights through
+the weight store, the kernel selection, buffers and limits) and runs passes: plan, submit, read back. Every stage writes its own output region (a stage with
 `kv_write` writes straight into its layer's KV cache), so nothing is overwritten within a
 pass: captures are plain copies recorded at the end of the same command encoder, and a
 batched run reads back exactly what a stepped run reads. In debug mode every output
@@ -26,14 +27,12 @@ import time
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import wgpu
 
 from labkit.errors import BufferLimitError, UnknownStageError
 from labkit.gpu import scratch as scratch_regions
-from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
     Dispatch,
@@ -41,13 +40,11 @@ from labkit.gpu.dispatch import (
     grid,
     uniform_bytes,
 )
-from labkit.gpu.fusion import epilogue_for
 from labkit.gpu.kernel_selection import (
     KernelChoice,
     Selection,
     SelectionKey,
     choose,
-    reads,
     select_kernels,
     stage_policy,
 )
@@ -55,20 +52,19 @@ from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
+from labkit.gpu.planner import plan_pass, plans_under
 from labkit.gpu.replay import StepReplay
 from labkit.gpu.reuse import FRESH, Reuse
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.stage_context import StageContext
 from labkit.gpu.submitter import Patch, Submitter, clear_regions, poison_region, record_stage
-from labkit.gpu.texture_pool import TexturePool
 from labkit.gpu.weight_store import shared_store
 from labkit.gpu.weights import GpuWeight
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
-from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
@@ -363,94 +359,10 @@ class GpuExecutor:
         u = uniform_bytes(self.gpu, OPS[op].params.pack(source, values))
         return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), label)
 
-    # ----- planning one pass
-    def plan(
-        self,
-        ids: list[int],
-        cache: GpuKVCache,
-        last_logits_only: bool = False,
-        reuse: list[StagePlan] | None = None,
-        start: int = 0,
-        keep: set[str] | None = None,
-        streamed: set[str] | None = None,
-        replay: StepReplay | None = None,
-    ) -> list[StagePlan]:
-        """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
-
-        With `reuse`, stages before `start` keep their regions (and data) and get no dispatches.
-        With `keep`, only those stages get regions of their own; the others get scratch regions
-        (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
-        captured stages of a streamed pass; keep is then empty), captured regions are held until
-        their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
-        a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
-        sel = self.selection()
-        kernels, skipped, sigs = sel.kernels, sel.skipped, sel.signatures
-        scratch, textures = None, TexturePool(self.device)
-        if keep is not None:
-            readers = last_readers(self.graph, lambda st: reads(st, kernels[st.name]), skipped)
-            scratch = ScratchPool(self.buffer, readers, keep, round_below=self.binding_limit, streamed=streamed)
-        regions: dict[str, Region] = {}
-        fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
-        plans: list[StagePlan] = []
-        for i, st in enumerate(self.graph):
-            if reuse is not None and i < start:
-                old = reuse[i]
-                plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
-            else:
-                ep = epilogue_for(self.graph, i, kernels, len(ids)) if replay is not None else None
-                ctx = partial(
-                    StageContext, self, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch, ep
-                )
-                make = partial(self._plan_stage, ctx, sigs[i], st.name in skipped, textures, fused.get(st.name))
-                if i == len(self.graph) - 1 and self._logits_in_chunks(st, len(ids), last_logits_only, streamed):
-                    make = partial(self._plan_logits_chunks, ctx, sigs[i], textures)
-                if replay is None:
-                    plans.append(make())
-                else:  # the last step's plan of this stage, when nothing it depends on changed
-                    inputs = (*(regions[n] for n in st.inputs), fused.get(st.name), ep)  # ep: fused or not
-                    plans.append(replay.stage(i, st, sigs[i], inputs, make))
-            regions[st.name] = plans[-1].out
-            fused.update(plans[-1].also_writes)
-            if scratch is not None:
-                plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
-        if plans and streamed:
-            plans[-1].segment_end = True  # the last captures are read after the last stage
-        return plans
-
-    def _plan_stage(self, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
-        """One stage's regions and dispatches (`context()` makes its StageContext); a skipped stage
-        gets a placeholder buffer, never dispatched and never captured; a `fused` one, the region
-        an earlier stage's kernel writes, and no dispatch."""
-        ctx = context()
-        st = ctx.stage
-        if skipped:
-            return StagePlan(st, Region(self.buffer(4, st.name + ".skipped"), 0, (0,)), [], signature, True)
-        if fused is not None:
-            return StagePlan(st, fused, [], signature)
-        with textures.stage():  # its operand textures serve later stages once it is recorded
-            out = OPS[st.op].plan(st, ctx)
-        return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes)
-
-    def _logits_in_chunks(self, st: Stage, T: int, last_only: bool, streamed: set[str] | None) -> bool:
-        """A streamed pass computes and reads its captured unembedding in token chunks when it is
-        the last stage and bigger than one chunk (labkit.gpu.chunked_logits)."""
-        if not streamed or st.name not in streamed or st.policy != "lm_head" or last_only:
-            return False
-        return len(token_spans(T, 4 * st.params["out"])) > 1
-
-    def _plan_logits_chunks(self, context, signature: tuple, textures: TexturePool) -> StagePlan:
-        """The unembedding as token chunks over one region of the largest chunk's rows."""
-        ctx = context()
-        st, x, width = ctx.stage, ctx.input(0), ctx.stage.params["out"]
-        spans = token_spans(ctx.T, 4 * width)
-        out = ctx.output((max(n for _, n in spans), width))
-        keep = ctx.policy("lm_head").window_filter
-        chunks = []
-        with textures.stage():
-            for t0, n in spans:
-                rows = Region(out.buffer, out.offset, (n, width))
-                chunks.append(LogitsChunk(t0, n, self.matmul(ctx, x, rows, n, t0, keep)))
-        return StagePlan(st, out, [], signature, chunks=chunks)
+    # ----- planning one pass (labkit.gpu.planner)
+    def plan(self, ids: list[int], cache: GpuKVCache, last_logits_only: bool = False, **how) -> list[StagePlan]:
+        """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones (plan_pass)."""
+        return plan_pass(self, ids, cache, last_logits_only, **how)
 
     # ----- running
     @property
@@ -475,17 +387,6 @@ class GpuExecutor:
                 f"{', '.join(s.name for s in self.graph[:6])}, ..."
             )
         return names
-
-    def _plans_for(self, ids, cache, last_only: bool, reuse: Reuse, keep, streamed):
-        """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
-        changed signature (when every stage of this pass has its own region too); steps replay."""
-        if reuse.kind == "rerun" and keep is None:
-            previous, new_sigs = reuse.previous, self.selection().signatures
-            # no switch since the last pass: recompute it all (same regions), don't replay old data
-            start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
-            return self.plan(ids, cache, last_only, reuse=previous.plans, start=start), start
-        replay = self.step_replay() if reuse.kind == "steps" else None
-        return self.plan(ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
 
     def run_pass(
         self,
@@ -531,7 +432,7 @@ class GpuExecutor:
         keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
         if reuse.kind == "steps":  # every stage keeps its own region: a replayed plan holds on to it
             keep, streamed = None, None
-        plans, start = self._plans_for(ids, cache, last_logits_only, reuse, keep, streamed)
+        plans, start = plans_under(self, ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")

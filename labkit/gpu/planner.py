@@ -1,0 +1,131 @@
+"""The planner: one loop over the graph that turns a pass of new tokens into stage plans.
+
+For each stage it builds a `StageContext` (what the stage's op `plan` sees) and calls the op
+module's `plan`, which returns the stage's output region and the dispatches to record. Around that
+loop: stages nothing reads are skipped, uncaptured stages take scratch regions (labkit.gpu.scratch),
+a streamed pass marks where its segments end, a long captured unembedding runs in token chunks
+(labkit.gpu.chunked_logits), a rerun keeps the stages before the first changed signature, and a
+decode step replays the stage plans that still hold (labkit.gpu.replay). Submitting the plans is
+the submitter's job (labkit.gpu.submitter); choosing kernels, kernel_selection's.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from labkit.gpu.chunked_logits import LogitsChunk, token_spans
+from labkit.gpu.fusion import epilogue_for
+from labkit.gpu.kernel_selection import reads
+from labkit.gpu.kv_cache import GpuKVCache
+from labkit.gpu.pass_plan import Region, StagePlan
+from labkit.gpu.replay import StepReplay
+from labkit.gpu.reuse import Reuse
+from labkit.gpu.scratch import ScratchPool
+from labkit.gpu.stage_context import StageContext
+from labkit.gpu.texture_pool import TexturePool
+from labkit.model.graph import Stage
+from labkit.model.liveness import last_readers
+from labkit.ops import OPS
+
+
+def plan_pass(
+    ex: Any,
+    ids: list[int],
+    cache: GpuKVCache,
+    last_logits_only: bool = False,
+    reuse: list[StagePlan] | None = None,
+    start: int = 0,
+    keep: set[str] | None = None,
+    streamed: set[str] | None = None,
+    replay: StepReplay | None = None,
+) -> list[StagePlan]:
+    """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
+
+    With `reuse`, stages before `start` keep their regions (and data) and get no dispatches.
+    With `keep`, only those stages get regions of their own; the others get scratch regions
+    (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
+    captured stages of a streamed pass; keep is then empty), captured regions are held until
+    their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
+    a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
+    sel = ex.selection()
+    kernels, skipped, sigs = sel.kernels, sel.skipped, sel.signatures
+    scratch, textures = None, TexturePool(ex.device)
+    if keep is not None:
+        readers = last_readers(ex.graph, lambda st: reads(st, kernels[st.name]), skipped)
+        scratch = ScratchPool(ex.buffer, readers, keep, round_below=ex.binding_limit, streamed=streamed)
+    regions: dict[str, Region] = {}
+    fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
+    plans: list[StagePlan] = []
+    for i, st in enumerate(ex.graph):
+        if reuse is not None and i < start:
+            old = reuse[i]
+            plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
+        else:
+            ep = epilogue_for(ex.graph, i, kernels, len(ids)) if replay is not None else None
+            ctx = partial(StageContext, ex, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch, ep)
+            make = partial(_plan_stage, ex, ctx, sigs[i], st.name in skipped, textures, fused.get(st.name))
+            if i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed):
+                make = partial(_plan_logits_chunks, ex, ctx, sigs[i], textures)
+            if replay is None:
+                plans.append(make())
+            else:  # the last step's plan of this stage, when nothing it depends on changed
+                inputs = (*(regions[n] for n in st.inputs), fused.get(st.name), ep)  # ep: fused or not
+                plans.append(replay.stage(i, st, sigs[i], inputs, make))
+        regions[st.name] = plans[-1].out
+        fused.update(plans[-1].also_writes)
+        if scratch is not None:
+            plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
+    if plans and streamed:
+        plans[-1].segment_end = True  # the last captures are read after the last stage
+    return plans
+
+
+def _plan_stage(ex: Any, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
+    """One stage's regions and dispatches (`context()` makes its StageContext); a skipped stage
+    gets a placeholder buffer, never dispatched and never captured; a `fused` one, the region
+    an earlier stage's kernel writes, and no dispatch."""
+    ctx = context()
+    st = ctx.stage
+    if skipped:
+        return StagePlan(st, Region(ex.buffer(4, st.name + ".skipped"), 0, (0,)), [], signature, True)
+    if fused is not None:
+        return StagePlan(st, fused, [], signature)
+    with textures.stage():  # its operand textures serve later stages once it is recorded
+        out = OPS[st.op].plan(st, ctx)
+    return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes)
+
+
+def _logits_in_chunks(st: Stage, T: int, last_only: bool, streamed: set[str] | None) -> bool:
+    """A streamed pass computes and reads its captured unembedding in token chunks when it is
+    the last stage and bigger than one chunk (labkit.gpu.chunked_logits)."""
+    if not streamed or st.name not in streamed or st.policy != "lm_head" or last_only:
+        return False
+    return len(token_spans(T, 4 * st.params["out"])) > 1
+
+
+def _plan_logits_chunks(ex: Any, context, signature: tuple, textures: TexturePool) -> StagePlan:
+    """The unembedding as token chunks over one region of the largest chunk's rows."""
+    ctx = context()
+    st, x, width = ctx.stage, ctx.input(0), ctx.stage.params["out"]
+    spans = token_spans(ctx.T, 4 * width)
+    out = ctx.output((max(n for _, n in spans), width))
+    keep = ctx.policy("lm_head").window_filter
+    chunks = []
+    with textures.stage():
+        for t0, n in spans:
+            rows = Region(out.buffer, out.offset, (n, width))
+            chunks.append(LogitsChunk(t0, n, ex.matmul(ctx, x, rows, n, t0, keep)))
+    return StagePlan(st, out, [], signature, chunks=chunks)
+
+
+def plans_under(ex: Any, ids, cache, last_only: bool, reuse: Reuse, keep, streamed):
+    """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
+    changed signature (when every stage of this pass has its own region too); steps replay."""
+    if reuse.kind == "rerun" and keep is None:
+        previous, new_sigs = reuse.previous, ex.selection().signatures
+        # no switch since the last pass: recompute it all (same regions), don't replay old data
+        start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
+        return plan_pass(ex, ids, cache, last_only, reuse=previous.plans, start=start), start
+    replay = ex.step_replay() if reuse.kind == "steps" else None
+    return plan_pass(ex, ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
