@@ -19,18 +19,11 @@ import wgpu
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from labkit.gpu.device import get_device
-from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes
-from labkit.gpu.executor import Region
-from labkit.gpu.matmul import prepare_matmul
-from labkit.gpu.repack import repack_weight
-from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.texture import Rows, bind_operands
-from labkit.gpu.weights import upload_weight
+from labkit.gpu.op_harness import run_stage
 from labkit.model.graph import Stage
 from labkit.model.tiny import encode_tensor
 from labkit.ops import OPS, attn_scores, softmax
-from labkit.ops.base import Kernel, PassShape
+from labkit.ops.base import Kernel
 from labkit.ops.registry import get_kernel, get_policy
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
@@ -239,83 +232,7 @@ def cases_softcap() -> list[OpCase]:
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
 
 
-# ----------------------------------------------------------------- the harness
-def _buf(gpu, a: np.ndarray):
-    return gpu.device.create_buffer_with_data(data=np.ascontiguousarray(a, dtype=np.float32).tobytes(), usage=STORAGE)
-
-
-class HarnessStage:
-    """labkit.ops.base.GpuStage over a case's arrays: what the executor gives an op's `plan`."""
-
-    def __init__(self, gpu, case: OpCase, kernel: Kernel, policies: dict[str, str]):
-        self.gpu, self.case, self.kernel, self.policies = gpu, case, kernel, policies
-        self.T, self.n_past, self.last_only = case.T, case.n_past, False
-        self.shape = PassShape(case.T, case.n_past)
-        self.regions = [Region(_buf(gpu, x if x.size else np.zeros(1)), 0, x.shape) for x in case.inputs]
-        self.caches = {k: _buf(gpu, v) for k, v in case.cache.items()}
-        self.dispatches: list[Dispatch] = []
-
-    def input(self, i: int) -> Region:
-        return self.regions[i]
-
-    def output(self, shape: tuple[int, ...]) -> Region:
-        kind = self.case.stage.kv_write
-        if kind:
-            return Region(self.caches[kind], self.n_past * shape[-1], shape)
-        return Region(_buf(self.gpu, np.full(int(np.prod(shape)), np.nan)), 0, shape)
-
-    def cache(self, kind: str):
-        return self.caches[kind]
-
-    def rows(self, buffer, offset: int, stride: int, width: int, rows: int) -> Rows:
-        return Rows(buffer, offset, stride, width, rows)
-
-    def vector(self, name: str):
-        return _buf(self.gpu, self.case.weight(name).ravel())
-
-    def token_rows(self, name: str) -> Region:
-        rows = self.case.weight(name)[self.case.ids]
-        return Region(_buf(self.gpu, rows), 0, rows.shape)
-
-    def policy(self, family: str):
-        return get_policy(family, self.policies.get(family, "default"))
-
-    def dispatch(self, buffers: list, values: dict, workgroups: int, kernel: Kernel | None = None) -> None:
-        kernel = kernel or self.kernel
-        op = OPS[self.case.stage.op] if kernel is self.kernel else OPS["add"]
-        source = kernel.source(self.shape)
-        op.params.check(source, f"{kernel.family}/{kernel.name}")
-        pipe = compile_pipeline(self.gpu, source, label=kernel.name)
-        u = uniform_bytes(self.gpu, op.params.pack(source, values))
-        bound, fills = bind_operands(self.gpu, source, buffers, kernel.name)  # Rows: as the executor binds them
-        self.dispatches += fills
-        self.dispatches.append(Dispatch(pipe, bind(self.gpu, pipe, [*bound, u]), grid(workgroups), kernel.name))
-
-    def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None, epilogue=None) -> None:
-        assert epilogue is None, "op cases run one stage: nothing fuses into it"
-        st = self.case.stage
-        raw, qtype, (n_rows, n_cols) = self.case.weights[st.weight]
-        if st.weight_rows:
-            raw, n_rows = raw[st.weight_rows[0] : st.weight_rows[1]], st.weight_rows[1] - st.weight_rows[0]
-        w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
-        if self.kernel.repack is not None:  # the repacked kernels: the weight rewritten on the GPU first
-            w = repack_weight(self.gpu, w, self.kernel.repack())
-        src = self.kernel.source(PassShape(rows_T, self.shape.n_past))  # the executor's rule: per matmul T
-        self.dispatches += prepare_matmul(
-            self.gpu, w, x.buffer, out.buffer, rows_T, x_offset=x_skip * n_cols, y_offset=out.offset, source=src,
-            window_filter=window_filter,
-        )  # fmt: skip
-
-    def fused_next(self, shape: tuple[int, ...]) -> None:
-        return None  # one stage alone: the fused decode kernels have their own tests (test_gpu_matmul)
-
-    def temp(self, shape: tuple[int, ...], what: str) -> Region:
-        return Region(_buf(self.gpu, np.zeros(int(np.prod(shape)))), 0, shape)
-
-    def dispatch_op(self, op: str, operands: list, values: dict, workgroups: int) -> None:
-        self.dispatch(operands, values, workgroups, kernel=get_kernel(op))
-
-
+# ----------------------------------------------------------------- the harness (float64 side)
 @dataclass
 class HarnessInputs:
     """labkit.ops.base.RefInputs over a case: the float64 side."""
@@ -353,17 +270,10 @@ class HarnessInputs:
 
 
 def run_case(case: OpCase, kernel: Kernel, policies: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
-    """(GPU output, float64 reference) of one case under one kernel and policy selection."""
-    gpu = get_device()
-    h = HarnessStage(gpu, case, kernel, policies)
-    out = OPS[case.stage.op].plan(case.stage, h)
-    enc = gpu.device.create_command_encoder()
-    encode(enc, h.dispatches)
-    gpu.queue.submit([enc.finish()])
-    raw = gpu.queue.read_buffer(out.buffer, 4 * out.offset, 4 * out.size)
-    return np.frombuffer(raw, dtype=np.float32).reshape(out.shape), OPS[case.stage.op].reference(
-        case.stage, HarnessInputs(case)
-    )
+    """(GPU output, float64 reference) of one case under one kernel and policy selection: the GPU side
+    through labkit.gpu.op_harness, the op's plan on the StageContext a real pass gives it."""
+    got = run_stage(case, kernel, policies)
+    return got, OPS[case.stage.op].reference(case.stage, HarnessInputs(case))
 
 
 def error(got: np.ndarray, want: np.ndarray) -> tuple[float, str]:
@@ -432,3 +342,19 @@ def test_every_op_and_variant_has_cases():
         for family, name, kind in _variants(op):
             if _faulty(family, name, kind):
                 assert name in exposed, f"{op}: faulty {family}/{name} is exposed by no case"
+
+
+def test_a_user_case_runs_through_the_op_harness():
+    """labkit.gpu.op_harness as a kernel author uses it: a StageCase built by hand (an F32 norm
+    weight, 3 tokens of odd width), the default rmsnorm kernel, against numpy's formula."""
+    from labkit.gpu.op_harness import StageCase
+
+    r = _rng("user case")
+    n, T = 77, 3
+    x, w = r.standard_normal((T, n)), r.standard_normal(n).astype(np.float32)
+    st = Stage("n", "rmsnorm", ("x",), "w", params={"eps": 1e-6, "group": n, "width": n})
+    case = StageCase(st, [x], T, weights={"w": (w.view(np.uint8), Q.F32, (1, n))})
+    got = run_stage(case, get_kernel("rmsnorm"))
+    want = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-6) * w
+    diff = np.abs(got - want).max()
+    assert got.shape == (T, n) and diff < 1e-5, f"max |diff| {diff:.3e}"

@@ -1,9 +1,10 @@
 """The GPU executor: runs a model's stage graph on WebGPU, batched or one stage at a time.
 
 The planner (labkit.gpu.planner) is one loop over the graph: each stage's op module
-(labkit.ops) says what to dispatch through a `StageContext`, and the executor turns that into
-pipelines, uniform buffers and bind groups. The executor holds what a pass needs (weights through
-the weight store, the kernel selection, buffers and limits) and runs passes: plan, submit, read back. Every stage writes its own output region (a stage with
+(labkit.ops) says what to dispatch through a `StageContext`, which the executor, a
+`StageHost` (labkit.gpu.stage_host), turns into pipelines, uniform buffers and bind groups. The
+executor adds what a pass needs (weights through the weight store, the kernel selection) and runs
+passes: plan, submit, read back. Every stage writes its own output region (a stage with
 `kv_write` writes straight into its layer's KV cache), so nothing is overwritten within a
 pass: captures are plain copies recorded at the end of the same command encoder, and a
 batched run reads back exactly what a stepped run reads. In debug mode every output
@@ -22,7 +23,6 @@ re-records only the stages from the first one whose kernel, policy or skip chang
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 from contextlib import closing
@@ -31,14 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import wgpu
 
-from labkit.errors import BufferLimitError, UnknownStageError
+from labkit.errors import UnknownStageError
 from labkit.gpu import scratch as scratch_regions
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
     Dispatch,
-    bind,
-    grid,
-    uniform_bytes,
 )
 from labkit.gpu.kernel_selection import (
     KernelChoice,
@@ -46,18 +43,15 @@ from labkit.gpu.kernel_selection import (
     SelectionKey,
     choose,
     select_kernels,
-    stage_policy,
 )
 from labkit.gpu.kv_cache import GpuKVCache
-from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region, StagePlan
-from labkit.gpu.plan_cache import PlanCache, active_cache, storage_bytes
+from labkit.gpu.plan_cache import PlanCache, active_cache
 from labkit.gpu.planner import plan_pass, plans_under
 from labkit.gpu.replay import StepReplay
 from labkit.gpu.reuse import FRESH, Reuse
-from labkit.gpu.scratch import ScratchPool
-from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.stage_context import StageContext
+from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.submitter import Patch, Submitter, clear_regions, poison_region, record_stage
 from labkit.gpu.weight_store import shared_store
 from labkit.gpu.weights import GpuWeight
@@ -66,13 +60,11 @@ from labkit.model.dequant import dequantize_rows
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.ops import OPS
-from labkit.ops.base import Kernel, PassShape, Policy
-from labkit.ops.matmul import EPILOGUE_PARAMS
-from labkit.ops.registry import adapter_kind, check_selection, get_kernel, registry_generation, selected
+from labkit.ops.base import Kernel
+from labkit.ops.registry import check_selection, registry_generation
 from labkit.poison import POISON_BITS, poison_count
 from labkit.progress import bar
 
-STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 __all__ = [
     "POISON_BITS", "GpuExecutor", "GpuKVCache", "Patch", "Region", "StagePlan", "poison_count", "poison_region",
     "record_stage",
@@ -96,7 +88,7 @@ class PassResult:
     reusable: bool = True
 
 
-class GpuExecutor:
+class GpuExecutor(StageHost):
     """Owns the weights on the GPU and turns (ids, cache) into recorded dispatches."""
 
     def __init__(
@@ -108,19 +100,14 @@ class GpuExecutor:
         gpu: GpuDevice | None = None,
     ):
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
-        self.gpu = gpu or get_device()
-        self.device = self.gpu.device
-        self.variants: dict[str, str] = variants if variants is not None else {}  # shared with the Lab
+        super().__init__(gpu or get_device(), variants)  # variants: the Lab's own dict, shared
         check_selection(self.variants)
         self.store = shared_store(self.gpu, gguf)
         self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
         self._replay: StepReplay | None = None
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self.submitter = Submitter(self.device, self.gpu.has_timestamps)  # records, submits, reads back
-        self._checked: set[tuple[str, str]] = set()  # (op, source) whose Params were checked
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
-        self.max_binding: int | None = None  # pretend a lower storage-binding limit (tests)
-        self.adapter_type: str = self.gpu.adapter_type  # tests force "DiscreteGPU" to take the real-GPU defaults
         # "repacked": default matmuls read the int8 layout (fast on lavapipe); "gguf": the raw-bytes
         # kernels, weights at their file size (what the lab picks when the repacked ones do not fit)
         self.weight_layout = "repacked"
@@ -133,6 +120,12 @@ class GpuExecutor:
     def repacked(self, name: str, rows: tuple[int, int] | None, source: str) -> GpuWeight:
         """A matmul weight repacked on the GPU by `source`, once per weight and reader."""
         return self.store.repacked(name, rows, source, self.binding_limit, self.window_bytes)
+
+    def matmul_weight(self, st: Stage, kernel: Kernel) -> GpuWeight:
+        """The weight as the kernel reads it: repacked by its repack source, or GGUF bytes."""
+        if kernel.repack is not None:
+            return self.repacked(st.weight, st.weight_rows, kernel.repack())
+        return self.weight(st.weight, st.weight_rows)
 
     def vector(self, name: str) -> wgpu.GPUBuffer:
         """A 1-D tensor (norm weight, bias) as f32."""
@@ -171,21 +164,19 @@ class GpuExecutor:
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
         return self.store.nbytes()
 
-    def embed_input(self, ids: list[int], name: str = "token_embd.weight") -> wgpu.GPUBuffer:
+    def token_rows(self, ids, name: str = "token_embd.weight") -> Region:
         """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
         t = self.gguf.tensors[name]
         rows = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64))
         data = rows.astype(np.float32).tobytes()
         cache = active_cache()
         if cache is not None:
-            return cache.data(data, STORAGE, "embed.rows")
-        return self.device.create_buffer_with_data(data=data, usage=STORAGE)
+            buf = cache.data(data, STORAGE, "embed.rows")
+        else:
+            buf = self.device.create_buffer_with_data(data=data, usage=STORAGE)
+        return Region(buf, 0, (len(ids), t.n_cols))  # a cached buffer may be larger
 
     # ----- kernels, policies, what a switch invalidates (labkit.gpu.kernel_selection)
-    @property
-    def adapter(self) -> str:
-        return adapter_kind(self.adapter_type)
-
     def family(self, st: Stage) -> str:
         """The kernel family that runs a stage (per weight format for matmuls)."""
         return OPS[st.op].family_of(st, self._tensor_type)
@@ -212,30 +203,6 @@ class GpuExecutor:
     def kernel(self, st: Stage) -> Kernel:
         return self.choice(st).kernel
 
-    def policy(self, st: Stage, family: str) -> Policy:
-        return stage_policy(st, family, self.variants)
-
-    # ----- buffers and limits
-    @property
-    def binding_limit(self) -> int:
-        """Bytes one storage binding may span: the device's limit, or the lower `max_binding`."""
-        limit = self.gpu.max_binding
-        return limit if self.max_binding is None else min(limit, int(self.max_binding))
-
-    def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
-        """A storage buffer of n floats: fresh, or the active plan cache's (labkit.gpu.plan_cache)."""
-        size = storage_bytes(n_floats)
-        max_size = int(self.gpu.limits.get("max-buffer-size", size))
-        if size > max_size:
-            raise BufferLimitError(
-                f"{label}: needs a {_mib(size)} buffer, above this device's max-buffer-size of {_mib(max_size)}."
-                + LONG_PROMPT_HINT
-            )
-        cache = active_cache()
-        if cache is not None:
-            return cache.buffer(size, STORAGE, label)
-        return self.device.create_buffer(size=size, usage=STORAGE, label=label)
-
     def step_replay(self) -> StepReplay:
         """The executor's decode-step replay: generate's steps keep the stage plans that still hold."""
         if self._replay is None:
@@ -249,36 +216,6 @@ class GpuExecutor:
             self._plan_caches[role] = PlanCache(self.device, round_limit=self.binding_limit // 4)
         return self._plan_caches[role]
 
-    def check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
-        """BufferLimitError when a kernel would bind `nbytes` whole, above the binding limit."""
-        limit = self.binding_limit
-        if nbytes <= limit:
-            return
-        attention_map = label.split(".")[-1] in ("attn_scores", "attn_probs")
-        hint = (
-            ' Use variants={"attn_ctx": "streaming"} (or lab.use("attn_ctx", "streaming")): fused attention'
-            " does not materialize the scores and probabilities."
-            if attention_map
-            else LONG_PROMPT_HINT
-        )
-        raise BufferLimitError(
-            f"{label}: {what or 'its output'} takes {_mib(nbytes)} for {shape.T} tokens"
-            f"{f' after {shape.n_past} cached' if shape.n_past else ''}, above this device's "
-            f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
-        )
-
-    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: ScratchPool | None = None):
-        """A fresh output region, or a scratch one when the pass has a pool and does not keep this
-        stage: a matmul's may exceed one binding (bound per token chunk), any other's is checked
-        against the binding limit before it is allocated."""
-        n = math.prod(shape)
-        if not OPS[st.op].chunked_output:
-            self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
-        layout = OPS[st.op].layout
-        if scratch is not None and scratch.wants(st.name):
-            return Region(scratch.take(n, st.name), 0, shape, layout)
-        return Region(self.buffer(n, st.name), 0, shape, layout)
-
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim
         return GpuKVCache(
@@ -287,77 +224,11 @@ class GpuExecutor:
             [self.buffer(capacity * kv, f"cache.v.{L}") for L in range(self.cfg.n_layers)],
         )
 
-    # ----- dispatches
-    def pipeline(self, op_name: str, source: str, label: str):
-        """The compiled pipeline of a kernel source, its struct Params checked against the op's once."""
-        if (op_name, source) not in self._checked:
-            OPS[op_name].params.check(source, label)
-            self._checked.add((op_name, source))
-        return compile_pipeline(self.gpu, source, label=label)
-
-    def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups) -> Dispatch:
-        """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
-        the binding limit is a BufferLimitError naming the stage."""
-        for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
-            if isinstance(b, wgpu.GPUBuffer) and b.size > self.binding_limit:
-                self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
-        source = kernel.source(shape)
-        pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
-        u = uniform_bytes(self.gpu, op.params.pack(source, values))
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name)
-
-    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep,
-               epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
-        """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
-        fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)
-        is given (labkit/ops/matmul.py decides both that and the bias)."""
-        st = ctx.stage
-        if ctx.kernel.repack is not None:
-            w = self.repacked(st.weight, st.weight_rows, ctx.kernel.repack())
-        else:
-            w = self.weight(st.weight, st.weight_rows)
-        K, N = w.n_cols, w.n_rows
-        source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
-        fused = None
-        if epilogue is not None:  # (the next stage's op, its extra bindings, its Params values)
-            op, buffers, values = epilogue
-            source, fused = ctx.kernel.epilogue(op), (buffers, values)
-        if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
-            params = OPS["matmul"].params if fused is None else EPILOGUE_PARAMS
-            params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
-            self._checked.add(("matmul", source))
-        return prepare_matmul(
-            self.gpu,
-            w,
-            x.buffer,
-            out.buffer,
-            rows_T,
-            x_offset=x.offset + x_skip * K,
-            x_stride=K,
-            y_offset=out.offset,
-            y_stride=N,
-            source=source,
-            max_binding=self.binding_limit,
-            window_filter=keep,  # per weight window, whatever the token chunks
-            epilogue=fused,
-        )
-
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's
         selected kernel: how a case runs one weight through the real kernel."""
         ctx = StageContext(self, st, self.kernel(st), {}, GpuKVCache(0, [], []), range(x.shape[0]), False)
         return self.matmul(ctx, x, out, x.shape[0], 0, None)
-
-    def kernel_for_op(self, op: str, layer: int | None) -> Kernel:
-        return get_kernel(op, selected(self.variants, op, layer), self.adapter)
-
-    def default_dispatch(self, op: str, buffers: list, values: dict, workgroups: int, label: str) -> Dispatch:
-        """A dispatch of an op's correct kernel, whatever is selected (the GPU sampler's softmax)."""
-        kernel = get_kernel(op, "default", self.adapter)
-        source = kernel.source()
-        pipe = self.pipeline(op, source, f"{op}/default")
-        u = uniform_bytes(self.gpu, OPS[op].params.pack(source, values))
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), label)
 
     # ----- planning one pass (labkit.gpu.planner)
     def plan(self, ids: list[int], cache: GpuKVCache, last_logits_only: bool = False, **how) -> list[StagePlan]:
@@ -473,13 +344,3 @@ class GpuExecutor:
         if T >= scratch_regions.STREAM_MIN_TOKENS and not debug and not patch and not stepped:
             return set(), {st.name for st in self.graph} if names is None else set(names)
         return (None if names is None or debug else set(names) | set(patch)), None
-
-
-LONG_PROMPT_HINT = (
-    ' Capture less: lab.run(prompt, positions="last") computes and reads the logits of the last position only,'
-    " and names=[...] / layers=[...] leave other stages out; or run a shorter prompt."
-)
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"

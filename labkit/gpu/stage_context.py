@@ -25,7 +25,7 @@ class StageContext:
 
     def __init__(
         self,
-        ex: Any,  # the GpuExecutor
+        ex: Any,  # its host (labkit.gpu.stage_host): the executor, or the op harness
         st: Stage,
         kernel: Kernel,
         regions: dict,
@@ -48,7 +48,7 @@ class StageContext:
     def output(self, shape: tuple[int, ...]) -> Region:
         st = self.stage
         if st.kv_write:  # this layer's cache, from position n_past on
-            return Region(self.cache(st.kv_write), self.n_past * self.ex.cfg.kv_dim, shape)
+            return Region(self.cache(st.kv_write), self.n_past * shape[-1], shape)  # rows of kv_dim
         return self.ex.region(st, shape, self.shape, self.scratch)
 
     def cache(self, kind: str) -> wgpu.GPUBuffer:
@@ -61,8 +61,7 @@ class StageContext:
         return Rows(buffer, offset, stride, width, rows)
 
     def token_rows(self, name: str) -> Region:
-        rows = self.ex.embed_input(self.ids, name)
-        return Region(rows, 0, (self.T, self.ex.gguf.tensors[name].n_cols))  # a cached buffer may be larger
+        return self.ex.token_rows(self.ids, name)
 
     def policy(self, family: str) -> Policy:
         return self.ex.policy(self.stage, family)

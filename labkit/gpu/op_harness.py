@@ -1,0 +1,115 @@
+"""One stage on the real device, over arrays: how a kernel is checked against its op's reference.
+
+`run_stage` plans one stage with its op's own `plan`, through the same `StageContext` the executor
+gives it, on a `CaseHost`: a StageHost (labkit.gpu.stage_host) whose inputs, weights and KV cache
+are a case's arrays instead of a GGUF file's tensors and a pass's regions. Buffers, pipelines,
+uniforms and matmul windows are built by the code that builds them in a real pass, so a kernel
+that passes here runs the same way in a model. Output regions start as NaN: an element the kernel
+never writes fails any comparison.
+
+tests/test_ops.py runs every op and variant through it on generated cases, and a user writing a
+kernel variant can do the same:
+
+    out = run_stage(StageCase(stage, [x], T=x.shape[0]), my_kernel)
+    ref = OPS[stage.op].reference(stage, inputs)  # the float64 side
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from labkit.gpu.device import GpuDevice, get_device
+from labkit.gpu.dispatch import encode
+from labkit.gpu.kv_cache import GpuKVCache
+from labkit.gpu.pass_plan import Region
+from labkit.gpu.repack import repack_weight
+from labkit.gpu.stage_context import StageContext
+from labkit.gpu.stage_host import STORAGE, StageHost
+from labkit.gpu.weights import GpuWeight, upload_weight
+from labkit.model.dequant import dequantize
+from labkit.model.graph import Stage
+from labkit.ops import OPS
+from labkit.ops.base import Kernel, PassShape
+
+
+@dataclass
+class StageCase:
+    """One stage's arrays: its inputs (in `stage.inputs` order), T new tokens after `n_past` cached
+    ones, weights as GGUF bytes (name -> (raw bytes, ggml type, (rows, cols))), the KV cache
+    ("k"/"v" -> [capacity, kv_dim]) and the token ids an embedding reads."""
+
+    stage: Stage
+    inputs: list[np.ndarray]
+    T: int
+    n_past: int = 0
+    weights: dict[str, tuple[np.ndarray, int, tuple[int, int]]] = field(default_factory=dict)
+    cache: dict[str, np.ndarray] = field(default_factory=dict)
+    ids: np.ndarray | None = None
+    window_bytes: int | None = None  # smaller weight windows, to cross window edges
+
+
+class CaseHost(StageHost):
+    """A StageHost over one case's arrays."""
+
+    def __init__(self, gpu: GpuDevice, case: Any, policies: dict[str, str] | None = None):
+        super().__init__(gpu, dict(policies or {}))
+        self.case = case
+
+    def array(self, a: np.ndarray) -> Any:
+        data = np.ascontiguousarray(a if a.size else np.zeros(1), dtype=np.float32).tobytes()
+        return self.device.create_buffer_with_data(data=data, usage=STORAGE)
+
+    def dequantized(self, name: str) -> np.ndarray:
+        raw, qtype, shape = self.case.weights[name]
+        return dequantize(np.asarray(raw), int(qtype), shape)
+
+    def matmul_weight(self, st: Stage, kernel: Kernel) -> GpuWeight:
+        raw, qtype, (n_rows, n_cols) = self.case.weights[st.weight]
+        if st.weight_rows:
+            raw, n_rows = raw[st.weight_rows[0] : st.weight_rows[1]], st.weight_rows[1] - st.weight_rows[0]
+        w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
+        if kernel.repack is not None:  # the layout the kernel reads, rewritten on the GPU first
+            w = repack_weight(self.gpu, w, kernel.repack(), self.binding_limit)
+        return w
+
+    def vector(self, name: str) -> Any:
+        return self.array(self.dequantized(name).ravel())
+
+    def token_rows(self, ids: Any, name: str) -> Region:
+        rows = self.dequantized(name)[np.asarray(ids)]
+        return Region(self.array(rows), 0, rows.shape)
+
+    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: Any = None) -> Region:
+        return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, OPS[st.op].layout)
+
+    def kv_cache(self) -> GpuKVCache:
+        """The case's K and V at the stage's layer (a cache of one layer's buffers)."""
+        layers = (self.case.stage.layer or 0) + 1
+        k, v = (self.case.cache.get(kind) for kind in "kv")
+        capacity = max((len(c) for c in (k, v) if c is not None), default=0)
+        return GpuKVCache(
+            capacity,
+            [self.array(k)] * layers if k is not None else [],
+            [self.array(v)] * layers if v is not None else [],
+            n_past=self.case.n_past,
+        )
+
+
+def run_stage(case: Any, kernel: Kernel, policies: dict[str, str] | None = None, gpu: GpuDevice | None = None):
+    """The GPU output of one stage under `kernel` (and dispatch `policies`, family -> name), read back
+    as a float32 array of the shape the op's plan gave it."""
+    gpu = gpu or get_device()
+    host = CaseHost(gpu, case, policies)
+    st = case.stage
+    regions = {name: Region(host.array(x), 0, x.shape) for name, x in zip(st.inputs, case.inputs)}
+    ids = case.ids if case.ids is not None else range(case.T)
+    ctx = StageContext(host, st, kernel, regions, host.kv_cache(), ids, False)
+    out = OPS[st.op].plan(st, ctx)
+    enc = gpu.device.create_command_encoder()
+    encode(enc, ctx.dispatches)
+    gpu.queue.submit([enc.finish()])
+    raw = gpu.queue.read_buffer(out.buffer, 4 * out.offset, 4 * out.size)
+    return np.frombuffer(raw, dtype=np.float32).reshape(out.shape)
