@@ -25,21 +25,23 @@ class Check:
     exercise: str
     passed: bool
     message: str
+    answered: bool = True  # False: the student cell still holds `answer = ...`
 
     def __str__(self) -> str:
-        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
+        mark = "✓" if self.passed else "✗" if self.answered else "○"
+        return f"{mark} {self.exercise}: {self.message}"
 
     __repr__ = __str__  # a notebook's text/plain and a terminal show the verdict, not the fields
 
     def _repr_html_(self) -> str:
-        color = "#2a7" if self.passed else "#c00"
+        color = "#2a7" if self.passed else "#c00" if self.answered else "#888"
         return f"<div class='labkit-check' style='color:{color}'><b>{html.escape(str(self))}</b></div>"
 
 
 def check(exercise: str, answer: Any, expected: Any, hint: str = "", tol: float | None = None) -> Check:
     """Compare an answer with the expected value (numbers within `tol` when given)."""
     if answer is Ellipsis:
-        return Check(exercise, False, "not answered yet: set `answer` in the cell above and run it")
+        return Check(exercise, False, "nothing written yet: write your answer in the cell above and run it", False)
     if tol is not None:
         try:
             a, b = np.asarray(answer, float), np.asarray(expected, float)

@@ -162,7 +162,10 @@ def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap) -> OpCase:
     cache = {"k": r.standard_normal((S + 2, KV * hd)), "v": r.standard_normal((S + 2, KV * hd))}
     params = {"n_heads": H, "n_kv_heads": KV, "head_dim": hd, "scale": 1 / np.sqrt(hd), "window": window,
               "softcap": cap}  # fmt: skip
-    shows = frozenset({"decode_uses_prefill"} if n_past else ())
+    shows = {"decode_uses_prefill"} if n_past else set()
+    if window and n_past + T > window:  # some query is `window` or more past a key
+        shows.add("window_off_by_one")
+    shows = frozenset(shows)
     label = f"T{T} past{n_past} H{H}/{KV} hd{hd} win{window} cap{cap}"
     if op == "attn_scores":
         st = Stage("s", "attn_scores", ("q", "k"), params=params, layer=0, kv_read=("k",))

@@ -143,6 +143,14 @@ OP = Op(
             _paths("attn_scores_prefill", "attn_scores_prefill", "attn_scores_prefill"),
             faulty=True,
         ),
+        Kernel(
+            "attn_scores",
+            "window_off_by_one",
+            "the sliding window keeps one key too many (> where >= was meant): diverges only on prompts "
+            "longer than a layer's window, and never on a model without one",
+            from_file("attn_scores_window_off_by_one"),
+            faulty=True,
+        ),
     ),
     per_step=True,
 )
