@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import re
 
+import nbformat
 import pytest
-from notebook_outputs import assert_outputs_match, assert_shippable, cell_text, errors, execute
+from notebook_outputs import (
+    ROOT,
+    assert_outputs_match,
+    assert_shippable,
+    cell_text,
+    errors,
+    execute,
+    with_worked_answers,
+)
 
 PLOTLY = "application/vnd.plotly.v1+json"
 LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants", "06_prefill_decode", "07_sampling"]
@@ -47,7 +56,7 @@ def test_lesson_runs_and_every_check_passes(lesson):
     assert len(results) >= 2, f"{name}: {len(results)} exercise checks"
     failed = [r for r in results if "✓" not in r or "✗" in r]
     assert not failed, f"{name}: {failed}"
-    # each exercise has its question, a (hidden) worked answer, and the check
+    # each exercise has its question, a (collapsed) worked answer, and the check
     answers = [c for c in nb.cells if c.id.endswith("-answer")]
     assert len(answers) == len(results) and all("solution" in c.metadata.get("tags", []) for c in answers)
 
@@ -57,6 +66,26 @@ def test_lesson_outputs_match_their_code(lesson):
     name, committed, nb = lesson
     assert_outputs_match(committed, nb)
     assert_shippable(name)
+
+
+@pytest.mark.parametrize("name", [*LESSONS, "05_sweeps"])
+def test_exercises_ship_unanswered_with_a_collapsed_worked_answer(name):
+    """As committed, each student cell is the stub and its check says plainly that nothing is written
+    yet; the worked answer follows the check, collapsed, and holds code the tests can run."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    cells = {c.id: c for c in nb.cells}
+    exercises = [c.id[: -len("-check")] for c in nb.cells if c.id.endswith("-check")]
+    assert len(exercises) >= 2, name
+    order = [c.id for c in nb.cells]
+    for ex in exercises:
+        student, check, answer = cells[f"{ex}-student"], cells[f"{ex}-check"], cells[f"{ex}-answer"]
+        assert student.source.startswith("answer = ...") and student.cell_type == "code", (name, ex)
+        shown = cell_text(check)
+        assert shown.startswith("○") and "nothing written yet" in shown, (name, ex, shown)
+        assert answer.cell_type == "markdown" and answer.source.startswith("<details>"), (name, ex)
+        assert "```python" in answer.source and "solution" in answer.metadata.get("tags", [])
+        assert order.index(f"{ex}-student") < order.index(f"{ex}-check") < order.index(f"{ex}-answer")
+    assert with_worked_answers(nb) == len(exercises)
 
 
 @pytest.mark.slow

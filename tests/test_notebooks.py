@@ -41,3 +41,13 @@ def test_sweeps_notebook_runs_on_a_local_cluster():
     assert any("image/png" in o.get("data", {}) for o in code["plots"].outputs)
     red = cell_text(code["reduce"])
     assert "64 -> 1 token in" in red and "(attn_norm)" in red, red  # SmolLM2 adds no BOS: one token is enough
+    # the window fault depends on the prompt's length: it shows from window + 1 = 7 tokens, and the
+    # reduction of 32 tokens keeps 7 (any 7), diverging in layer 0's scores
+    lengths = cell_text(code["window-sweep"])
+    rows = [line.split() for line in lengths.splitlines()[1:] if line.strip()]
+    diverged = {int(r[1]): r[2] != "NaN" for r in rows}
+    assert diverged == {4: False, 6: False, 7: True, 8: True, 16: True, 32: True}, lengths
+    red_w = cell_text(code["window-reduce"])
+    assert "32 -> 7 tokens" in red_w and "blk.0.attn_scores" in red_w, red_w
+    checks = [cell_text(c) for i, c in code.items() if i.endswith("-check")]
+    assert len(checks) == 2 and all(t.startswith("✓") for t in checks), checks

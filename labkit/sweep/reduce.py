@@ -91,7 +91,7 @@ def reduce_prompt(
         if not first["diverged"]:
             raise InvalidArgumentError(f"the whole prompt does not diverge against {against}: nothing to reduce")
         kind = first["first_divergence_kind"]
-        red = Reduction(model, ids, lab.detokenize(ids), first["first_divergence"], kind, ids, tested=1)
+        red = Reduction(lab.name, ids, lab.detokenize(ids), first["first_divergence"], kind, ids, tested=1)
         n = 2
         while len(body) >= 2:
             cands = ddmin_round(body, n)
