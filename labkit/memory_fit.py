@@ -74,22 +74,24 @@ class MemoryFit:
             cache.shrink_to(plan.room)
 
     def weights(self, T: int, last_only: bool) -> None:
-        """GPU weights at their file size when the repacked layout (int8, or Q6_K's padded blocks)
-        would not fit the budget with the smallest capture (the raw-bytes kernels read them: slower
-        on lavapipe), said once."""
+        """GPU weights narrower when the repacked layouts (int8, Q6_K's padded blocks) would not fit the
+        budget with the smallest capture: first each format's blocks layout where it has one (near its
+        GGUF width; slower than int8 on lavapipe for the legacy formats), then GGUF bytes for every
+        weight (the raw-bytes kernels: slower still). Said once."""
         ex = self.lab.executor
         if ex.weight_layout != "repacked" or self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
             return
-        ex.weight_layout = "gguf"
-        if not self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
-            ex.weight_layout = "repacked"  # neither fits: the plan's error names the parts
-            return
-        warnings.warn(
-            f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.lab.budget.nbytes)}; the "
-            "weights stay as GGUF bytes, read by the raw-bytes kernels (slower on lavapipe). A larger memory= "
-            "budget gives the repacked layout.",
-            MemoryBudgetWarning, stacklevel=4,
-        )  # fmt: skip
+        for layout, how in (("blocks", "in their formats' blocks layouts, near their GGUF width"),
+                            ("gguf", "as GGUF bytes, read by the raw-bytes kernels")):  # fmt: skip
+            ex.weight_layout = layout
+            if self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+                warnings.warn(
+                    f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.lab.budget.nbytes)}; "
+                    f"the weights stay {how} (slower on lavapipe). A larger memory= budget gives the repacked layout.",
+                    MemoryBudgetWarning, stacklevel=4,
+                )  # fmt: skip
+                return
+        ex.weight_layout = "repacked"  # none fits: the plan's error names the parts
 
     def capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
         """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,

@@ -227,34 +227,41 @@ def test_memory_table_and_cli_info(tiny, capsys):
     assert capsys.readouterr().err.startswith("labkit: error: memory=")
 
 
-def test_gpu_weights_stay_gguf_bytes_when_the_repacked_layout_does_not_fit(tiny_model, monkeypatch):
-    """Q4_0 repacked to int8 takes 1.25 bytes a value, its GGUF bytes 0.5625: a budget between the
-    two keeps the GGUF bytes (the raw-bytes kernels read them), says so once, and computes the same.
-    (Q4_K, Q5_K and Q6_K default to the blocks layout, at their GGUF width: see the test below.)"""
+def test_gpu_weights_narrow_tier_by_tier_when_the_repacked_layout_does_not_fit(tiny_model, monkeypatch):
+    """Q4_0 repacked to int8 takes 1.25 bytes a value; its grouped blocks and its GGUF bytes 0.5625
+    (the blocks' textures are padded to whole texture rows). A budget below the repacked plan keeps
+    the blocks layout (its own drivers), one below that the GGUF bytes (the raw-bytes kernels); each
+    is said once, and each computes what the repacked layout computes."""
     import labkit.memory_fit
 
     monkeypatch.setattr(labkit.memory_fit, "resident_bytes", lambda: 10**8)  # a steady process baseline
-    tiny = tiny_model("llama", "Q4_0")
+    tiny = tiny_model("llama", "Q4_0", d_model=1024, d_ff=4096, n_heads=8, n_kv_heads=4, head_dim=128, vocab=2048)
     ids = PROMPT
     want = labkit.open(tiny).run(ids, names=["logits"])["logits"]
-    lab = labkit.open(tiny, memory="1TB")
-    ex = lab.executor
-    plan = lab.memory(tokens=len(ids), capture=["logits"], engine="gpu")
-    repacked, repacked_weights = plan.total(), next(p.nbytes for p in plan.parts if p.part == "weights")
-    ex.weight_layout = "gguf"
-    raw = lab.memory(tokens=len(ids), capture=["logits"], engine="gpu")
-    ex.weight_layout = "repacked"
-    assert raw.total() < repacked
-    lab.budget = replace(lab.budget, nbytes=(raw.total() + repacked) // 2)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        got = lab.run(ids, names=["logits"])["logits"]
-    assert [str(x.message) for x in w if issubclass(x.category, MemoryBudgetWarning)][0].count("GGUF bytes") == 1
-    assert ex.weight_layout == "gguf" and "GGUF bytes" in lab.kernels()["q"]["why"]
-    assert lab.kernels()["q"]["kernel"] == "row"
-    weights = next(p for p in lab.memory(tokens=len(ids), engine="gpu").parts if p.part == "weights")
-    assert weights.detail == "GGUF bytes" and weights.nbytes < 0.6 * repacked_weights
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    probe = labkit.open(tiny, memory="1TB")
+    totals, weights = {}, {}
+    for layout in ("repacked", "blocks", "gguf"):
+        probe.executor.weight_layout = layout
+        plan = probe.memory(tokens=len(ids), capture=["logits"], engine="gpu")
+        totals[layout], weights[layout] = plan.total(), next(p.nbytes for p in plan.parts if p.part == "weights")
+    assert totals["gguf"] < totals["blocks"] < totals["repacked"], totals
+    assert weights["blocks"] < 0.6 * weights["repacked"], weights
+    tiers = [
+        ((totals["blocks"] + totals["repacked"]) // 2, "blocks", "blocks", "blocks layouts"),
+        ((totals["gguf"] + totals["blocks"]) // 2, "gguf", "row", "GGUF bytes"),
+    ]
+    for budget, layout, kernel, said in tiers:
+        lab = labkit.open(tiny, memory="1TB")
+        lab.budget = replace(probe.budget, nbytes=budget)  # the baseline the totals were planned on
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            got = lab.run(ids, names=["logits"])["logits"]
+            lab.run(ids, names=["logits"])
+        told = [str(x.message) for x in w if issubclass(x.category, MemoryBudgetWarning)]
+        assert len(told) == 1 and said in told[0], told
+        assert lab.executor.weight_layout == layout and lab.kernels()["q"]["kernel"] == kernel, lab.kernels()["q"]
+        assert "memory budget" in lab.kernels()["q"]["why"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_k_quant_weights_stay_near_their_gguf_width(tiny_model):

@@ -17,6 +17,7 @@ from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, Policy
 from labkit.ops.registry import adapter_kind, get_kernel, get_policy, selected
+from labkit.ops.registry import variants as registered_variants
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,9 @@ class SelectionKey(NamedTuple):
 
     variants: tuple  # sorted (key, name) pairs of `lab.use`
     adapter_type: str  # "CPU", "DiscreteGPU", ...
-    weight_layout: str  # "repacked": the default layouts; "gguf": the raw-bytes kernels
+    # "repacked": the default layouts; "blocks": each format's blocks layout where it has one (near
+    # its GGUF width), else GGUF bytes; "gguf": the raw-bytes kernels
+    weight_layout: str
     registry: int  # the registry's generation (user variants registered)
 
 
@@ -52,7 +55,10 @@ def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, 
     if name != "default":
         key = f"blk.{st.layer}.{family}"
         why = f"selected ({key if key in variants else family})"
-    elif kernel.repack is not None and weight_layout == "gguf":
+    elif kernel.repack is not None and weight_layout == "blocks" and "blocks" in registered_variants().get(family, ()):
+        kernel = get_kernel(family, "blocks", adapter)
+        why = "default for weights kept near their GGUF width (the int8 layout does not fit the memory budget)"
+    elif kernel.repack is not None and weight_layout in ("blocks", "gguf"):
         kernel = get_kernel(family, "row", adapter)
         why = "default for weights kept as GGUF bytes (the repacked layout does not fit the memory budget)"
     elif kernel.prefer:

@@ -25,7 +25,7 @@ from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import encode
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region
-from labkit.gpu.repack import repack_weight
+from labkit.gpu.repack import layout_of, repack_weight, upload_blocks
 from labkit.gpu.stage_context import StageContext
 from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.weights import GpuWeight, upload_weight
@@ -70,8 +70,12 @@ class CaseHost(StageHost):
         raw, qtype, (n_rows, n_cols) = self.case.weights[st.weight]
         if st.weight_rows:
             raw, n_rows = raw[st.weight_rows[0] : st.weight_rows[1]], st.weight_rows[1] - st.weight_rows[0]
+        if kernel.repack is not None and layout_of(kernel.repack()).name == "blocks":  # as the weight store does
+            layout = layout_of(kernel.repack())
+            return upload_blocks(self.gpu, st.weight, np.asarray(raw), int(qtype), n_rows, n_cols, layout,
+                                 self.binding_limit, self.case.window_bytes)  # fmt: skip
         w = upload_weight(self.gpu, st.weight, raw, int(qtype), n_rows, n_cols, self.case.window_bytes)
-        if kernel.repack is not None:  # the layout the kernel reads, rewritten on the GPU first
+        if kernel.repack is not None:  # the int8 layout, rewritten on the GPU as the weight store does
             w = repack_weight(self.gpu, w, kernel.repack(), self.binding_limit)
         return w
 

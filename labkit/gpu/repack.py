@@ -18,7 +18,8 @@ Two layouts, told apart by the repack source (`layout_of`):
   raw), rows padded to a multiple of 4. Any integer format, through its block reader.
 - blocks (blocks_repack.wgsl): the GGUF blocks unchanged, each padded to whole 16-byte texels
   (BLOCK_TEXELS): Q4_K 144 bytes, Q5_K 176, Q6_K 224 for 210. Near the format's own width; read
-  by the format's own drivers (labkit.ops.matmul.BLOCK_DRIVERS).
+  by the format's own drivers (labkit.ops.matmul.BLOCK_DRIVERS). The legacy formats (Q8_0, Q4_0,
+  Q4_1, Q5_0) group 8 blocks by field instead (`group_by_field`, written from the host only).
 The windows are re-cut to fit one storage binding. Each new window remembers the GGUF window it came from (`part_of`): a
 dispatch policy that leaves out "the last window" (post-mortem 002) leaves out the same rows
 on either layout.
@@ -62,17 +63,18 @@ class RepackLayout:
 
     name: str  # "int8" or "blocks"
     group: int  # int8: values per (scale, offset); blocks: values per block (QK)
-    block_texels: int  # blocks: 16-byte texels per block; int8: 0
+    block_texels: int  # blocks: 16-byte texels per unit (a block, or a group of blocks); int8: 0
     block_bytes: int = 0  # blocks: the GGUF block's bytes
+    per_unit: int = 1  # blocks: GGUF blocks per unit (8: the legacy formats' groups, blocks_group.wgsl)
 
     @property
     def identity(self) -> bool:
         """Blocks that fill whole texels (Q4_K, Q5_K): the layout is the GGUF bytes, copied as they are."""
-        return self.block_texels > 0 and self.block_texels * SLOT_BYTES == self.block_bytes
+        return self.per_unit == 1 and self.block_texels > 0 and self.block_texels * SLOT_BYTES == self.block_bytes
 
     def row_bytes(self, K: int) -> int:
         if self.block_texels:
-            return K // self.group * self.block_texels * SLOT_BYTES
+            return -(-(K // self.group) // self.per_unit) * self.block_texels * SLOT_BYTES
         return K + 8 * (K // self.group)
 
     def window_bytes(self, n_rows: int, K: int) -> int:
@@ -101,7 +103,8 @@ def layout_of(source: str) -> RepackLayout:
     the memory plan asks it for every matmul stage of every pass (sources are cached strings)."""
     texels = wgsl_const(source, "BLOCK_TEXELS", 0)
     if texels:
-        return RepackLayout("blocks", wgsl_const(source, "QK", 1), texels, wgsl_const(source, "BLOCK_BYTES", 0))
+        return RepackLayout("blocks", wgsl_const(source, "QK", 1), texels, wgsl_const(source, "BLOCK_BYTES", 0),
+                            wgsl_const(source, "BLOCKS_PER_UNIT", 1))  # fmt: skip
     return RepackLayout("int8", wgsl_const(source, "GROUP", 0), 0)
 
 
@@ -127,6 +130,10 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
     per_window = min(limit, REPACK_BUFFER) // quad * 4
     if layout.identity:
         return _copy_weight(gpu, weight, layout, per_window)
+    if layout.per_unit > 1:
+        raise UnsupportedTensorTypeError(
+            f"{weight.name}: the grouped blocks layout of {weight.type_name} is written from the host (upload_blocks)"
+        )
     pipeline = compile_pipeline(gpu, source, label=f"repack {weight.type_name}")
     size = _padded(layout.window_bytes(per_window, K))
     staging = gpu.device.create_buffer(label=f"{weight.name} repack", size=size, usage=STORAGE)
@@ -168,7 +175,9 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
         for first in range(g0, min(g0 + gguf_rows, n_rows), per_window):
             n = min(per_window, g0 + gguf_rows - first, n_rows - first)
             part = blocks[first * row_blocks : (first + n) * row_blocks]
-            if not layout.identity:  # pad each block to whole texels
+            if layout.per_unit > 1:  # 8 blocks at a time, by field
+                part = group_by_field(part, n, row_blocks, int(ggml_type), layout)
+            elif not layout.identity:  # pad each block to whole texels
                 padded = np.zeros((part.shape[0], layout.block_texels * SLOT_BYTES), np.uint8)
                 padded[:, : part.shape[1]] = part
                 part = padded
@@ -181,6 +190,31 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
             windows.append(WeightWindow(texture.create_view(), first, n, index, nbytes))
     count = -(-n_rows // gguf_rows)
     return GpuWeight(name, int(ggml_type), n_rows, K, layout.row_bytes(K), windows, count)
+
+
+# the legacy formats' block fields, (first byte, end) in a GGUF block: the quants, then the fields
+# the grouped layout puts after them, in blocks_<fmt>.wgsl's order
+GROUP_FIELDS = {
+    GGMLQuantizationType.Q4_0: ((2, 18), (0, 2)),  # qs; d
+    GGMLQuantizationType.Q4_1: ((4, 20), (0, 2), (2, 4)),  # qs; d, m
+    GGMLQuantizationType.Q5_0: ((6, 22), (0, 2), (2, 6)),  # qs; d, qh
+    GGMLQuantizationType.Q8_0: ((2, 34), (0, 2)),  # qs; d
+}
+
+
+def group_by_field(blocks: np.ndarray, n_rows: int, row_blocks: int, ggml_type: int, layout: RepackLayout):
+    """Rows of GGUF blocks ([n_rows * row_blocks, block bytes]) in the grouped blocks layout: each row's
+    blocks in groups of 8 (the last filled up with zero blocks), each group as its 8 blocks' quants,
+    then each other field of the 8 blocks in turn. The same bytes, in whole texels."""
+    per = layout.per_unit
+    groups = -(-row_blocks // per)
+    rows = np.zeros((n_rows, groups * per, blocks.shape[1]), np.uint8)
+    rows[:, :row_blocks] = blocks.reshape(n_rows, row_blocks, -1)
+    rows = rows.reshape(n_rows, groups, per, -1)
+    fields = [rows[:, :, :, a:b].reshape(n_rows, groups, -1) for a, b in GROUP_FIELDS[GGMLQuantizationType(ggml_type)]]
+    out = np.concatenate(fields, axis=2)
+    assert out.shape[2] == layout.block_texels * SLOT_BYTES, (out.shape, layout)
+    return out.reshape(-1)
 
 
 def _gguf_window_rows(gpu: Any, row_bytes: int, window_bytes: int | None) -> int:

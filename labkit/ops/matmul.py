@@ -54,8 +54,19 @@ DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_ti
 INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
 # formats with drivers on the blocks layout: format -> (files composed before the driver, the
 # driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)
-BLOCK_DRIVERS = {"q4_k": (("blocks_q4_k",), "k"), "q5_k": (("blocks_q5_k",), "k"), "q6_k": ((), "q6_k")}
+BLOCK_DRIVERS = {
+    "q4_k": (("blocks_q4_k",), "k"),
+    "q5_k": (("blocks_q5_k",), "k"),
+    "q6_k": ((), "q6_k"),
+    # the legacy formats' 32-value blocks, 8 to a group laid out by field (blocks_group.wgsl)
+    "q8_0": (("blocks_group", "blocks_q8_0"), "group"),
+    "q4_0": (("blocks_group", "blocks_q4_0"), "group"),
+    "q4_1": (("blocks_group", "blocks_q4_1"), "group"),
+    "q5_0": (("blocks_group", "blocks_q5_0"), "group"),
+}
+GROUP_BLOCKS = 8  # GGUF blocks per group of the grouped blocks layout
 BLOCK_FORMATS = tuple(BLOCK_DRIVERS)
+BLOCKS_DEFAULT = ("q4_k", "q5_k", "q6_k")  # formats whose blocks kernel is the default on a CPU adapter
 MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
 
 
@@ -159,7 +170,11 @@ def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Ker
 
 
 def block_texels(fmt: str) -> int:
-    """16-byte texels per block in the blocks layout: the block's bytes rounded up."""
+    """16-byte texels per unit of the blocks layout: a K-quant's block, its bytes rounded up; a
+    legacy format's group of 8 blocks, the same bytes by field (blocks_group.wgsl)."""
+    if BLOCK_DRIVERS[fmt][1] == "group":
+        own = wgsl_file(f"blocks_{fmt}")
+        return GROUP_BLOCKS * wgsl_const(own, "QS_TEXELS", 0) + wgsl_const(own, "AUX_TEXELS", 0)
     return -(-wgsl_const(wgsl_file(f"quant_{fmt}"), "BLOCK_BYTES", 0) // 16)
 
 
@@ -176,7 +191,9 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
 @lru_cache(maxsize=16)
 def blocks_repack_source(fmt: str) -> str:
     """The repack into the blocks layout: the format's reader (QK, BLOCK_BYTES) and the copy."""
-    return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
+    per_unit = GROUP_BLOCKS if BLOCK_DRIVERS[fmt][1] == "group" else 1
+    head = f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\nconst BLOCKS_PER_UNIT: u32 = {per_unit}u;\n"
+    return head + source(fmt, "blocks_repack")
 
 
 def blocks_kernel(fmt: str, **kw) -> Kernel:
@@ -196,10 +213,11 @@ def _kernels() -> tuple[Kernel, ...]:
             doc = (
                 "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
             )
-            # where the format has blocks drivers they are the default: as fast on lavapipe, half the bytes
-            out.append(repacked_kernel(fmt, "repacked", doc, prefer=None if fmt in BLOCK_FORMATS else "cpu"))
+            # the K-quants' blocks drivers are the default: as fast on lavapipe, half the bytes; the legacy
+            # formats' grouped blocks are 8-27% slower there than int8 (measured), so int8 stays their default
+            out.append(repacked_kernel(fmt, "repacked", doc, prefer=None if fmt in BLOCKS_DEFAULT else "cpu"))
         if fmt in BLOCK_FORMATS:
-            out.append(blocks_kernel(fmt, prefer="cpu"))
+            out.append(blocks_kernel(fmt, prefer="cpu" if fmt in BLOCKS_DEFAULT else None))
         row_prefer = None if fmt in INTEGER_FORMATS else "cpu"
         out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
                           lambda shape, f=fmt: source(f), prefer=row_prefer))  # fmt: skip

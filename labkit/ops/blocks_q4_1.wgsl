@@ -1,0 +1,13 @@
+// Q4_1 in grouped blocks (blocks_group.wgsl): block i's 16 bytes of nibbles in texel i of its group,
+// the 8 blocks' d (f16) in texel 8 and their m (f16) in texel 9. value 4w + k is nibble k of word
+// w % 4 (low nibbles for w < 4): d * q + m. 5 bits a weight, as in the file.
+const QS_TEXELS: u32 = 1u;
+const AUX_TEXELS: u32 = 2u;
+
+fn block_at(g: u32, i: u32, aux: Aux) -> Block {
+    return Block(slot(g + i), vec4<u32>(), half_of(aux[0], i), half_of(aux[1], i), 0u);
+}
+
+fn word(b: Block, w: u32) -> vec4<f32> {
+    return vec4<f32>(unpack4xU8((b.q0[w & 3u] >> (4u * (w / 4u))) & 0x0f0f0f0fu));
+}
