@@ -40,7 +40,7 @@ class Check:
 
 def check(exercise: str, answer: Any, expected: Any, hint: str = "", tol: float | None = None) -> Check:
     """Compare an answer with the expected value (numbers within `tol` when given)."""
-    if answer is Ellipsis:
+    if answer is Ellipsis or (isinstance(answer, tuple) and any(a is Ellipsis for a in answer)):
         return Check(exercise, False, "nothing written yet: write your answer in the cell above and run it", False)
     if tol is not None:
         try:

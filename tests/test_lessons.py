@@ -126,6 +126,7 @@ def test_walkthrough_teaches_each_stage_and_keeps_its_tools():
     assert "first divergence: blk.0.q_rope" in rope and "recomputed from blk.0.q_rope" in rope, rope
     assert plotly_outputs(cells["variants-rope"]) and plotly_outputs(cells["reference"])
     assert "first divergence: None" in cell_text(cells["variants-back"])
+    assert "same top-3 tokens in the same order: True" in cell_text(cells["variants-rope-top"])  # the prose says so
     assert "unwritten elements in the correct pass: 0" in cell_text(cells["debug-clean"])
     assert "unwritten per stage: {'logits': " in cell_text(cells["debug-lm-head"])
     debug_html = "".join(o["data"].get("text/html", "") for o in cells["debug-lm-head"].outputs if "data" in o)
