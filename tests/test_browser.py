@@ -187,8 +187,8 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
 
 
 def run_all(page, jupyter: str, name: str) -> None:
-    """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last cell's
-    output (failing fast, with the traceback, on a cell error)."""
+    """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last code cell's
+    output (failing fast, with the traceback, on a cell error); a worked answer (markdown) may end it."""
     page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb?reset")  # this notebook alone, no restored tabs
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     n_cells = len(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells)
@@ -210,7 +210,7 @@ def run_all(page, jupyter: str, name: str) -> None:
     page.wait_for_function(
         "() => { const o = [...document.querySelectorAll('.jp-OutputArea-output')]; "
         "if (o.some(e => e.innerText.includes('Traceback'))) return true; "
-        "const c = [...document.querySelectorAll('.jp-Notebook .jp-Cell')]; const last = c[c.length - 1]; "
+        "const c = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')]; const last = c[c.length - 1]; "
         "return last && last.querySelector('.jp-OutputArea-output'); }",
         timeout=600_000,
     )
@@ -352,6 +352,8 @@ def test_committed_notebook_shows_its_figures_and_widgets_before_running(jupyter
         page.wait_for_selector(".labkit-stage-explorer, .labkit-stage-explorer-still", timeout=120_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "children=(" not in text and "HBox(" not in text
-        assert page.locator(".labkit-check").count() == 5
+        nb = nbformat.read(ROOT / "notebooks" / "04_kernel_variants.ipynb", as_version=4)
+        shipped = sum(1 for c in nb.cells if c.id.endswith("-check"))  # each saying nothing is written yet
+        assert page.locator(".labkit-check").count() == shipped >= 2
         page.screenshot(path=str(ARTIFACTS / "saved-notebook.png"), full_page=False)
         browser.close()
