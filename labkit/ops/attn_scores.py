@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, from_file, wgsl_const, wgsl_file
+from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, compose, wgsl_const, wgsl_file
 
 PARAMS = Params(
     T="u32",
@@ -99,13 +99,25 @@ def shapes(stage) -> tuple[list[str], str]:
     )
 
 
-def _paths(prefill: str, decode: str, general: str = "attn_scores"):
+GENERAL = ("attn_scores", "attn_mask")  # the general kernel and its mask
+
+
+def _paths(prefill: str, decode: str, general: str | None = None):
+    """The kernel by pass shape: `prefill` for a fresh prompt, `decode` for one new token, and for
+    several new tokens after cached ones `general` (default: the general kernel and its mask)."""
+
     def pick(shape: PassShape) -> str:
         if shape.n_past == 0:
             return wgsl_file(prefill)
-        return wgsl_file(decode if shape.T == 1 else general)
+        if shape.T == 1:
+            return wgsl_file(decode)
+        return wgsl_file(general) if general else compose(*GENERAL)
 
     return pick
+
+
+def _general(shape: PassShape) -> str:
+    return compose(*GENERAL)
 
 
 ROLES = {
@@ -134,7 +146,7 @@ OP = Op(
             "prefill kernel for a fresh prompt, decode kernel for one new token",
             _paths("attn_scores_prefill", "attn_scores_decode"),
         ),
-        Kernel("attn_scores", "general", "one kernel for every pass shape (reads n_past)", from_file("attn_scores")),
+        Kernel("attn_scores", "general", "one kernel for every pass shape (reads n_past)", _general),
         Kernel(
             "attn_scores",
             "decode_uses_prefill",
@@ -148,7 +160,7 @@ OP = Op(
             "window_off_by_one",
             "the sliding window keeps one key too many (> where >= was meant): diverges only on prompts "
             "longer than a layer's window, and never on a model without one",
-            from_file("attn_scores_window_off_by_one"),
+            lambda shape: compose("attn_scores", "attn_mask_window_off_by_one"),
             faulty=True,
         ),
     ),

@@ -1,6 +1,7 @@
 // Attention scores, pre-softmax, masked: S[h, t, s] = scale * q[t, h] · k[s, h / (n_heads/n_kv_heads)]
 // Query t sits at position n_past + t. Key s is masked (-inf) when s > n_past + t (causal) or,
-// with a sliding window w > 0, when (n_past + t) - s >= w (llama.cpp's rule).
+// with a sliding window w > 0, when (n_past + t) - s >= w (llama.cpp's rule): `masked`, from
+// attn_mask.wgsl, composed after this file (a faulty mask file makes the window_off_by_one variant).
 // Interface: @binding(0) Q: array<f32> [T, n_heads*head_dim]
 //            @binding(1) K: array<f32> [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache)
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
@@ -19,8 +20,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let t = (idx / P.n_keys) % P.T;
     let h = idx / (P.n_keys * P.T);
     let qpos = P.n_past + t;
-    let masked = s > qpos || (P.window > 0u && qpos - s >= P.window);
-    if (masked) { S[idx] = bitcast<f32>(0xff800000u); return; }
+    if (masked(qpos, s)) { S[idx] = bitcast<f32>(0xff800000u); return; }
     let kvh = h / (P.n_heads / P.n_kv_heads);
     let qb = t * P.n_heads * P.head_dim + h * P.head_dim;
     let kb = s * P.n_kv_heads * P.head_dim + kvh * P.head_dim;
