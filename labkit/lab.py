@@ -343,6 +343,7 @@ class Lab:
             cache, reuse = last[1], Reuse.rerun(last[2])
         else:
             cache, reuse = ex.new_cache(len(ids)), Reuse.objects("run")
+        self._last_pass = None  # kept again only when this pass succeeds: a failed one leaves nothing to rerun
         res = ex.run_pass(
             ids,
             cache,

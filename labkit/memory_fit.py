@@ -16,6 +16,13 @@ from typing import Any
 from labkit.errors import MemoryBudgetWarning
 from labkit.model.memory import MemoryPart, MemoryPlan, capture_fallbacks, gb, reference_parts, resident_bytes
 
+# the GPU weights' layouts, widest first: what `MemoryFit.weights` narrows through
+WEIGHT_TIERS = ("repacked", "blocks", "gguf")
+TIER_WORDS = {
+    "blocks": "in their formats' blocks layouts, near their GGUF width",
+    "gguf": "as GGUF bytes, read by the raw-bytes kernels",
+}
+
 
 class MemoryFit:
     """The budget policy of one lab (`lab.fit`)."""
@@ -74,24 +81,26 @@ class MemoryFit:
             cache.shrink_to(plan.room)
 
     def weights(self, T: int, last_only: bool) -> None:
-        """GPU weights narrower when the repacked layouts (int8, Q6_K's padded blocks) would not fit the
-        budget with the smallest capture: first each format's blocks layout where it has one (near its
-        GGUF width; slower than int8 on lavapipe for the legacy formats), then GGUF bytes for every
-        weight (the raw-bytes kernels: slower still). Said once."""
+        """GPU weights narrower when the current layout would not fit the budget with the smallest
+        capture, a tier at a time (WEIGHT_TIERS): from the repacked layouts (int8, Q6_K's padded
+        blocks) to each format's blocks layout where it has one (near its GGUF width; slower than
+        int8 on lavapipe for the legacy formats), then to GGUF bytes for every weight (the raw-bytes
+        kernels: slower still). Said once per narrowing; a layout never widens again."""
         ex = self.lab.executor
-        if ex.weight_layout != "repacked" or self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
+        now = WEIGHT_TIERS.index(ex.weight_layout)
+        if now == len(WEIGHT_TIERS) - 1 or self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
             return
-        for layout, how in (("blocks", "in their formats' blocks layouts, near their GGUF width"),
-                            ("gguf", "as GGUF bytes, read by the raw-bytes kernels")):  # fmt: skip
+        for layout in WEIGHT_TIERS[now + 1 :]:
             ex.weight_layout = layout
             if self.plan(T, ["logits"], last_only, engines=("gpu",)).fits:
                 warnings.warn(
-                    f"labkit: the repacked GPU weights do not fit the memory budget of {gb(self.lab.budget.nbytes)}; "
-                    f"the weights stay {how} (slower on lavapipe). A larger memory= budget gives the repacked layout.",
+                    f"labkit: the GPU weights do not fit the memory budget of {gb(self.lab.budget.nbytes)} as they "
+                    f"are; they stay {TIER_WORDS[layout]} (slower on lavapipe). A larger memory= budget gives the "
+                    "repacked layout.",
                     MemoryBudgetWarning, stacklevel=4,
                 )  # fmt: skip
                 return
-        ex.weight_layout = "repacked"  # none fits: the plan's error names the parts
+        ex.weight_layout = WEIGHT_TIERS[now]  # none fits: the plan's error names the parts
 
     def capture(self, engine: str, T: int, names, last_only: bool = False) -> list[str] | None:
         """The capture a pass can hold: the one asked for (MemoryBudgetError if it does not fit), or,

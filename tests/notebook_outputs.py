@@ -2,9 +2,9 @@
 the code beside them: a notebook is executed again and each code cell's outputs are compared with
 the committed ones by kind, text and numbers, never pixels.
 
-Numbers are compared with a tolerance per kind (`number_kind`): timings, rates and speed ratios
-vary run to run and are not compared; sizes within 5%; percentages within 2 points; errors in
-scientific notation within a factor of 10; other decimals within 2% (or 2e-3); integers exactly
+Numbers are compared with a tolerance per kind (`number_kind`): timings and rates vary run to run
+and are not compared; sizes within 5%; percentages within 2 points; errors in scientific notation
+within half a decade; ratios (`12.3x`) and other decimals within 2% (or 2e-3); integers exactly
 below 1000 (layers, heads, positions, counts) and within 1% above (ranks among near-ties). So a
 committed notebook whose numbers the code no longer produces fails.
 
@@ -30,7 +30,7 @@ WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_BYTES = 2 * 1024 * 1024
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-_UNIT = re.compile(r"\s?(tok/s|it/s|[GMK]i?B/s|GFLOP/s|ms|µs|us|ns|s\b|min\b|x\b|×|[GMK]i?B\b|bytes\b|%)")
+_UNIT = re.compile(r"\s?(tok/s|it/s|[GMK]i?B/s|GFLOP/s|(?:ms|µs|us|ns|s|min)(?![\w-])|x\b|×|[GMK]i?B\b|bytes\b|%)")
 _URL = re.compile(r"\b(?:https?|tcp|inproc)://\S+|\b\d+\.\d+\.\d+\.\d+(?::\d+)?")  # addresses, ports
 _WORKED = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
 _PATH = re.compile(r"(?<![\w.])/[\w.+-]+(?:/[\w.+-]+)+")  # temporary dirs and the checkout differ per run
@@ -116,7 +116,9 @@ def number_kind(m: re.Match, text: str) -> str:
             return "percent"
         if u.endswith("B") or u == "bytes":
             return "size"
-        return "timing"  # durations, rates and speed ratios (x, ×)
+        if u in ("x", "×"):
+            return "ratio"  # of errors or sizes in these notebooks (no speed ratio is printed in one)
+        return "timing"  # durations and rates
     if "e" in m.group().lower():
         return "error"
     return "decimal" if "." in m.group() else "integer"
@@ -134,8 +136,8 @@ def numbers_agree(a: float, b: float, kind: str) -> bool:
         small = 1e-12
         if abs(a) <= small or abs(b) <= small:
             return abs(a) <= 1e-9 and abs(b) <= 1e-9
-        return (a > 0) == (b > 0) and abs(math.log10(abs(a)) - math.log10(abs(b))) <= 1.0
-    if kind == "decimal":
+        return (a > 0) == (b > 0) and abs(math.log10(abs(a)) - math.log10(abs(b))) <= 0.5
+    if kind in ("decimal", "ratio"):
         return abs(a - b) <= max(2e-3, 0.02 * max(abs(a), abs(b)))
     # integers: exact below 1000, within 1% above
     return max(abs(a), abs(b)) >= 1000 and abs(a - b) <= 0.01 * max(abs(a), abs(b))

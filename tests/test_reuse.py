@@ -61,3 +61,18 @@ def test_same_prompt_rerun_then_debug_patch_and_stepped_passes_match_a_fresh_lab
     diff = np.abs(patched["logits"] - want["logits"]).max()
     assert patched["logits"].tobytes() == want["logits"].tobytes(), f"max diff {diff}"
     assert patched["logits"].tobytes() != first["logits"].tobytes()
+
+
+def test_a_failed_pass_of_the_kept_prompt_leaves_nothing_to_rerun(tiny_model):
+    """A patched pass of the kept prompt that fails (its patch raises) must not leave the kept pass
+    behind on a rewound cache: the next run of the prompt plans afresh and equals the first."""
+    lab = labkit.open(tiny_model("llama", "Q4_K"))
+    first = lab.run(IDS)
+
+    def broken(a, name):
+        raise RuntimeError("a student's patch")
+
+    with pytest.raises(RuntimeError, match="student"):
+        lab.run(IDS, patch={"blk.0.attn_norm": broken})
+    again = lab.run(IDS)
+    assert again["logits"].tobytes() == first["logits"].tobytes()
