@@ -10,7 +10,7 @@ fresh pages cost lavapipe time, so a pass reuses what earlier ones built, in one
   request gets the k-th buffer of last time. For short runs and generate's prefill.
 - `steps`: generate's decode steps keep every stage plan that still holds (labkit.gpu.replay).
 
-`fresh` plans and allocates everything. A caller names what it wants (`Reuse.rerun(previous)`,
+`FRESH` plans and allocates everything. A caller names what it wants (`Reuse.rerun(previous)`,
 `Reuse.objects("run")`, `Reuse.steps()`); `Reuse.within` cuts that down to what the pass can take,
 in this one place:
 
@@ -40,10 +40,6 @@ class Reuse:
     role: str = ""  # objects: whose plan cache ("run", "prefill")
 
     @staticmethod
-    def fresh() -> Reuse:
-        return Reuse()
-
-    @staticmethod
     def rerun(previous: Any) -> Reuse:
         return Reuse("rerun", previous=previous)
 
@@ -58,13 +54,13 @@ class Reuse:
     def within(self, T: int, debug: bool, patched: bool, stepped: bool) -> Reuse:
         """This reuse, or what of it a pass of T tokens with these settings can take."""
         if stepped:
-            return Reuse()
+            return FRESH
         if self.kind == "rerun" and (debug or patched or not self.previous.reusable):
-            return Reuse()
+            return FRESH
         if self.kind == "steps" and (debug or patched):
-            return Reuse()
+            return FRESH
         if self.kind == "objects" and T >= scratch.STREAM_MIN_TOKENS:
-            return Reuse()
+            return FRESH
         return self
 
     def scope(self, executor: Any, key: tuple) -> AbstractContextManager:

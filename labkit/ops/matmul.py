@@ -190,10 +190,12 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
 
 @lru_cache(maxsize=16)
 def blocks_repack_source(fmt: str) -> str:
-    """The repack into the blocks layout: the format's reader (QK, BLOCK_BYTES) and the copy."""
-    per_unit = GROUP_BLOCKS if BLOCK_DRIVERS[fmt][1] == "group" else 1
-    head = f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\nconst BLOCKS_PER_UNIT: u32 = {per_unit}u;\n"
-    return head + source(fmt, "blocks_repack")
+    """The blocks layout's source: the format's reader (QK, BLOCK_BYTES) and the copy kernel; for the
+    grouped legacy formats only the layout's constants (written from the host, never on the GPU)."""
+    if BLOCK_DRIVERS[fmt][1] == "group":  # no GPU kernel: the host groups the fields (repack.group_by_field)
+        head = f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\nconst BLOCKS_PER_UNIT: u32 = {GROUP_BLOCKS}u;\n"
+        return head + compose("common", f"quant_{fmt}")
+    return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
 
 
 def blocks_kernel(fmt: str, **kw) -> Kernel:
