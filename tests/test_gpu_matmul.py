@@ -25,6 +25,7 @@ from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import GROUP_FIELDS, layout_of, repack_weight, repacked_bytes, upload_blocks
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
+from labkit.model.quant_formats import FORMATS_LIST, QUANT_FORMATS
 from labkit.ops.base import PassShape, wgsl_const
 from labkit.ops.glu import ACT_CODES, ACTIVATIONS
 from labkit.ops.matmul import (
@@ -47,17 +48,7 @@ Q = GGMLQuantizationType
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
-# byte offsets of the f16 fields in each block (scales that must be finite, non-NaN)
-F16_FIELDS = {
-    Q.Q8_0: (0,),
-    Q.Q4_0: (0,),
-    Q.Q4_1: (0, 2),
-    Q.Q5_0: (0,),
-    Q.Q4_K: (0, 2),
-    Q.Q5_K: (0, 2),
-    Q.Q6_K: (208,),
-}
-FORMATS = [Q.F32, Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+FORMATS = [f.qtype for f in FORMATS_LIST]  # every GGUF type labkit reads (model/quant_formats.py)
 
 
 @pytest.fixture(scope="module")
@@ -72,17 +63,10 @@ def random_halves(rng: np.random.Generator, n: int, scale: float = 0.05) -> np.n
 
 
 def random_weight(rng: np.random.Generator, qtype: Q, n_rows: int, n_cols: int) -> np.ndarray:
-    """Fresh random GGUF bytes for a [n_rows, n_cols] tensor, flat uint8."""
-    block, size = GGML_QUANT_SIZES[qtype]
-    if qtype == Q.F32:
-        return rng.standard_normal(n_rows * n_cols).astype(np.float32).view(np.uint8)
-    if qtype == Q.F16:
-        return random_halves(rng, n_rows * n_cols, 1.0).view(np.uint8)
-    n_blocks = n_rows * n_cols // block
-    raw = rng.integers(0, 256, (n_blocks, size), dtype=np.uint8)
-    for off in F16_FIELDS[qtype]:
-        raw[:, off : off + 2] = random_halves(rng, n_blocks).view(np.uint8).reshape(-1, 2)
-    return raw.reshape(-1)
+    """Fresh random valid GGUF bytes for a [n_rows, n_cols] tensor, flat uint8 (the format record's
+    writer: random quants, finite scales)."""
+    fmt = QUANT_FORMATS[qtype]
+    return fmt.random_blocks(rng, n_rows * n_cols // fmt.block_size, 1.0 if fmt.kind == "float" else 0.05).reshape(-1)
 
 
 def oracles(raw: np.ndarray, qtype: Q, n_rows: int, n_cols: int) -> list[tuple[str, np.ndarray]]:
@@ -452,10 +436,14 @@ def test_upload_windows(gpu, tmp_path):
 
 
 def test_unsupported_type(gpu):
+    """Q8_K is ggml's internal activation type: no file stores weights in it, gguf.quants does not
+    dequantize it, so labkit has no record and no kernel for it."""
     with pytest.raises(UnsupportedTensorTypeError):
-        matmul_source(int(Q.Q2_K))
-    raw = np.zeros(84, np.uint8)  # one Q2_K block
-    w = upload_weight(gpu, "w", raw, int(Q.Q2_K), 1, 256)
+        matmul_source(int(Q.Q8_K))
+    with pytest.raises(UnsupportedTensorTypeError):
+        upload_weight(gpu, "w", np.zeros(292, np.uint8), int(Q.Q8_K), 1, 256)
+    w = upload_weight(gpu, "w", np.zeros(84, np.uint8), int(Q.Q2_K), 1, 256)
+    w.ggml_type = int(Q.Q8_K)  # a weight that got past the upload check still gets a typed error
     with pytest.raises(UnsupportedTensorTypeError):
         prepare_matmul(gpu, w, storage(gpu, np.zeros(256)), storage(gpu, np.zeros(1)), 1)
 

@@ -95,18 +95,6 @@ def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, tmp_path):
         assert np.array_equal(got, want.astype(dtype), equal_nan=True), f"{qtype.name}: cache differs from gguf.quants"
 
 
-@pytest.mark.parametrize("name", ["IQ4_NL", "IQ4_XS", "IQ3_S", "IQ2_XXS", "TQ1_0", "TQ2_0", "MXFP4", "Q2_K", "Q3_K"])
-def test_gguf_quants_dequantizes_the_other_types_to_float32_too(name):
-    """The types labkit does not read yet also come out of gguf.quants as float32: the float32
-    cache will hold them exactly once they are read."""
-    if not hasattr(T, name):
-        pytest.skip(f"gguf has no {name}")
-    qtype = T[name]
-    block, size = GGML_QUANT_SIZES[qtype]
-    raw = np.random.default_rng(7).integers(0, 256, size=(4, size), dtype=np.uint8)
-    assert oracle_dequantize(raw, qtype).dtype == np.float32
-
-
 # ----------------------------------------------------------------- the streaming reference
 def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
     """float32 held, the biggest weights streamed in row chunks, least recently used evicted: the

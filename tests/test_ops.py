@@ -21,9 +21,11 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from labkit.gpu.op_harness import run_stage
 from labkit.model.graph import Stage
+from labkit.model.quant_formats import FORMATS_LIST
 from labkit.model.tiny import encode_tensor
 from labkit.ops import OPS, attn_scores, softmax
 from labkit.ops.base import Kernel
+from labkit.ops.matmul import FAULTY_READERS
 from labkit.ops.registry import get_kernel, get_policy
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
@@ -107,14 +109,22 @@ def cases_rmsnorm() -> list[OpCase]:
     return out
 
 
+FAULTS_BY_FORMAT = {fmt: frozenset(n for f, n, _ in FAULTY_READERS if f == fmt) for fmt, _, _ in FAULTY_READERS}
+
+
 def cases_matmul() -> list[OpCase]:
+    """Every GGUF type labkit reads, at a decode step (T = 1: the matvec drivers) and a prefill (the
+    tiled ones), K two blocks wide (or 512), rows past a quad; its faulty readers must show on both."""
     r, out = _rng("matmul"), []
-    for T, K, N, wt in ((1, 256, 67, "F32"), (9, 512, 130, "Q8_0"), (5, 256, 33, "Q4_K"), (3, 512, 70, "Q6_K")):
-        w: dict = {}
-        name = _weight(r, w, "w.weight", N, K, wt)
-        st = Stage("y", "matmul", ("x",), name, params={"out": N, "in": K, "width": N})
-        exposes = frozenset({"mins_added"} if wt == "Q4_K" else ())
-        out.append(OpCase(f"{wt} T{T} K{K} N{N}", st, [r.standard_normal((T, K))], T, weights=w, exposes=exposes))
+    for fmt in FORMATS_LIST:
+        K = max(2 * fmt.block_size, 256 if fmt.block_size < 256 else 512)
+        for T, N in ((1, 67), (9, 130)):
+            w: dict = {}
+            name = _weight(r, w, "w.weight", N, K, fmt.type_name)
+            st = Stage("y", "matmul", ("x",), name, params={"out": N, "in": K, "width": N})
+            exposes = FAULTS_BY_FORMAT.get(fmt.name, frozenset())
+            x = r.standard_normal((T, K))
+            out.append(OpCase(f"{fmt.type_name} T{T} K{K} N{N}", st, [x], T, weights=w, exposes=exposes))
     # the unembedding: its weight in row windows (a small window size), the lm_head policy applies
     w = {}
     name = _weight(r, w, "head.weight", 200, 64, "Q8_0")
@@ -345,6 +355,23 @@ def test_every_op_and_variant_has_cases():
         for family, name, kind in _variants(op):
             if _faulty(family, name, kind):
                 assert name in exposed, f"{op}: faulty {family}/{name} is exposed by no case"
+
+
+def test_every_weight_format_has_cases_on_every_driver():
+    """Coverage of formats: each kernel of every GGUF type's matmul family (each layout its record
+    lists, and its faulty readers) runs on a generated decode case (T = 1: matvec) and a prefill
+    case (tiled), as test-backend-ops loops over all types."""
+    cases = CASES["matmul"]()
+    for fmt in FORMATS_LIST:
+        mine = [
+            c for c in cases if OPS["matmul"].family_of(c.stage, lambda w, c=c: c.weights[w][1]) == f"matmul_{fmt.name}"
+        ]
+        assert {c.T == 1 for c in mine} == {True, False}, f"{fmt.type_name}: needs a decode and a prefill case"
+        kernels = {k.name for k in OPS["matmul"].kernels if k.family == f"matmul_{fmt.name}"}
+        assert set(fmt.layouts) <= kernels, f"{fmt.type_name}: a layout without its kernel"
+        for name in kernels:
+            params = [p for p in _params() if p.values[2] == f"matmul_{fmt.name}" and p.values[3] == name]
+            assert {p.values[1].T == 1 for p in params} == {True, False}, f"{fmt.type_name}/{name}: {len(params)} cases"
 
 
 def test_a_user_case_runs_through_the_op_harness():

@@ -28,6 +28,7 @@ class Dispatch:
     bind_group: Any
     workgroups: tuple[int, int, int]
     label: str = ""
+    tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:
@@ -101,6 +102,8 @@ def encode(encoder: Any, dispatches: list[Dispatch], label: str = "", timestamp_
     for d in dispatches:
         cpass.set_pipeline(d.pipeline)
         cpass.set_bind_group(0, d.bind_group)
+        if d.tables is not None:
+            cpass.set_bind_group(1, d.tables)
         cpass.dispatch_workgroups(*d.workgroups)
     cpass.end()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
 from labkit.gpu.dispatch import Dispatch, bind, grid, uniform_bytes
+from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import TEXTURE_DIM, Rows, fill_texture
 from labkit.gpu.weights import GpuWeight
@@ -219,7 +220,7 @@ def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, e
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{format_name(weight.ggml_type)}")
     rows_per_wg, tokens_per_wg = driver_geometry(source)
     (x_stride, y_stride), (extra, extra_values) = strides, epilogue
-    out = []
+    tables, out = tables_bind_group(gpu, pipeline, source), []
     for w in windows:
         for c in chunks:
             values = dict(K=weight.n_cols, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset,
@@ -229,5 +230,5 @@ def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, e
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
             label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={sum(c.n for c in chunks)}"
             label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""
-            out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label))
+            out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label, tables))
     return out

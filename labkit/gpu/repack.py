@@ -37,6 +37,7 @@ from gguf import GGMLQuantizationType
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
+from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import GpuWeight, WeightWindow
 from labkit.ops.base import wgsl_const, wgsl_file
@@ -137,6 +138,7 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
     pipeline = compile_pipeline(gpu, source, label=f"repack {weight.type_name}")
     size = _padded(layout.window_bytes(per_window, K))
     staging = gpu.device.create_buffer(label=f"{weight.name} repack", size=size, usage=STORAGE)
+    tables = tables_bind_group(gpu, pipeline, source)
     windows = []
     for index, src in enumerate(weight.windows):
         for first in range(0, src.n_rows, per_window):
@@ -146,7 +148,7 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
             n_wg = -(-layout.invocations(n, K) // 64)
             bg = bind(gpu, pipeline, [src.buffer, (staging, 0, layout.window_bytes(n, K)), params])
             enc = gpu.device.create_command_encoder(label=f"repack {label}")
-            encode(enc, [Dispatch(pipeline, bg, grid(n_wg), f"repack {label}")])
+            encode(enc, [Dispatch(pipeline, bg, grid(n_wg), f"repack {label}", tables)])
             nbytes = _padded(layout.window_bytes(n, K))
             texture = _copy_to_texture(gpu, enc, staging, nbytes, label)
             gpu.queue.submit([enc.finish()])

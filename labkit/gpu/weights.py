@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import wgpu
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from labkit.errors import GpuLimitError, TensorDataError, UnsupportedTensorTypeError
+from labkit.model.quant_formats import quant_format, type_label
 
 UPLOAD_CHUNK = 16 << 20
 
@@ -58,17 +59,13 @@ class GpuWeight:
 
 
 def row_bytes(ggml_type: int, n_cols: int) -> int:
-    """Bytes of one row of n_cols values in the given ggml type."""
-    try:
-        qtype = GGMLQuantizationType(ggml_type)
-        block, size = GGML_QUANT_SIZES[qtype]
-    except (ValueError, KeyError):
-        raise UnsupportedTensorTypeError(f"unknown ggml type {ggml_type}") from None
-    if n_cols % block:
-        raise UnsupportedTensorTypeError(
-            f"{qtype.name} rows hold blocks of {block} values; {n_cols} columns is not a multiple"
-        )
-    return n_cols // block * size
+    """Bytes of one row of n_cols values in the given ggml type (its QuantFormat record)."""
+    fmt = quant_format(ggml_type)
+    n = None if fmt is None else fmt.row_bytes(n_cols)
+    if n is None:
+        why = "labkit does not read it" if fmt is None else f"rows hold blocks of {fmt.block_size} values"
+        raise UnsupportedTensorTypeError(f"{type_label(ggml_type)}: {why}; {n_cols} columns")
+    return n
 
 
 def _upload(gpu: Any, buf: Any, src: np.ndarray) -> None:

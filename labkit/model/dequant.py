@@ -16,38 +16,34 @@ selected rows of a memory-mapped table, and bounding temporaries by decoding in 
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from labkit.errors import ModelFileError, UnsupportedTensorTypeError
+from labkit.model.quant_formats import QUANT_FORMATS, QuantFormat, quant_format, type_label
 
 T = GGMLQuantizationType
-SUPPORTED_TYPES = frozenset({T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K})
+SUPPORTED_TYPES = frozenset(QUANT_FORMATS)  # every type gguf.quants dequantizes (model/quant_formats.py)
 _CHUNK_BYTES = 8 << 20  # bytes of blocks decoded at once: bounds the temporaries (about 20x as floats)
 
 
-def _type_name(ggml_type: int) -> str:
-    try:
-        return f"{T(ggml_type).name} (ggml type {int(ggml_type)})"
-    except ValueError:
-        return f"unknown ggml type {ggml_type}"
-
-
-def _check_supported(ggml_type: int) -> None:
-    if ggml_type not in SUPPORTED_TYPES:
+def _check_supported(ggml_type: int) -> QuantFormat:
+    fmt = quant_format(ggml_type)
+    if fmt is None:
         names = ", ".join(T(t).name for t in sorted(SUPPORTED_TYPES))
-        raise UnsupportedTensorTypeError(f"cannot dequantize {_type_name(ggml_type)}; supported types: {names}")
+        raise UnsupportedTensorTypeError(f"cannot dequantize {type_label(ggml_type)}; supported types: {names}")
+    return fmt
 
 
 def row_bytes(ggml_type: int, n_cols: int) -> int:
     """Bytes of one row of `n_cols` values. Raises if `n_cols` is not a whole number of blocks."""
-    _check_supported(ggml_type)
-    block_size, type_size = GGML_QUANT_SIZES[T(ggml_type)]
-    if n_cols % block_size:
+    fmt = _check_supported(ggml_type)
+    n = fmt.row_bytes(n_cols)
+    if n is None:
         raise ModelFileError(
-            f"row of {n_cols} values is not a whole number of {_type_name(ggml_type)} blocks of {block_size}"
+            f"row of {n_cols} values is not a whole number of {type_label(ggml_type)} blocks of {fmt.block_size}"
         )
-    return n_cols // block_size * type_size
+    return n
 
 
 def row_table(raw: np.ndarray, ggml_type: int, n_cols: int) -> np.ndarray:
@@ -60,7 +56,7 @@ def row_table(raw: np.ndarray, ggml_type: int, n_cols: int) -> np.ndarray:
     raw = raw.reshape(-1)
     if n_row_bytes == 0 or raw.size % n_row_bytes:
         raise ModelFileError(
-            f"{raw.size} bytes is not a whole number of {_type_name(ggml_type)} rows "
+            f"{raw.size} bytes is not a whole number of {type_label(ggml_type)} rows "
             f"of {n_cols} values ({n_row_bytes} bytes each)"
         )
     return raw.reshape(-1, n_row_bytes)
@@ -89,7 +85,7 @@ def dequantize(raw: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.nd
     n_rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
     expected, got = n_rows * row_bytes(ggml_type, n_cols), np.asarray(raw).nbytes
     if got != expected:
-        raise ModelFileError(f"{_type_name(ggml_type)} tensor of shape {shape} needs {expected} bytes, got {got}")
+        raise ModelFileError(f"{type_label(ggml_type)} tensor of shape {shape} needs {expected} bytes, got {got}")
     return _decode(row_table(raw, ggml_type, n_cols), ggml_type, n_cols).reshape(shape)
 
 

@@ -18,12 +18,12 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize
 
+from labkit.model.quant_formats import QUANT_FORMATS
 from labkit.model.tiny import TinySpec, write_metadata
 
 Q = GGMLQuantizationType
 GAIN = 0.7  # weight std × sqrt(n_cols): a little under 1, so 32 random layers neither blow up nor die
 # byte offset of each f16 scale in a block; a K-quant's second field is its dmin
-_F16_AT = {Q.Q8_0: (0,), Q.Q5_0: (0,), Q.Q4_0: (0,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
 _FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}  # llama.cpp's, for rows not a multiple of 256
 
 
@@ -97,15 +97,9 @@ def unit_std(qtype: GGMLQuantizationType, rng: np.random.Generator) -> float:
 
 
 def random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, n_blocks: int, scale: float) -> np.ndarray:
-    """n_blocks random blocks of qtype, each with its f16 scale in [0.5, 1] × scale (a K-quant's dmin
-    7.5 times it, so the mean value is about zero)."""
-    block, size = GGML_QUANT_SIZES[qtype]
-    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
-    d = rng.uniform(0.5, 1.0, n_blocks) * scale
-    for k, off in enumerate(_F16_AT[qtype]):
-        f = (d * (7.5 if k else 1.0)).astype("<f2")
-        raw[:, off : off + 2] = f.view(np.uint8).reshape(n_blocks, 2)
-    return raw
+    """n_blocks random valid blocks of qtype, each block's scale in [0.5, 1] × scale (its record's
+    writer: a K-quant's min set to cancel its mean)."""
+    return QUANT_FORMATS[qtype].random_blocks(rng, n_blocks, scale)
 
 
 def write_shaped_model(path: str | Path, shape: Shape | str, n_layers: int | None = None, seed: int = 0) -> Path:

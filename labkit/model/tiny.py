@@ -11,17 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
-from gguf.quants import quantize
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import dequantize, quantize
+
+from labkit.model.quant_formats import QUANT_FORMATS
 
 Q = GGMLQuantizationType
-# Formats gguf.quants cannot quantize: write random blocks with sane f16 scales instead.
-_F16_FIELDS = {  # type → byte offsets of its f16 scale fields inside a block, and their magnitude
-    Q.Q4_K: ((0, 0.004), (2, 0.004)),
-    Q.Q5_K: ((0, 0.003), (2, 0.003)),
-    Q.Q6_K: ((208, 0.002),),
-    Q.Q2_K: ((80, 0.01), (82, 0.01)),
-}
 
 
 @dataclass(frozen=True)
@@ -45,25 +40,21 @@ class TinySpec:
     seed: int = 0
 
 
-def _random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, rows: int, cols: int) -> np.ndarray:
-    block, size = GGML_QUANT_SIZES[qtype]
-    raw = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
-    for off, mag in _F16_FIELDS[qtype]:
-        vals = (rng.uniform(0.5, 1.0, size=raw.shape[:2]) * mag).astype("<f2")
-        raw[:, :, off : off + 2] = vals.view(np.uint8).reshape(rows, cols // block, 2)
-    return raw.reshape(rows, -1)
-
-
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
-    """Values (float32 [rows, cols]) in the GGUF encoding of `type_name`; K-quants get random blocks."""
-    qtype = Q[type_name]
-    if qtype == Q.F32:
-        return values.astype(np.float32), qtype
-    if qtype == Q.F16:
-        return values.astype(np.float16), qtype
-    if qtype in _F16_FIELDS:
-        return _random_blocks(rng, qtype, *values.shape), qtype
-    return quantize(values.astype(np.float32), qtype), qtype
+    """Values (float32 [rows, cols]) in the GGUF encoding of `type_name`: quantized by gguf.quants where
+    it can (float, legacy and ternary types, MXFP4); random valid blocks of about the values' size for
+    the others (QuantFormat.random_blocks: K- and I-quants, NVFP4)."""
+    fmt = QUANT_FORMATS[Q[type_name]]
+    if fmt.qtype == Q.F32:
+        return values.astype(np.float32), fmt.qtype
+    if fmt.qtype == Q.F16:
+        return values.astype(np.float16), fmt.qtype
+    if fmt.quantizable:
+        return quantize(values.astype(np.float32), fmt.qtype), fmt.qtype
+    rows, cols = values.shape
+    unit = float(np.std(dequantize(fmt.random_blocks(rng, 64, 1.0), fmt.qtype)))
+    raw = fmt.random_blocks(rng, rows * cols // fmt.block_size, float(np.std(values)) / unit)
+    return raw.reshape(rows, -1), fmt.qtype
 
 
 def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:

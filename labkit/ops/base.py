@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from labkit.errors import KernelInterfaceError, UnknownVariantError
+from labkit.ops.quant_tables import tables_wgsl
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,10 @@ class PassShape:
 @cache
 def wgsl_file(name: str) -> str:
     """Text of labkit/ops/<name>.wgsl (kernels live beside the op that dispatches them); read once
-    per process, not once per dispatch."""
+    per process, not once per dispatch. `quant_tables` is generated from gguf.quants
+    (ops/quant_tables.py): the I-quant grids and FP4 values a block reader may index."""
+    if name == "quant_tables":
+        return tables_wgsl()
     try:
         return resources.files("labkit.ops").joinpath(f"{name}.wgsl").read_text()
     except FileNotFoundError:

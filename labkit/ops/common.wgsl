@@ -50,6 +50,17 @@ fn ibytes4(q: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xI8(q));
 }
 
+// Bits 0..3 of h moved to bit 4 of bytes 0..3: a 5-bit format's high bits (Q5_0, Q5_1).
+fn spread4(h: u32) -> u32 {
+    return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
+}
+
+// Bits 0..3 of `bits` as the signs of 4 values: +1 where clear, -1 where set (the I-quants).
+fn signs4(bits: u32) -> vec4<f32> {
+    let b = vec4<u32>(bits, bits >> 1u, bits >> 2u, bits >> 3u) & vec4<u32>(1u);
+    return 1.0 - 2.0 * vec4<f32>(b);
+}
+
 // Values 4j..4j+3 of a block, as the format's parts4 gives them: scale * q + offset.
 struct Parts4 {
     q: vec4<f32>,

@@ -23,6 +23,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from labkit.errors import UnsupportedTensorTypeError
+from labkit.model.quant_formats import BY_NAME, FORMATS_LIST
 from labkit.ops.base import Kernel, Op, Params, Policy, compose, wgsl_const, wgsl_file
 
 PARAMS = Params(
@@ -37,21 +38,12 @@ REPACK_PARAMS = Params(K="u32", rows="u32", row0="u32")
 EPILOGUE_PARAMS = Params(**PARAMS.fields, e_offset="u32", z_offset="u32", act="u32", y_first="u32")
 EPILOGUES = {"add": ("epilogue_add",), "glu": ("glu_act", "epilogue_glu")}  # op -> the files defining `epilogue`
 
-FORMATS = {
-    GGMLQuantizationType.F32: "f32",
-    GGMLQuantizationType.F16: "f16",
-    GGMLQuantizationType.Q8_0: "q8_0",
-    GGMLQuantizationType.Q4_0: "q4_0",
-    GGMLQuantizationType.Q4_1: "q4_1",
-    GGMLQuantizationType.Q5_0: "q5_0",
-    GGMLQuantizationType.Q4_K: "q4_k",
-    GGMLQuantizationType.Q5_K: "q5_k",
-    GGMLQuantizationType.Q6_K: "q6_k",
-}
+# ggml type -> kernel family suffix, for every type the GPU reads (model/quant_formats.py)
+FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
-INTEGER_FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # repackable to int8
+INTEGER_FORMATS = tuple(f.name for f in FORMATS_LIST if f.repacks)  # quants in int8 range: repackable
 # formats with drivers on the blocks layout: format -> (files composed before the driver, the
 # driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)
 BLOCK_DRIVERS = {
@@ -65,8 +57,8 @@ BLOCK_DRIVERS = {
     "q5_0": (("blocks_group", "blocks_q5_0"), "group"),
 }
 GROUP_BLOCKS = 8  # GGUF blocks per group of the grouped blocks layout
-BLOCK_FORMATS = tuple(BLOCK_DRIVERS)
-BLOCKS_DEFAULT = ("q4_k", "q5_k", "q6_k")  # formats whose blocks kernel is the default on a CPU adapter
+BLOCK_FORMATS = tuple(f.name for f in FORMATS_LIST if "blocks" in f.layouts)
+BLOCKS_DEFAULT = tuple(f.name for f in FORMATS_LIST if f.cpu_default == "blocks")  # the CPU default there
 MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
 
 
@@ -131,8 +123,10 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 def source(fmt: str, driver: str = "row", quant: str = "") -> str:
-    """The composed WGSL of one matmul kernel: common + quant_<fmt>[_<quant>] + the driver."""
-    return compose("common", f"quant_{fmt}" + (f"_{quant}" if quant else ""), DRIVERS.get(driver, driver))
+    """The composed WGSL of one matmul kernel: common + the format's generated tables (I-quant
+    grids, FP4 values) + quant_<fmt>[_<quant>] + the driver."""
+    reader = ["quant_tables"] * bool(BY_NAME[fmt].tables) + [f"quant_{fmt}" + (f"_{quant}" if quant else "")]
+    return compose("common", *reader, DRIVERS.get(driver, driver))
 
 
 def group_of(fmt: str) -> int:
@@ -207,33 +201,38 @@ def blocks_kernel(fmt: str, **kw) -> Kernel:
                   epilogue=lambda op: blocks_source(fmt, "matvec", op), **kw)  # fmt: skip
 
 
+# faulty block readers (quant_<fmt>_<name>.wgsl), each modeled on a real dequantization bug; they
+# live in the reader, so the weight is repacked with its fault
+FAULTY_READERS = (
+    ("q4_k", "mins_added", "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)"),
+    ("q3_k", "hmask_inverted", "Q3_K's high-bit mask read with its meaning inverted: a SET bit subtracts 4, where "
+     "ggml's '(hm & m) ? 0 : 4' subtracts it for a clear one"),
+    ("iq2_xxs", "signs_ignored", "IQ2_XXS's sign codes ignored: every value takes |grid| (positive)"),
+    ("tq2_0", "no_offset", "TQ2_0's ternary digits 0..2 used as they are, not shifted to -1..1 (d·t, not d·(t-1))"),
+    ("mxfp4", "e8m0_full", "MXFP4's E8M0 scale read as 2^(e-127) with the doubled E2M1 table: every value twice "
+     "its size (ggml's e8m0_to_fp32_half halves it)"),
+)  # fmt: skip
+
+REPACKED_DOC = "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
+
+
 def _kernels() -> tuple[Kernel, ...]:
+    """Each format's kernels, one per layout its record lists; the one its record names is the CPU
+    default (the K-quants' blocks: as fast on lavapipe as int8, half the bytes; the legacy formats'
+    grouped blocks were 8-27% slower there than int8, measured, so int8 stays theirs)."""
     out = []
-    for fmt in FORMATS.values():
-        fam = f"matmul_{fmt}"
-        if fmt in INTEGER_FORMATS:
-            doc = (
-                "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
-            )
-            # the K-quants' blocks drivers are the default: as fast on lavapipe, half the bytes; the legacy
-            # formats' grouped blocks are 8-27% slower there than int8 (measured), so int8 stays their default
-            out.append(repacked_kernel(fmt, "repacked", doc, prefer=None if fmt in BLOCKS_DEFAULT else "cpu"))
-        if fmt in BLOCK_FORMATS:
-            out.append(blocks_kernel(fmt, prefer="cpu" if fmt in BLOCKS_DEFAULT else None))
-        row_prefer = None if fmt in INTEGER_FORMATS else "cpu"
+    for f in FORMATS_LIST:
+        fam, fmt = f"matmul_{f.name}", f.name
+        cpu = {f.cpu_default: "cpu"}
+        if "repacked" in f.layouts:
+            out.append(repacked_kernel(fmt, "repacked", REPACKED_DOC, prefer=cpu.get("repacked")))
+        if "blocks" in f.layouts:
+            out.append(blocks_kernel(fmt, prefer=cpu.get("blocks")))
         out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
-                          lambda shape, f=fmt: source(f), prefer=row_prefer))  # fmt: skip
+                          lambda shape, f=fmt: source(f), prefer=cpu.get("row")))  # fmt: skip
         out.append(Kernel(fam, "wg_reduce", "one workgroup per row on the GGUF bytes, shared-memory reduction "
                           "(for real GPUs)", lambda shape, f=fmt: source(f, "wg_reduce"), prefer="gpu"))  # fmt: skip
-    out.append(
-        repacked_kernel(
-            "q4_k",
-            "mins_added",
-            "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)",
-            quant="mins_added",
-            faulty=True,
-        )
-    )
+    out += [repacked_kernel(fmt, name, doc, quant=name, faulty=True) for fmt, name, doc in FAULTY_READERS]
     return tuple(out)
 
 

@@ -16,7 +16,5 @@ fn parts4(bb: u32, j: u32) -> Parts4 {
     let q = read_u32(bb + 6u + 4u * (j & 3u));
     let lo = (q >> ((j >> 2u) * 4u)) & 0x0f0f0f0fu;
     let h = (qh >> (4u * j)) & 0xfu;  // bits 4j..4j+3 belong to values 4j..4j+3
-    // spread bit n of h to bit 4 of byte n
-    let hb = ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
-    return Parts4(bytes4(lo | hb) - 16.0, read_f16(bb), 0.0);
+    return Parts4(bytes4(lo | spread4(h)) - 16.0, read_f16(bb), 0.0);
 }

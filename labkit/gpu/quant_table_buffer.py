@@ -1,0 +1,29 @@
+"""QUANT_TABLES on the device: the I-quant grids and FP4 values (ops/quant_tables.py), written once
+per device and bound as group 1 by each kernel whose block reader indexes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import wgpu
+
+from labkit.gpu.dispatch import bind
+from labkit.ops.quant_tables import TABLE_GROUP, table_words
+
+_BUFFERS: dict[int, tuple[Any, Any]] = {}  # id(device) -> (device, buffer): the device kept alive with it
+
+
+def table_buffer(gpu: Any) -> Any:
+    """The device's QUANT_TABLES buffer, created on first use."""
+    key = id(gpu.device)
+    if key not in _BUFFERS:
+        buf = gpu.device.create_buffer_with_data(data=table_words(), usage=wgpu.BufferUsage.STORAGE)
+        _BUFFERS[key] = (gpu.device, buf)
+    return _BUFFERS[key][1]
+
+
+def tables_bind_group(gpu: Any, pipeline: Any, source: str) -> Any | None:
+    """Bind group 1 for a kernel whose source reads QUANT_TABLES; None for any other."""
+    if "QUANT_TABLES" not in source:
+        return None
+    return bind(gpu, pipeline, [table_buffer(gpu)], group=TABLE_GROUP)
