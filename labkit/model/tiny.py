@@ -57,11 +57,11 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
     return raw.reshape(rows, -1), fmt.qtype
 
 
-def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
-    """Write a synthetic model; returns the path."""
+def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec(), merges: list[str] = ()) -> Path:
+    """Write a synthetic model; returns the path. `merges`: llama.cpp's gpt2 loader wants at least one."""
     path = Path(path)
     w = GGUFWriter(str(path), spec.arch)
-    write_metadata(w, spec)
+    write_metadata(w, spec, merges=merges)
     _write_tensors(w, spec, np.random.default_rng(spec.seed))
     w.write_header_to_file()
     w.write_kv_data_to_file()
