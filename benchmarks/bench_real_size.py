@@ -82,14 +82,15 @@ print(json.dumps(out))
 """
 
 
-def shaped_file(name: str) -> Path:
+def shaped_file(name: str, mix: str = "Q4_K_M") -> Path:
+    """The shape's file in `mix` (Q4_K_M, or one GGUF type for every layer matrix), written once."""
     from labkit.model.shaped import write_shaped_model
 
-    path = CACHE / f"{name}.gguf"
+    path = CACHE / (f"{name}.gguf" if mix == "Q4_K_M" else f"{name}-{mix.lower()}.gguf")
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} (random weights, public shape)", file=sys.stderr)
-        write_shaped_model(path.with_suffix(".part"), name).rename(path)
+        write_shaped_model(path.with_suffix(".part"), name, mix=mix).rename(path)
     return path
 
 
@@ -102,8 +103,8 @@ def one(engine: str, path: Path, memory: str | None, lengths, decode: int, repea
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_shape(name: str, repeats: int, engines: set[str]) -> list[dict]:
-    plan, path = PLANS[name], shaped_file(name)
+def bench_shape(name: str, repeats: int, engines: set[str], mix: str = "Q4_K_M") -> list[dict]:
+    plan, path = PLANS[name], shaped_file(name, mix)
     L, dec = plan["lengths"], plan["decode"]
     runs = [("gpu", None, L, dec, repeats)]
     if plan.get("gpu_memory"):  # the GPU path under a budget near the file's size
@@ -149,12 +150,22 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(PLANS))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--engines", default="gpu,gpu_int8,reference,llamacpp,compare")
+    ap.add_argument("--mixes", default="Q4_K_M", help="Q4_K_M and/or GGUF types for every layer matrix (Q2_K,...)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
+    decode = {}
     for name in args.shapes.split(","):
-        rows = bench_shape(name, args.repeats, set(args.engines.split(",")))
-        (OUT / f"real-size-{name}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
-        print(table(name, rows, cpu_model()), flush=True)
+        for mix in args.mixes.split(","):
+            rows = bench_shape(name, args.repeats, set(args.engines.split(",")), mix)
+            tag = name if mix == "Q4_K_M" else f"{name}-{mix.lower()}"
+            (OUT / f"real-size-{tag}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
+            print(table(f"{name} {mix}", rows, cpu_model()), flush=True)
+            decode[name, mix] = {r["engine"]: r.get("decode_tok_s") for r in rows if not r.get("memory")}
+    for (name, mix), d in decode.items():  # each type's decode against its Q4_K_M twin's, same run
+        twin = decode.get((name, "Q4_K_M"), {})
+        ratios = [f"{e} {d[e] / twin[e]:.2f}x" for e in d if d.get(e) and twin.get(e)]
+        if mix != "Q4_K_M" and ratios:
+            print(f"{name} {mix} decode vs its Q4_K_M twin: " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

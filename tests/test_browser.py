@@ -25,7 +25,15 @@ from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
-LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants", "06_prefill_decode", "07_sampling"]
+LESSONS = [
+    "01_walkthrough",
+    "02_attention",
+    "03_logit_lens",
+    "04_kernel_variants",
+    "06_prefill_decode",
+    "07_sampling",
+    "08_quantization",
+]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",
@@ -294,7 +302,7 @@ def move_stage_explorer(page, stage: str) -> str:
 @pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
 @pytest.mark.parametrize("name", LESSONS[1:])
 def test_lesson_in_jupyterlab(jupyter, name):
-    """Lessons 02–04, 06 and 07: run, checks pass, a widget moves its explanation and figure, plotly hovers."""
+    """Lessons 02–04, 06, 07 and 08: run, checks pass, a widget moves its explanation and figure, plotly hovers."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -319,6 +327,9 @@ def test_lesson_in_jupyterlab(jupyter, name):
             assert "query" in tip and "key" in tip and "probability" in tip, tip
         elif name == "07_sampling":  # no widget and no map: the checks above are its test here
             pass
+        elif name == "08_quantization":  # no widget: the faulty reader's divergence map hovers
+            tip = hover_plotly(page, name, "heat-mins")
+            assert "NMSE" in tip and "threshold" in tip, tip
         elif name == "06_prefill_decode":  # no widget: the decode step's attention map hovers
             tip = hover_plotly(page, name, "sky")
             assert "query" in tip and "key" in tip and "probability" in tip, tip

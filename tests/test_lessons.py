@@ -19,7 +19,15 @@ from notebook_outputs import (
 )
 
 PLOTLY = "application/vnd.plotly.v1+json"
-LESSONS = ["01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants", "06_prefill_decode", "07_sampling"]
+LESSONS = [
+    "01_walkthrough",
+    "02_attention",
+    "03_logit_lens",
+    "04_kernel_variants",
+    "06_prefill_decode",
+    "07_sampling",
+    "08_quantization",
+]
 
 
 def checks(nb) -> list[str]:

@@ -51,17 +51,20 @@ SHAPES = {
 }
 
 
-def tensor_types(shape: Shape) -> dict[str, GGMLQuantizationType]:
+def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizationType]:
     """Q4_K_M as llama.cpp assigns it: Q6_K for attn_v, ffn_down and the output (the tied embedding
-    when there is no output.weight), Q4_K for the other matrices."""
-    types = {"token_embd.weight": Q.Q6_K if shape.tied else Q.Q4_K}
+    when there is no output.weight), Q4_K for the other matrices. Any other `mix` names one GGUF
+    type (Q2_K, IQ4_XS, TQ2_0, ...) for every layer matrix, the output kept in Q6_K as llama.cpp
+    keeps it: the Q4_K_M file's twin in that type."""
+    body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up")}
+    body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
+    if mix != "Q4_K_M":
+        body = dict.fromkeys(body, Q[mix])
+    types = {"token_embd.weight": Q.Q6_K if shape.tied else body["attn_q"]}
     if not shape.tied:
         types["output.weight"] = Q.Q6_K
     for L in range(shape.n_layers):
-        for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"):
-            types[f"blk.{L}.{n}.weight"] = Q.Q4_K
-        types[f"blk.{L}.attn_v.weight"] = Q.Q6_K
-        types[f"blk.{L}.ffn_down.weight"] = Q.Q6_K
+        types |= {f"blk.{L}.{n}.weight": t for n, t in body.items()}
     return types
 
 
@@ -86,7 +89,7 @@ def tensor_shapes(shape: Shape) -> dict[str, tuple[int, int] | tuple[int]]:
 def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:
     """The type a row of n_cols values is stored in: llama.cpp's fallback when blocks do not fit."""
     block = GGML_QUANT_SIZES[qtype][0]
-    return _FALLBACK[qtype] if n_cols % block else qtype
+    return _FALLBACK.get(qtype, Q.Q8_0) if n_cols % block else qtype
 
 
 def unit_std(qtype: GGMLQuantizationType, rng: np.random.Generator) -> float:
@@ -102,14 +105,17 @@ def random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, n_block
     return QUANT_FORMATS[qtype].random_blocks(rng, n_blocks, scale)
 
 
-def write_shaped_model(path: str | Path, shape: Shape | str, n_layers: int | None = None, seed: int = 0) -> Path:
+def write_shaped_model(
+    path: str | Path, shape: Shape | str, n_layers: int | None = None, seed: int = 0, mix: str = "Q4_K_M"
+) -> Path:
     """Write a random-weight file of `shape` (a Shape or a SHAPES name), `n_layers` of its layers
-    (all by default); returns the path. Written tensor by tensor: memory stays at one tensor."""
+    (all by default), its matrices typed by `mix` (tensor_types); returns the path. Written tensor
+    by tensor: memory stays at one tensor."""
     shape = SHAPES[shape] if isinstance(shape, str) else shape
     shape = replace(shape, n_layers=n_layers or shape.n_layers)
     path = Path(path)
     rng = np.random.default_rng(seed)
-    types, shapes = tensor_types(shape), tensor_shapes(shape)
+    types, shapes = tensor_types(shape, mix), tensor_shapes(shape)
     w = GGUFWriter(str(path), shape.arch)
     spec = TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
                     n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,

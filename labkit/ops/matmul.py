@@ -205,12 +205,17 @@ def blocks_kernel(fmt: str, **kw) -> Kernel:
 # live in the reader, so the weight is repacked with its fault
 FAULTY_READERS = (
     ("q4_k", "mins_added", "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)"),
-    ("q3_k", "hmask_inverted", "Q3_K's high-bit mask read with its meaning inverted: a SET bit subtracts 4, where "
-     "ggml's '(hm & m) ? 0 : 4' subtracts it for a clear one"),
-    ("iq2_xxs", "signs_ignored", "IQ2_XXS's sign codes ignored: every value takes |grid| (positive)"),
-    ("tq2_0", "no_offset", "TQ2_0's ternary digits 0..2 used as they are, not shifted to -1..1 (d·t, not d·(t-1))"),
-    ("mxfp4", "e8m0_full", "MXFP4's E8M0 scale read as 2^(e-127) with the doubled E2M1 table: every value twice "
-     "its size (ggml's e8m0_to_fp32_half halves it)"),
+    ("q3_k", "hmask_inverted", "Q3_K's high-bit mask with its meaning inverted: a SET bit subtracts 4, where ggml's "
+     "'(hm & m) ? 0 : 4' subtracts it for a clear one. Q3_K's mask is where readers go wrong: paiml/aprender#2115 "
+     "read it (and the 2-bit quants) in a flat order, 252 of 256 values wrong, on every Q3_K_S/M file"),
+    ("iq2_xxs", "signs_ignored", "IQ2_XXS's sign codes ignored: every value takes |grid|, all positive. I-quant "
+     "signs are the fragile part: ikawrakow/ik_llama.cpp#2224 applied IQ3_XXS's signs with a 32-bit add where "
+     "8-bit was meant (gibberish); ggml-org/llama.cpp#6012 fixed undefined behaviour building IQ2_S/IQ3_S signs"),
+    ("tq2_0", "no_offset", "TQ2_0's ternary digits 0..2 used as they are, not shifted to -1..1 (d·t, not d·(t-1)). "
+     "chrishayuk/larql#156 read BitNet's 2-bit ternary codes without 'value = code - 1'"),
+    ("mxfp4", "e8m0_full", "MXFP4's E8M0 scale read as 2^(e-127) with ggml's doubled E2M1 table: every value twice "
+     "its size (ggml's e8m0_to_fp32_half halves it). tinygrad/tinygrad#14849: the doubled table was missed, which "
+     "broke MXFP4 GGUF models; vllm-project/vllm#35979: an MXFP4 scale exponent offset twice, weights 4x too small"),
 )  # fmt: skip
 
 REPACKED_DOC = "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
