@@ -85,6 +85,18 @@ def test_file_of_random_valid_blocks(type_name, tmp_path):
     _passes_everywhere(path)
 
 
+@needs_llama
+@pytest.mark.oracle
+def test_file_of_mixed_low_bit_types(tmp_path):
+    """A mix like llama.cpp's IQ2_M writes (it needs an importance matrix, so random valid blocks):
+    IQ2_S matrices, IQ3_S for ffn_down, IQ4_XS for attn_v, IQ1_M for attn_q, a Q5_K embedding."""
+    mix = (("ffn_down.weight", "IQ3_S"), ("attn_v.weight", "IQ4_XS"), ("attn_q.weight", "IQ1_M"))
+    spec = TinySpec(weight_type="IQ2_S", embed_type="Q5_K", seed=6, type_overrides=mix)
+    path = write_tiny_model(tmp_path / "tiny-iq2-mix.gguf", spec, merges=["< t"])
+    assert {"IQ2_S", "IQ3_S", "IQ4_XS", "IQ1_M", "Q5_K"} <= _types(path)
+    _passes_everywhere(path)
+
+
 # the new faulty block readers: (family, variant, how the file is made)
 FAULTY = [
     ("matmul_q3_k", "hmask_inverted", "Q3_K_S"),  # llama.cpp's Q3_K_S: every layer matrix Q3_K

@@ -38,6 +38,9 @@ class TinySpec:
     final_softcap: float = 10.0  # gemma2 only: bends the tiny logits (about ±20) without ties at the cap
     tied: bool = True
     seed: int = 0
+    # (tensor name suffix, type): matrices stored in another type than weight_type, as llama.cpp's
+    # presets mix them (("attn_v.weight", "IQ4_XS"), ...)
+    type_overrides: tuple[tuple[str, str], ...] = ()
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -108,6 +111,7 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
     a = spec.arch
 
     def tensor(name: str, shape: tuple[int, ...], type_name: str, scale: float) -> None:
+        type_name = next((t for end, t in spec.type_overrides if name.endswith(end)), type_name)
         data, qtype = encode_tensor(rng, rng.standard_normal(shape).astype(np.float32) * scale, type_name)
         w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
 
