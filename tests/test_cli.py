@@ -177,25 +177,25 @@ def test_usage_error_from_the_command_line():
 
 def test_bad_models_are_one_line_and_untouched(tmp_path, tiny_model, byte_model):
     mamba = tiny_model("mamba", "Q8_0")
-    q2k = byte_model("Q2_K")
+    q1 = byte_model("Q1_0")  # llama.cpp's 1-bit type: neither gguf.quants nor labkit reads it
     plain = tiny_model("llama", "Q8_0")  # its vocabulary has no byte tokens: text cannot be tokenized
     small = byte_model("Q8_0")
-    before = snapshot(mamba, q2k, plain, small)
+    before = snapshot(mamba, q1, plain, small)
     assert_one_line_error(labkit("run", str(mamba), "--prompt", "x"), "architecture 'mamba' is not supported")
     for engine in ("gpu", "reference"):
-        line = assert_one_line_error(labkit("run", str(q2k), "--prompt", "hi", "--engine", engine))
-        assert "Q2_K" in line, line
+        line = assert_one_line_error(labkit("run", str(q1), "--prompt", "hi", "--engine", engine))
+        assert "Q1_0" in line, line
     assert_one_line_error(labkit("run", str(plain), "--prompt", "hello"), "no token for the byte(s)")
     assert_one_line_error(labkit("run", str(small), "--prompt", "a" * 300), "exceeds the context")
     assert_one_line_error(labkit("run", str(small), "--prompt", "x", "--variant", "add=nope"), "unknown variant")
     assert_one_line_error(labkit("run", str(small), "--prompt", "x", "--variant", "frob=x"), "unknown op family")
-    assert snapshot(mamba, q2k, plain, small) == before
+    assert snapshot(mamba, q1, plain, small) == before
 
 
 def test_bad_models_raise_typed_errors(tiny_model, byte_model):
     with pytest.raises(UnsupportedArchitectureError, match="mamba"):
         lk.open(str(tiny_model("mamba", "Q8_0")))
-    lab = lk.open(str(byte_model("Q2_K")))
+    lab = lk.open(str(byte_model("Q1_0")))
     with pytest.raises(UnsupportedTensorTypeError):
         lab.run("hi")
     with pytest.raises(UnsupportedTensorTypeError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
 from labkit.model.quant_formats import QUANT_FORMATS
@@ -47,7 +47,10 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
     """Values (float32 [rows, cols]) in the GGUF encoding of `type_name`: quantized by gguf.quants where
     it can (float, legacy and ternary types, MXFP4); random valid blocks of about the values' size for
     the others (QuantFormat.random_blocks: K- and I-quants, NVFP4)."""
-    fmt = QUANT_FORMATS[Q[type_name]]
+    fmt = QUANT_FORMATS.get(Q[type_name])
+    if fmt is None:  # a type labkit does not read (Q1_0, ...): its size in random bytes, for the typed error
+        block, size = GGML_QUANT_SIZES[Q[type_name]]
+        return rng.integers(0, 256, (values.shape[0], values.shape[1] // block * size), dtype=np.uint8), Q[type_name]
     if fmt.qtype == Q.F32:
         return values.astype(np.float32), fmt.qtype
     if fmt.qtype == Q.F16:
