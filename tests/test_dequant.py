@@ -22,7 +22,7 @@ from gguf.quants import dequantize as oracle_dequantize
 from labkit.errors import ModelFileError, UnsupportedTensorTypeError
 from labkit.model import dequant
 from labkit.model.dequant import SUPPORTED_TYPES, dequantize, dequantize_rows, row_bytes
-from labkit.model.quant_formats import FORMATS_LIST, QUANT_FORMATS
+from labkit.quant.formats import FORMATS_LIST, QUANT_FORMATS
 
 T = GGMLQuantizationType
 ALL_TYPES = [f.qtype for f in FORMATS_LIST]  # every type gguf.quants dequantizes

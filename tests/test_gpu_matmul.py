@@ -25,7 +25,6 @@ from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import GROUP_FIELDS, layout_of, repack_weight, repacked_bytes, upload_blocks
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
-from labkit.model.quant_formats import FORMATS_LIST, QUANT_FORMATS
 from labkit.ops.base import PassShape, wgsl_const
 from labkit.ops.glu import ACT_CODES, ACTIVATIONS
 from labkit.ops.matmul import (
@@ -38,6 +37,7 @@ from labkit.ops.matmul import (
 )
 from labkit.ops.matmul import source as mm_source
 from labkit.ops.registry import get_kernel
+from labkit.quant.formats import FORMATS_LIST, QUANT_FORMATS
 
 try:
     from labkit.model.dequant import dequantize as labkit_dequantize
@@ -48,7 +48,7 @@ Q = GGMLQuantizationType
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
 
-FORMATS = [f.qtype for f in FORMATS_LIST]  # every GGUF type labkit reads (model/quant_formats.py)
+FORMATS = [f.qtype for f in FORMATS_LIST]  # every GGUF type labkit reads (quant/formats.py)
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,12 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from labkit.gpu.op_harness import run_stage
 from labkit.model.graph import Stage
-from labkit.model.quant_formats import FORMATS_LIST
 from labkit.model.tiny import encode_tensor
 from labkit.ops import OPS, attn_scores, softmax
 from labkit.ops.base import Kernel
 from labkit.ops.matmul import FAULTY_READERS
 from labkit.ops.registry import get_kernel, get_policy
+from labkit.quant.formats import FORMATS_LIST
 
 SEED = int(np.random.SeedSequence().entropy % 2**32)  # fresh per session; in every failure message
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST

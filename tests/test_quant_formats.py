@@ -1,4 +1,4 @@
-"""The per-type records (labkit/model/quant_formats.py) and the tables generated from gguf.quants."""
+"""The per-type records (labkit/quant/formats.py) and the tables generated from gguf.quants."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from gguf import GGMLQuantizationType as Q
 from gguf import quants
 from gguf.quants import dequantize
 
-from labkit.model.quant_formats import FORMATS_LIST, QUANT_FORMATS
 from labkit.ops.base import wgsl_const, wgsl_file
 from labkit.ops.quant_tables import GRIDS, grid_words, ksigns, offsets, table_words
+from labkit.quant.formats import FORMATS_LIST, QUANT_FORMATS
 
 
 @pytest.mark.parametrize("fmt", FORMATS_LIST, ids=lambda f: f.type_name)

@@ -121,7 +121,8 @@ def test_user_matmul_variant_for_one_format(tiny_model):
     src = kernel_source("matmul_q5_0", "row")
     old = "return Parts4(bytes4(lo | spread4(h)) - 16.0,"
     assert old in src, "quant_q5_0.wgsl changed: update this test's edit"
-    k = labkit.register_variant("matmul_q5_0", "test_edit", src.replace(old, "return Parts4(bytes4(lo | spread4(h)) - 15.0,"))
+    edited = src.replace(old, "return Parts4(bytes4(lo | spread4(h)) - 15.0,")
+    k = labkit.register_variant("matmul_q5_0", "test_edit", edited)
     assert k.repack is None
     lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit"})
     assert first_div(lab) == "blk.0.q"

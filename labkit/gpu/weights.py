@@ -18,7 +18,7 @@ import wgpu
 from gguf import GGMLQuantizationType
 
 from labkit.errors import GpuLimitError, TensorDataError, UnsupportedTensorTypeError
-from labkit.model.quant_formats import quant_format, type_label
+from labkit.quant.formats import quant_format, type_label
 
 UPLOAD_CHUNK = 16 << 20
 

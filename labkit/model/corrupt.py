@@ -18,11 +18,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from labkit.errors import InvalidArgumentError, UnsupportedTensorTypeError
 from labkit.model.gguf_file import open_gguf
+from labkit.quant.formats import FORMATS_LIST
 
 Q = GGMLQuantizationType
-# Byte offset of the f16 scale `d` inside one block (ggml-common.h).
-SCALE_OFFSET = {Q.Q4_0: 0, Q.Q4_1: 0, Q.Q5_0: 0, Q.Q5_1: 0, Q.Q8_0: 0, Q.Q2_K: 80, Q.Q3_K: 108, Q.Q4_K: 0,
-                Q.Q5_K: 0, Q.Q6_K: 208}  # fmt: skip
+# Byte offset of the f16 scale `d` inside one block, for every type that has one (its record)
+SCALE_OFFSET = {f.qtype: f.scale_at for f in FORMATS_LIST if f.scale_at is not None}
 # Float types have no scale: the sign bit of every value is flipped (the byte holding it).
 _SIGN_BYTE = {Q.F32: 3, Q.F16: 1, Q.BF16: 1}
 

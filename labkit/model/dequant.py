@@ -20,10 +20,10 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from labkit.errors import ModelFileError, UnsupportedTensorTypeError
-from labkit.model.quant_formats import QUANT_FORMATS, QuantFormat, quant_format, type_label
+from labkit.quant.formats import QUANT_FORMATS, QuantFormat, quant_format, type_label
 
 T = GGMLQuantizationType
-SUPPORTED_TYPES = frozenset(QUANT_FORMATS)  # every type gguf.quants dequantizes (model/quant_formats.py)
+SUPPORTED_TYPES = frozenset(QUANT_FORMATS)  # every type gguf.quants dequantizes (quant/formats.py)
 _CHUNK_BYTES = 8 << 20  # bytes of blocks decoded at once: bounds the temporaries (about 20x as floats)
 
 

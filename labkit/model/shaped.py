@@ -18,8 +18,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize
 
-from labkit.model.quant_formats import QUANT_FORMATS
 from labkit.model.tiny import TinySpec, write_metadata
+from labkit.quant.formats import QUANT_FORMATS
 
 Q = GGMLQuantizationType
 GAIN = 0.7  # weight std × sqrt(n_cols): a little under 1, so 32 random layers neither blow up nor die

@@ -14,7 +14,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import dequantize, quantize
 
-from labkit.model.quant_formats import QUANT_FORMATS
+from labkit.quant.formats import QUANT_FORMATS
 
 Q = GGMLQuantizationType
 

@@ -23,8 +23,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from labkit.errors import UnsupportedTensorTypeError
-from labkit.model.quant_formats import BY_NAME, FORMATS_LIST
 from labkit.ops.base import Kernel, Op, Params, Policy, compose, wgsl_const, wgsl_file
+from labkit.quant.formats import BY_NAME, FORMATS_LIST
 
 PARAMS = Params(
     K="u32", rows="u32", T="u32", row0="u32", x_offset="u32", x_stride="u32", y_offset="u32", y_stride="u32"
@@ -38,7 +38,7 @@ REPACK_PARAMS = Params(K="u32", rows="u32", row0="u32")
 EPILOGUE_PARAMS = Params(**PARAMS.fields, e_offset="u32", z_offset="u32", act="u32", y_first="u32")
 EPILOGUES = {"add": ("epilogue_add",), "glu": ("glu_act", "epilogue_glu")}  # op -> the files defining `epilogue`
 
-# ggml type -> kernel family suffix, for every type the GPU reads (model/quant_formats.py)
+# ggml type -> kernel family suffix, for every type the GPU reads (quant/formats.py)
 FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 
 # driver name -> kernel file (tiled is composed after tile16.wgsl)

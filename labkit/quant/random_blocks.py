@@ -7,17 +7,16 @@ f16 split over four nibbles) and TQ2_0, whose 2-bit digits stop at 2.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-if TYPE_CHECKING:
-    from labkit.model.quant_formats import QuantFormat
 
-
-def write(fmt: QuantFormat, rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
-    """uint8 [n_blocks, fmt.block_bytes]: see QuantFormat.random_blocks."""
+def write(fmt: Any, rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
+    """uint8 [n_blocks, fmt.block_bytes] for `fmt`, a QuantFormat (its kind, fields and sizes; not
+    imported here, so that the record depends on this module and not the reverse): see
+    QuantFormat.random_blocks."""
     if fmt.kind == "float":
         return _floats(fmt.qtype, rng, n_blocks * fmt.block_size, scale).reshape(n_blocks, -1)
     raw = rng.integers(0, 256, size=(n_blocks, fmt.block_bytes), dtype=np.uint8)

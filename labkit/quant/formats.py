@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from labkit.model import random_blocks
+from labkit.quant import random_blocks
 
 Q = GGMLQuantizationType
 
@@ -56,6 +56,12 @@ class QuantFormat:
     @property
     def type_name(self) -> str:
         return self.qtype.name
+
+    @property
+    def scale_at(self) -> int | None:
+        """Byte offset of the block's f16 scale d, where it has one (MXFP4, NVFP4 and IQ1_M store
+        their scales otherwise)."""
+        return self.fields[0][0] if self.fields else None
 
     @property
     def repacks(self) -> bool:
