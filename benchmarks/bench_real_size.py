@@ -12,6 +12,7 @@ Figures are medians of `--repeats` after a warm-up; ratios are taken within this
 the reference. The host CPU is printed with them (lavapipe's speed moves 2-3x with it).
 
     .venv/bin/python benchmarks/bench_real_size.py [--shapes llama-3.2-1b,llama-3.1-8b] [--engines gpu,...]
+        [--mixes Q4_K_M,Q2_K,IQ4_XS,TQ2_0]   (each type's file beside its Q4_K_M twin; decode ratios)
 
 Run nothing else meanwhile: on 2 cores a second job halves every figure.
 """

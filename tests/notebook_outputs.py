@@ -25,6 +25,17 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+# the lessons: numbered notebooks with exercises (05_sweeps, the Dask one, is tested on its own)
+LESSONS = [
+    "01_walkthrough",
+    "02_attention",
+    "03_logit_lens",
+    "04_kernel_variants",
+    "06_prefill_decode",
+    "07_sampling",
+    "08_quantization",
+]
+
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"

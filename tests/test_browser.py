@@ -19,21 +19,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_outputs import with_worked_answers
+from notebook_outputs import LESSONS, with_worked_answers
 
 from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
-LESSONS = [
-    "01_walkthrough",
-    "02_attention",
-    "03_logit_lens",
-    "04_kernel_variants",
-    "06_prefill_decode",
-    "07_sampling",
-    "08_quantization",
-]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
     "--no-sandbox",

@@ -9,6 +9,7 @@ import re
 import nbformat
 import pytest
 from notebook_outputs import (
+    LESSONS,
     ROOT,
     assert_outputs_match,
     assert_shippable,
@@ -19,15 +20,6 @@ from notebook_outputs import (
 )
 
 PLOTLY = "application/vnd.plotly.v1+json"
-LESSONS = [
-    "01_walkthrough",
-    "02_attention",
-    "03_logit_lens",
-    "04_kernel_variants",
-    "06_prefill_decode",
-    "07_sampling",
-    "08_quantization",
-]
 
 
 def checks(nb) -> list[str]:

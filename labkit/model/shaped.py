@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
-from gguf.quants import dequantize
 
 from labkit.model.tiny import TinySpec, write_metadata
 from labkit.quant.formats import QUANT_FORMATS
+from labkit.quant.random_blocks import unit_std
 
 Q = GGMLQuantizationType
 GAIN = 0.7  # weight std × sqrt(n_cols): a little under 1, so 32 random layers neither blow up nor die
@@ -92,13 +92,6 @@ def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationTy
     return _FALLBACK.get(qtype, Q.Q8_0) if n_cols % block else qtype
 
 
-def unit_std(qtype: GGMLQuantizationType, rng: np.random.Generator) -> float:
-    """The standard deviation of a random block's values with f16 scale 1 (a K-quant's dmin set to
-    cancel its mean): what a scale of s multiplies by s."""
-    raw = random_blocks(rng, qtype, 512, 1.0)
-    return float(dequantize(raw, qtype).std())
-
-
 def random_blocks(rng: np.random.Generator, qtype: GGMLQuantizationType, n_blocks: int, scale: float) -> np.ndarray:
     """n_blocks random valid blocks of qtype, each block's scale in [0.5, 1] × scale (its record's
     writer: a K-quant's min set to cancel its mean)."""
@@ -134,7 +127,7 @@ def write_shaped_model(
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    units = {qt: unit_std(qt, rng) for qt in set(stored.values())}
+    units = {qt: unit_std(QUANT_FORMATS[qt], rng) for qt in set(stored.values())}
     for name, shp in shapes.items():
         w.write_tensor_data(_tensor(rng, name, shp, stored.get(name), units))
     w.close()

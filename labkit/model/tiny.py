@@ -12,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
-from gguf.quants import dequantize, quantize
+from gguf.quants import quantize
 
 from labkit.quant.formats import QUANT_FORMATS
+from labkit.quant.random_blocks import unit_std
 
 Q = GGMLQuantizationType
 
@@ -58,7 +59,7 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
     if fmt.quantizable:
         return quantize(values.astype(np.float32), fmt.qtype), fmt.qtype
     rows, cols = values.shape
-    unit = float(np.std(dequantize(fmt.random_blocks(rng, 64, 1.0), fmt.qtype)))
+    unit = unit_std(fmt, rng, 64)
     raw = fmt.random_blocks(rng, rows * cols // fmt.block_size, float(np.std(values)) / unit)
     return raw.reshape(rows, -1), fmt.qtype
 

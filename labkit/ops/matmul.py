@@ -122,11 +122,22 @@ def shapes(stage) -> tuple[list[str], str]:
     return [f"[T, {P['in']}]", f"{stage.weight}{rows} [{P['out']}, {P['in']}]", *bias], f"[T, {P['out']}]"
 
 
+# readers split at the step a faulty reader breaks: quant_<fmt>.wgsl calls a function that
+# quant_<fmt>_<part>.wgsl defines, and a fault is a file of its own in that part's place
+READER_PARTS = {"q3_k": "hmask", "iq2_xxs": "signs", "tq2_0": "offset", "mxfp4": "scale"}
+
+
 def source(fmt: str, driver: str = "row", quant: str = "") -> str:
     """The composed WGSL of one matmul kernel: common + the format's generated tables (I-quant
-    grids, FP4 values) + quant_<fmt>[_<quant>] + the driver."""
-    reader = ["quant_tables"] * bool(BY_NAME[fmt].tables) + [f"quant_{fmt}" + (f"_{quant}" if quant else "")]
-    return compose("common", *reader, DRIVERS.get(driver, driver))
+    grids, FP4 values) + its reader (quant_<fmt>, then its part or the fault `quant` in the part's
+    place; a format without parts: quant_<fmt>[_<quant>]) + the driver."""
+    part = READER_PARTS.get(fmt)
+    if part:
+        reader = [f"quant_{fmt}", f"quant_{fmt}_{quant or part}"]
+    else:
+        reader = [f"quant_{fmt}" + (f"_{quant}" if quant else "")]
+    tables = ["quant_tables"] * bool(BY_NAME[fmt].tables)
+    return compose("common", *tables, *reader, DRIVERS.get(driver, driver))
 
 
 def group_of(fmt: str) -> int:
@@ -201,8 +212,8 @@ def blocks_kernel(fmt: str, **kw) -> Kernel:
                   epilogue=lambda op: blocks_source(fmt, "matvec", op), **kw)  # fmt: skip
 
 
-# faulty block readers (quant_<fmt>_<name>.wgsl), each modeled on a real dequantization bug; they
-# live in the reader, so the weight is repacked with its fault
+# faulty block readers (quant_<fmt>_<name>.wgsl: a whole reader, or a part's replacement), each
+# modeled on a real dequantization bug; they live in the reader, so the weight is repacked with its fault
 FAULTY_READERS = (
     ("q4_k", "mins_added", "Q4_K mins added instead of subtracted: negative weights come out positive (001/000)"),
     ("q3_k", "hmask_inverted", "Q3_K's high-bit mask with its meaning inverted: a SET bit subtracts 4, where ggml's "

@@ -2,7 +2,8 @@
 // holds the E2M1 values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives), so the scale is
 // half of 2^(e - 127): ggml's e8m0_to_fp32_half. value[i] = scale * kvalues[qs[i] & 15],
 // value[i + 16] = scale * kvalues[qs[i] >> 4]. (ggml dequantize_row_mxfp4.)
-// Blocks are byte-aligned only. Block interface: see quant_f32.wgsl.
+// Blocks are byte-aligned only. Block interface: see quant_f32.wgsl. Composed with its scale part,
+// quant_mxfp4_scale.wgsl (or a faulty one in its place).
 const QK: u32 = 32u;
 const BLOCK_BYTES: u32 = 17u;
 
@@ -11,14 +12,6 @@ fn row_bytes(K: u32) -> u32 {
 }
 
 const GROUP: u32 = 32u;
-
-// 2^(e - 128), built from its bits (e < 2 gives a subnormal, as ggml's does)
-fn e8m0_half(e: u32) -> f32 {
-    if (e < 2u) {
-        return bitcast<f32>(0x00200000u << e);
-    }
-    return bitcast<f32>((e - 1u) << 23u);
-}
 
 fn parts4(bb: u32, j: u32) -> Parts4 {
     let nib = (read_u32(bb + 1u + 4u * (j & 3u)) >> (4u * (j >> 2u))) & 0x0f0f0f0fu;

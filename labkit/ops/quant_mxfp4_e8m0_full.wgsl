@@ -1,28 +1,5 @@
-// FAULTY: MXFP4's E8M0 scale read as 2^(e - 127), the full power, with the doubled E2M1 table:
-// every value comes out twice its size. Otherwise identical to quant_mxfp4.wgsl.
-// MXFP4: 32 values in 17 bytes: e (E8M0 scale byte), qs[16] (4-bit E2M1 codes). KVALUES_MXFP4
-// holds the E2M1 values doubled (0, 1, 2, 3, 4, 6, 8, 12 and their negatives), so the scale is
-// half of 2^(e - 127): ggml's e8m0_to_fp32_half. value[i] = scale * kvalues[qs[i] & 15],
-// value[i + 16] = scale * kvalues[qs[i] >> 4]. (ggml dequantize_row_mxfp4.)
-// Blocks are byte-aligned only. Block interface: see quant_f32.wgsl.
-const QK: u32 = 32u;
-const BLOCK_BYTES: u32 = 17u;
-
-fn row_bytes(K: u32) -> u32 {
-    return K / QK * BLOCK_BYTES;
-}
-
-const GROUP: u32 = 32u;
-
-// 2^(e - 128), built from its bits (e < 2 gives a subnormal, as ggml's does)
+// FAULTY, in place of quant_mxfp4_scale.wgsl: E8M0 read as the full 2^(e - 127) with the doubled
+// E2M1 table, so every value comes out twice its size.
 fn e8m0_half(e: u32) -> f32 {
-    if (e < 2u) {
-        return bitcast<f32>(0x00200000u << e);
-    }
     return bitcast<f32>(e << 23u);
-}
-
-fn parts4(bb: u32, j: u32) -> Parts4 {
-    let nib = (read_u32(bb + 1u + 4u * (j & 3u)) >> (4u * (j >> 2u))) & 0x0f0f0f0fu;
-    return Parts4(lookup_kvalues_mxfp4(nib), e8m0_half(read_u8(bb)), 0.0);
 }

@@ -4,7 +4,8 @@
 //   high = bit (4n + s) of hmask[l]; a CLEAR bit subtracts 4 (ggml: "- ((hm & m) ? 0 : 4)")
 //   value[v] = d * (scale[v / 16] - 32) * (low - 4 * (1 - high))
 // Scale i: low nibble (scales[i & 7] >> 4 (i >> 3)) & 15, high bits (scales[8 + (i & 3)] >> 2 (i >> 2)) & 3.
-// (ggml dequantize_row_q3_K.) Block interface: see quant_f32.wgsl.
+// (ggml dequantize_row_q3_K.) Block interface: see quant_f32.wgsl. Composed with its high-bit part,
+// quant_q3_k_hmask.wgsl (or a faulty one in its place).
 const QK: u32 = 256u;
 const BLOCK_BYTES: u32 = 110u;
 
@@ -26,6 +27,6 @@ fn parts4(bb: u32, j: u32) -> Parts4 {
     let l0 = 4u * (j & 7u);
     let low = (read_u32(bb + 32u + 32u * n + l0) >> (2u * s)) & 0x03030303u;
     let high = (read_u32(bb + l0) >> (4u * n + s)) & 0x01010101u;
-    let q = bytes4(low) + 4.0 * bytes4(high) - 4.0;
+    let q = q3_k_quants(bytes4(low), bytes4(high));
     return Parts4(q, read_f16(bb + 108u) * q3_k_scale(bb, j >> 2u), 0.0);
 }

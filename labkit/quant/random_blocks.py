@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize
 
 
 def write(fmt: Any, rng: np.random.Generator, n_blocks: int, scale: float) -> np.ndarray:
@@ -27,6 +28,12 @@ def write(fmt: Any, rng: np.random.Generator, n_blocks: int, scale: float) -> np
     if special is not None:
         special(raw, rng, d)
     return raw
+
+
+def unit_std(fmt: Any, rng: np.random.Generator, n_blocks: int = 512) -> float:
+    """The standard deviation of random blocks' values at scale 1: what a scale of s multiplies by s,
+    so a writer can aim at a weight's size whatever the type."""
+    return float(dequantize(write(fmt, rng, n_blocks, 1.0), fmt.qtype).std())
 
 
 def _floats(qtype: Q, rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
