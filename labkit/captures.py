@@ -17,42 +17,12 @@ from labkit.errors import UnknownStageError
 # the debug-mode poison (labkit.poison, below both the executor and the captures), re-exported
 from labkit.poison import POISON_BITS, poison_count  # noqa: F401
 
-# Attention maps are [heads, q_pos, k_pos]; every other capture is [positions, ...].
-ATTENTION_MAPS = ("attn_scores", "attn_probs")
+# The stage kinds of every architecture, in the order a layer computes them, and which are
+# attention maps ([heads, q_pos, k_pos]; every other capture is [positions, ...]) or integer
+# ids: one table (labkit.model.stage_kinds), re-exported here for the compare and viz code.
+from labkit.model.stage_kinds import ATTENTION_MAPS, ID_KINDS, KIND_ORDER, TOP_LEVEL_KINDS  # noqa: F401
 
-# Every stage kind of every architecture, in the order a layer computes them (model/graph.py
-# builds each architecture's graph in this order; a test checks all of them). Comparisons and
-# tables order stages by it, never by the order a caller happened to list them in.
-KIND_ORDER = (
-    "embed",
-    "attn_norm",
-    "q",
-    "k",
-    "v",
-    "q_norm",
-    "k_norm",
-    "q_rope",
-    "k_rope",
-    "attn_scores",
-    "attn_probs",
-    "attn_ctx",
-    "attn_out",
-    "post_attn_norm",
-    "resid_mid",
-    "ffn_norm",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_act",
-    "ffn_down",
-    "post_ffn_norm",
-    "resid_out",
-    "output_norm",
-    "logits_raw",
-    "logits",
-)
 _KIND_INDEX = {k: i for i, k in enumerate(KIND_ORDER)}
-# The stages outside the layers (no `blk.L.` prefix).
-TOP_LEVEL_KINDS = ("embed", "output_norm", "logits_raw", "logits")
 
 # What a run's engine computes in, when the Run does not say (see labkit.precision).
 ENGINE_PRECISION = {"reference": "float64", "llamacpp": "int8-activations"}

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from labkit.captures import Run, as_f64, graph_sorted, is_attention_map, stage_kind  # stage_kind re-exported
+from labkit.captures import ID_KINDS, Run, as_f64, graph_sorted, is_attention_map, stage_kind  # stage_kind re-exported
 from labkit.errors import NoCommonStagesError
 from labkit.precision import DEFAULT_THRESHOLD, REFERENCE_THRESHOLDS, looser, thresholds_for
 
@@ -227,6 +227,40 @@ def compare_arrays(
     )
 
 
+def compare_ids(
+    stage: str, a: np.ndarray, b: np.ndarray, positions: tuple[int, ...], probs: tuple | None = None
+) -> StageComparison:
+    """Integer ids (the experts each token is routed to) compared exactly, as a set per position:
+    the row's `nmse` is the fraction of ids that differ, `max_abs` the most at one position, and a
+    failure names the set difference where it first shows. `probs` (a's and b's router
+    probabilities at the same positions), when given, excuse a tie: ids that differ only where b's
+    probabilities of the swapped experts are closer than the two runs' own disagreement there."""
+    if np.shape(a) != np.shape(b):
+        return StageComparison(stage, np.inf, np.inf, 0.0, False, f"shape {np.shape(a)} vs {np.shape(b)}")
+    a2, b2 = np.asarray(a).reshape(len(positions), -1), np.asarray(b).reshape(len(positions), -1)
+    per, ties, first = [], 0, ""
+    for i, (x, y) in enumerate(zip(a2, b2)):
+        only_a, only_b = sorted(set(x.tolist()) - set(y.tolist())), sorted(set(y.tolist()) - set(x.tolist()))
+        if only_a and probs is not None and _is_tie(probs[0][i], probs[1][i], only_a, only_b):
+            ties, only_a = ties + 1, []
+        per.append(float(len(only_a)))
+        if only_a and not first:
+            first = f"position {positions[i]}: experts {only_a} where the other run picks {only_b}"
+    n_bad = sum(1 for d in per if d)
+    frac = float(sum(per)) / max(a2.size, 1)
+    tie_note = f"; {ties} near-tie(s) broken the other way" if ties else ""
+    reason = f"top-k differs at {n_bad} of {len(per)} positions; {first}{tie_note}" if n_bad else ""
+    bad = next((positions[i] for i, d in enumerate(per) if d), None)
+    return StageComparison(stage, frac, max(per, default=0.0), 0.0, not n_bad, reason, positions, tuple(per), bad)
+
+
+def _is_tie(pa: np.ndarray, pb: np.ndarray, only_a: list[int], only_b: list[int]) -> bool:
+    """Whether b's probabilities of the swapped experts lie within the runs' disagreement there."""
+    noise = 2.0 * float(np.max(np.abs(as_f64(pa) - as_f64(pb))))
+    gap = float(np.max(as_f64(pb)[only_b])) - float(np.min(as_f64(pb)[only_a]))
+    return abs(gap) <= noise
+
+
 def _rows_at(run: Run, name: str, x: np.ndarray, want: tuple[int, ...]) -> np.ndarray:
     """The rows of `run`'s capture `name` that hold the positions `want`."""
     held = run.rows(name)
@@ -249,6 +283,14 @@ def _common_heads(a: Run, b: Run, name: str) -> tuple[int, ...] | None:
         return None
     in_b = set(b.heads_held(name))
     return tuple(h for h in a.heads_held(name) if h in in_b)
+
+
+def _router_probs(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple | None:
+    """Both runs' router probabilities beside their top-k, at `pos`, where both captured them."""
+    name = ids_name.replace("ffn_topk", "ffn_router_probs")
+    if name not in a.captures or name not in b.captures or not set(pos) <= set(a.rows(name)) & set(b.rows(name)):
+        return None
+    return _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
 
 
 def _common_positions(a: Run, b: Run, name: str, sel: slice | None) -> tuple[int, ...]:
@@ -308,6 +350,9 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
         heads = _common_heads(a, b, name)
         if heads is not None:
             x, y = _heads_at(a, name, x, heads), _heads_at(b, name, y, heads)
+        if stage_kind(name) in ID_KINDS:
+            rows.append(compare_ids(name, x, y, pos, _router_probs(a, b, name, pos)))
+            continue
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
     return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants))

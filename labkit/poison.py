@@ -12,8 +12,8 @@ POISON_BITS = 0x7FBADBAD
 
 
 def poison_count(a: np.ndarray) -> int:
-    """Elements of a float32 array still holding POISON_BITS: never written by a debug pass."""
+    """Elements of a float32 (or int32 ids) array still holding POISON_BITS: never written by a debug pass."""
     a = np.asarray(a)
-    if a.dtype != np.float32:
+    if a.dtype not in (np.float32, np.int32):
         return 0
     return int(np.count_nonzero(np.ascontiguousarray(a).view(np.uint32) == POISON_BITS))

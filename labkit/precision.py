@@ -11,37 +11,12 @@ passing any, and a comparison states which table it used.
 from __future__ import annotations
 
 from labkit.errors import InvalidArgumentError
+from labkit.model.stage_kinds import thresholds
 
 # Stage kind → max NMSE against the float64 reference for an f32 GPU pass.
 # Elementwise ops are tight; matmuls carry f32 accumulation over K and the
 # upstream error of the whole chain, so they get test-backend-ops' mul_mat bound.
-REFERENCE_THRESHOLDS: dict[str, float] = {
-    "embed": 1e-10,
-    "attn_norm": 1e-6,
-    "q": 5e-4,
-    "k": 5e-4,
-    "v": 5e-4,
-    "q_norm": 1e-5,
-    "k_norm": 1e-5,
-    "q_rope": 1e-5,
-    "k_rope": 1e-5,
-    "attn_scores": 1e-5,
-    "attn_probs": 1e-5,
-    "attn_ctx": 1e-5,
-    "attn_out": 5e-4,
-    "post_attn_norm": 1e-5,
-    "resid_mid": 1e-6,
-    "ffn_norm": 1e-6,
-    "ffn_gate": 5e-4,
-    "ffn_up": 5e-4,
-    "ffn_act": 1e-5,
-    "ffn_down": 5e-4,
-    "post_ffn_norm": 1e-5,
-    "resid_out": 1e-6,
-    "output_norm": 1e-6,
-    "logits_raw": 5e-4,  # gemma2: the unembedding before the final soft-cap
-    "logits": 5e-4,
-}
+REFERENCE_THRESHOLDS: dict[str, float] = thresholds("float32")  # labkit.model.stage_kinds
 DEFAULT_THRESHOLD = 1e-6
 
 
@@ -57,33 +32,7 @@ DEFAULT_THRESHOLD = 1e-6
 # come before any quantized matmul; embed keeps the float threshold. A wrong rope style,
 # a flipped sign or a wrong attention scale gives 2e-1 to 1e2 at the faulty stage;
 # faults below about 2e-2 (an off-by-one rope position) need the float64 reference.
-INT8_ACTIVATION_THRESHOLDS: dict[str, float] = {
-    "embed": 1e-10,  # worst 8.4e-16 (exact dequantization on both sides)
-    "attn_norm": 2e-2,  # worst 3.0e-3
-    "q": 1e-2,  # 1.9e-3
-    "k": 2e-2,  # 3.1e-3
-    "v": 5e-2,  # 8.0e-3
-    "q_norm": 2e-2,  # 3.4e-3
-    "k_norm": 2e-2,  # 4.8e-3
-    "q_rope": 2e-2,  # 3.4e-3
-    "k_rope": 2e-2,  # 4.8e-3
-    "attn_scores": 1e-2,  # 2.0e-3
-    "attn_probs": 1e-2,  # 1.6e-3
-    "attn_ctx": 5e-2,  # 8.2e-3
-    "attn_out": 5e-2,  # 8.3e-3
-    "post_attn_norm": 5e-2,  # 1.6e-2 (gemma3 layer 17: the norm gives small-|x| rows full weight)
-    "resid_mid": 1e-2,  # 1.4e-3
-    "ffn_norm": 2e-2,  # 3.9e-3
-    "ffn_gate": 2e-2,  # 3.1e-3
-    "ffn_up": 2e-2,  # 3.8e-3
-    "ffn_act": 2e-2,  # 4.7e-3
-    "ffn_down": 2e-2,  # 3.8e-3
-    "post_ffn_norm": 5e-2,  # 9.3e-3
-    "resid_out": 1e-2,  # 2.5e-3
-    "output_norm": 2e-2,  # 3.9e-3
-    "logits_raw": 1e-2,  # gemma2 only (tiny models): as logits
-    "logits": 1e-2,  # 2.2e-3
-}
+INT8_ACTIVATION_THRESHOLDS: dict[str, float] = thresholds("int8")  # labkit.model.stage_kinds
 
 
 # An engine that keeps activations in f16 (or bf16) between stages rounds every stage's
@@ -95,60 +44,8 @@ INT8_ACTIVATION_THRESHOLDS: dict[str, float] = {
 # about 4, rounded up to 1-2-5, and never tighter than the f32 table. A wrong sign, rope
 # style or scale gives 1e-1 and more; bf16's 8 bits hide faults below about 5e-2, as 8-bit
 # activations do.
-FLOAT16_THRESHOLDS: dict[str, float] = {
-    "embed": 2e-07,  # worst 4.3e-08
-    "attn_norm": 2e-04,  # worst 2.7e-05
-    "q": 5e-04,  # worst 6.8e-06
-    "k": 5e-04,  # worst 1.2e-05
-    "v": 5e-04,  # worst 3.4e-05
-    "q_norm": 2e-05,  # worst 3.1e-06
-    "k_norm": 1e-05,  # worst 1.6e-06
-    "q_rope": 5e-05,  # worst 6.9e-06
-    "k_rope": 5e-05,  # worst 1.2e-05
-    "attn_scores": 1e-04,  # worst 2.4e-05
-    "attn_probs": 2e-04,  # worst 2.9e-05
-    "attn_ctx": 2e-04,  # worst 4.8e-05
-    "attn_out": 5e-04,  # worst 6.0e-05
-    "post_attn_norm": 1e-05,  # worst 2.3e-06
-    "resid_mid": 5e-04,  # worst 7.0e-05
-    "ffn_norm": 1e-04,  # worst 2.4e-05
-    "ffn_gate": 5e-04,  # worst 1.7e-05
-    "ffn_up": 5e-04,  # worst 2.7e-05
-    "ffn_act": 5e-04,  # worst 6.3e-05
-    "ffn_down": 5e-04,  # worst 6.5e-05
-    "post_ffn_norm": 1e-05,  # worst 1.6e-06
-    "resid_out": 5e-04,  # worst 7.4e-05
-    "output_norm": 5e-05,  # worst 7.3e-06
-    "logits": 5e-04,  # worst 5.4e-06
-    "logits_raw": 5e-04,  # gemma2 only: as logits
-}
-BFLOAT16_THRESHOLDS: dict[str, float] = {
-    "embed": 2e-05,  # worst 2.8e-06
-    "attn_norm": 5e-03,  # worst 1.0e-03
-    "q": 5e-03,  # worst 6.9e-04
-    "k": 5e-03,  # worst 8.4e-04
-    "v": 2e-02,  # worst 3.7e-03
-    "q_norm": 1e-03,  # worst 2.4e-04
-    "k_norm": 2e-03,  # worst 3.5e-04
-    "q_rope": 5e-03,  # worst 6.9e-04
-    "k_rope": 5e-03,  # worst 8.4e-04
-    "attn_scores": 2e-02,  # worst 3.5e-03
-    "attn_probs": 1e-02,  # worst 2.0e-03
-    "attn_ctx": 2e-02,  # worst 2.7e-03
-    "attn_out": 2e-02,  # worst 2.7e-03
-    "post_attn_norm": 5e-03,  # worst 1.0e-03
-    "resid_mid": 1e-02,  # worst 1.3e-03
-    "ffn_norm": 1e-02,  # worst 2.5e-03
-    "ffn_gate": 1e-02,  # worst 1.8e-03
-    "ffn_up": 2e-02,  # worst 3.1e-03
-    "ffn_act": 5e-02,  # worst 7.9e-03
-    "ffn_down": 5e-02,  # worst 8.0e-03
-    "post_ffn_norm": 2e-03,  # worst 4.8e-04
-    "resid_out": 1e-02,  # worst 1.3e-03
-    "output_norm": 5e-03,  # worst 5.2e-04
-    "logits": 2e-03,  # worst 4.3e-04
-    "logits_raw": 2e-03,  # gemma2 only: as logits
-}
+FLOAT16_THRESHOLDS: dict[str, float] = thresholds("float16")  # labkit.model.stage_kinds
+BFLOAT16_THRESHOLDS: dict[str, float] = thresholds("bfloat16")  # labkit.model.stage_kinds
 
 PRECISIONS: dict[str, dict[str, float]] = {
     "float64": REFERENCE_THRESHOLDS,  # the tightest table: against float64 only the other side's error counts

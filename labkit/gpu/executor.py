@@ -121,6 +121,10 @@ class GpuExecutor(StageHost):
         """A matmul weight repacked on the GPU by `source`, once per weight and reader."""
         return self.store.repacked(name, rows, source, self.binding_limit, self.window_bytes)
 
+    def expert_weight(self, name: str, rows_per_expert: int) -> GpuWeight:
+        """A 3-D expert tensor's GGUF bytes, in windows of whole experts."""
+        return self.store.experts(name, rows_per_expert, self.window_bytes)
+
     def matmul_weight(self, st: Stage, kernel: Kernel) -> GpuWeight:
         """The weight as the kernel reads it: repacked by its repack source, or GGUF bytes."""
         if kernel.repack is not None:

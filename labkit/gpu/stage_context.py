@@ -57,6 +57,10 @@ class StageContext:
     def vector(self, name: str) -> wgpu.GPUBuffer:
         return self.ex.vector(name)
 
+    def experts(self, name: str, rows_per_expert: int) -> Any:
+        """A 3-D expert tensor's GGUF bytes in windows of whole experts (labkit.ops.moe_matmul)."""
+        return self.ex.expert_weight(name, rows_per_expert)
+
     def rows(self, buffer: wgpu.GPUBuffer, offset: int, stride: int, width: int, rows: int) -> Rows:
         return Rows(buffer, offset, stride, width, rows)
 

@@ -24,10 +24,12 @@ from labkit.gpu.kernel_selection import stage_policy
 from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region
 from labkit.gpu.plan_cache import active_cache, storage_bytes
+from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import GpuWeight
 from labkit.model.graph import Stage
+from labkit.model.stage_kinds import BY_KIND, layout_of
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
@@ -58,6 +60,10 @@ class StageHost:
 
     def vector(self, name: str) -> wgpu.GPUBuffer:
         """A 1-D tensor (norm weight, bias) as f32."""
+        raise NotImplementedError
+
+    def expert_weight(self, name: str, rows_per_expert: int) -> GpuWeight:
+        """A 3-D expert tensor's GGUF bytes, in windows of whole experts."""
         raise NotImplementedError
 
     def token_rows(self, ids: Any, name: str) -> Region:
@@ -117,7 +123,7 @@ class StageHost:
         n = math.prod(shape)
         if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
-        layout = OPS[st.op].layout
+        layout = layout_of(st.kind) if st.kind in BY_KIND else OPS[st.op].layout  # ids: integers
         if scratch is not None and scratch.wants(st.name):
             return Region(scratch.take(n, st.name), 0, shape, layout)
         return Region(self.buffer(n, st.name), 0, shape, layout)
@@ -139,7 +145,8 @@ class StageHost:
         source = kernel.source(shape)
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
         u = uniform_bytes(self.gpu, op.params.pack(source, values))
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name)
+        tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
+        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name, tables)
 
     def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
                epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip

@@ -58,6 +58,19 @@ class WeightStore:
             self.upload_seconds += time.perf_counter() - t0
         return self._raw[key]
 
+    def experts(self, name: str, rows_per_expert: int, window_bytes: int | None = None) -> GpuWeight:
+        """A 3-D expert tensor's GGUF bytes, unchanged, in windows of whole experts (moe_matmul)."""
+        key = (name, "experts", window_bytes)
+        if key not in self._raw:
+            t0 = time.perf_counter()
+            t = self.gguf.tensors[name]
+            self._raw[key] = upload_weight(self.gpu, name, self.gguf.raw(name), t.ggml_type, t.n_rows, t.n_cols,
+                                           max_window_bytes=window_bytes, row_multiple=rows_per_expert)  # fmt: skip
+            self.gpu.device.queue.submit([])
+            self.gguf.release(name)
+            self.upload_seconds += time.perf_counter() - t0
+        return self._raw[key]
+
     def repacked(self, name: str, rows, source: str, limit: int, window_bytes: int | None = None) -> GpuWeight:
         """A matmul weight repacked on the GPU by `source` (the format's reader, or a faulty
         variant's), once per weight and reader. The GGUF bytes are uploaded for the repack and then

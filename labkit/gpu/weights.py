@@ -89,8 +89,10 @@ def upload_weight(
     n_rows: int,
     n_cols: int,
     max_window_bytes: int | None = None,
+    row_multiple: int = 1,
 ) -> GpuWeight:
-    """Upload a tensor's GGUF bytes (uint8, exactly n_rows rows) into row windows."""
+    """Upload a tensor's GGUF bytes (uint8, exactly n_rows rows) into row windows, each a multiple of
+    `row_multiple` rows (a 3-D expert tensor's windows hold whole experts)."""
     rb = row_bytes(ggml_type, n_cols)
     raw = np.asarray(raw)
     if raw.dtype != np.uint8:
@@ -102,9 +104,10 @@ def upload_weight(
     if max_window_bytes is not None:
         limit = min(limit, int(max_window_bytes))
     limit -= limit % 16  # the padded buffer must fit too
-    if rb > limit:
-        raise GpuLimitError(f"{name}: one row ({rb} bytes) is larger than a window ({limit} bytes)")
-    rows_per_window = limit // rb
+    if rb * row_multiple > limit:
+        what = "one row" if row_multiple == 1 else f"one expert ({row_multiple} rows)"
+        raise GpuLimitError(f"{name}: {what} takes {rb * row_multiple} bytes, more than a window ({limit} bytes)")
+    rows_per_window = limit // rb // row_multiple * row_multiple
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
     windows = []
     for first in range(0, n_rows, rows_per_window):

@@ -22,6 +22,10 @@ class ArchTraits:
     softcaps: bool = False  # attention and final logit soft-capping (gemma2)
     fused_qkv: bool = False  # one attn_qkv weight, rows q;k;v (phi3)
     fused_gate_up: bool = False  # one ffn_up weight, gate rows then up rows (phi3)
+    ffn: str = "dense"  # "dense": one gated FFN; "moe": a router picks experts per token
+    # moe: whether the selected experts' weights are renormalized to sum to 1, when the file does
+    # not say (`<arch>.expert_weights_norm`); llama.cpp's qwen3moe always renormalizes
+    expert_weights_norm: bool = True
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
@@ -35,6 +39,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         "neox", qk_norm=True, sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=6
     ),  # fmt: skip
     "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
+    "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -74,6 +79,11 @@ class ModelConfig:
     bos_id: int | None
     eos_id: int | None
     add_bos: bool
+    ffn: str = "dense"  # "dense" or "moe"
+    n_expert: int = 0  # moe: experts per layer
+    n_expert_used: int = 0  # moe: experts each token is routed to (top-k)
+    d_ff_expert: int = 0  # moe: one expert's feed-forward width
+    expert_weights_norm: bool = False  # moe: the k selected weights renormalized to sum to 1
 
     @property
     def q_dim(self) -> int:
@@ -130,7 +140,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         n_heads=n_heads,
         n_kv_heads=int(_get(meta, p + "attention.head_count_kv", n_heads)),
         head_dim=head_dim,
-        d_ff=int(_get(meta, p + "feed_forward_length")),
+        d_ff=int(_get(meta, p + "feed_forward_length", 0 if traits.ffn == "moe" else ...)),
         vocab_size=int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0)),
         context_length=int(_get(meta, p + "context_length", 2048)),
         rms_eps=float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-6)),
@@ -154,7 +164,21 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
+        **_moe_fields(meta, p, traits),
     )
+
+
+def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, Any]:
+    """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
+    if traits.ffn != "moe":
+        return {}
+    return {
+        "ffn": "moe",
+        "n_expert": int(_get(meta, p + "expert_count")),
+        "n_expert_used": int(_get(meta, p + "expert_used_count")),
+        "d_ff_expert": int(_get(meta, p + "expert_feed_forward_length")),
+        "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
+    }
 
 
 def _opt_int(v: Any) -> int | None:

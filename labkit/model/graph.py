@@ -130,10 +130,33 @@ def _ffn(b: _Builder, x: str) -> str:
     return b.norm("post_ffn_norm", out, "post_ffw_norm") if cfg.sandwich_norms else out
 
 
+def _moe_ffn(b: _Builder, x: str) -> str:
+    """A mixture of experts (llama.cpp's build_moe_ffn): the router's logits, its probabilities, the k
+    experts each token goes to and their weights, the selected experts' gated FFNs, their weighted sum."""
+    cfg = b.cfg
+    n, k, f, d = cfg.n_expert, cfg.n_expert_used, cfg.d_ff_expert, cfg.d_model
+    b.norm("ffn_norm", x, "ffn_norm")
+    b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n)
+    route = {"n_expert": n, "k": k, "norm": cfg.expert_weights_norm}
+    b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
+    b.add("ffn_topk", "moe_router", ("ffn_router_probs",), out="ids", **route)
+    b.add("ffn_expert_weights", "moe_router", ("ffn_router_probs", "ffn_topk"), out="weights", **route)
+    for kind, w in (("ffn_moe_gate", "ffn_gate_exps"), ("ffn_moe_up", "ffn_up_exps")):
+        b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, k=k, out=f, per_slot=False, **{"in": d})
+    b.add("ffn_moe_act", "glu", ("ffn_moe_gate", "ffn_moe_up"), act=cfg.ffn_act, width=k * f, k=k)
+    b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", k=k, out=d, per_slot=True,
+          **{"in": f})  # fmt: skip
+    return b.add("ffn_moe_out", "moe_sum", ("ffn_moe_down", "ffn_expert_weights"), width=d)
+
+
+# the feed-forward block of a layer, by ModelConfig.ffn
+FFN_BUILDERS = {"dense": _ffn, "moe": _moe_ffn}
+
+
 def _layer(b: _Builder, x: str) -> str:
     attn = _attention(b, x)
     b.add("resid_mid", "add", (x, attn), width=b.cfg.d_model)
-    ffn = _ffn(b, b.p + "resid_mid")
+    ffn = FFN_BUILDERS[b.cfg.ffn](b, b.p + "resid_mid")
     return b.add("resid_out", "add", ("resid_mid", ffn), width=b.cfg.d_model)
 
 

@@ -42,6 +42,9 @@ class TinySpec:
     # (tensor name suffix, type): matrices stored in another type than weight_type, as llama.cpp's
     # presets mix them (("attn_v.weight", "IQ4_XS"), ...)
     type_overrides: tuple[tuple[str, str], ...] = ()
+    n_expert: int = 8  # qwen3moe only: experts per layer
+    n_expert_used: int = 2  # qwen3moe only: experts per token
+    d_ff_expert: int = 256  # qwen3moe only: one expert's width
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -98,6 +101,10 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     if a in ("gemma2", "gemma3"):
         w.add_sliding_window(spec.sliding_window)
         w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
+    if a == "qwen3moe":
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        w.add_expert_feed_forward_length(spec.d_ff_expert)
     if a == "gemma2":
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
         w.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
@@ -115,8 +122,11 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
     a = spec.arch
 
     def tensor(name: str, shape: tuple[int, ...], type_name: str, scale: float) -> None:
+        """A 2-D weight, or a 3-D expert tensor (encoded as its rows, then given back its experts)."""
         type_name = next((t for end, t in spec.type_overrides if name.endswith(end)), type_name)
-        data, qtype = encode_tensor(rng, rng.standard_normal(shape).astype(np.float32) * scale, type_name)
+        values = rng.standard_normal(shape).astype(np.float32) * scale
+        data, qtype = encode_tensor(rng, values.reshape(-1, shape[-1]), type_name)
+        data = data.reshape(*shape[:-1], data.shape[-1])
         w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
 
     def norm(name: str, n: int) -> None:
@@ -145,13 +155,20 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
                 ("v", spec.n_kv_heads * hd),
             ):
                 w.add_tensor(p + f"attn_{n}.bias", (0.1 * rng.standard_normal(rows)).astype(np.float32))
-        if a in ("gemma3", "qwen3"):
+        if a in ("gemma3", "qwen3", "qwen3moe"):
             norm(p + "attn_q_norm.weight", hd)
             norm(p + "attn_k_norm.weight", hd)
         if a in ("gemma2", "gemma3"):
             norm(p + "post_attention_norm.weight", d)
             norm(p + "post_ffw_norm.weight", d)
         norm(p + "ffn_norm.weight", d)
+        if a == "qwen3moe":  # the router (kept in F32, as llama.cpp's quantizer keeps it) and the experts
+            n, f = spec.n_expert, spec.d_ff_expert
+            w.add_tensor(p + "ffn_gate_inp.weight", (0.3 * rng.standard_normal((n, d))).astype(np.float32))
+            tensor(p + "ffn_gate_exps.weight", (n, f, d), wt, 0.06)
+            tensor(p + "ffn_up_exps.weight", (n, f, d), wt, 0.06)
+            tensor(p + "ffn_down_exps.weight", (n, d, f), wt, 0.04)
+            continue
         if a == "phi3":  # fused: gate rows, then up rows
             tensor(p + "ffn_up.weight", (2 * spec.d_ff, d), wt, 0.06)
         else:

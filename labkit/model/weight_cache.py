@@ -93,7 +93,7 @@ class WeightCache:
         """Some rows of a 2-D weight (an embedding lookup, a row chunk): from the held copy, else
         only those rows' bytes are read and dequantized (float32)."""
         if name in self._held:
-            return self._held[name][ids]
+            return self._matrix(name)[ids]
         t = self.gguf.tensors[name]
         return dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, ids)
 
@@ -107,8 +107,8 @@ class WeightCache:
         t = self.gguf.tensors[name]
         r0, r1 = rows or (0, t.n_rows)
         if product is None and self.fits(name) and self.dtype == np.float64:
-            return x @ self.get(name)[r0:r1].T
-        whole = self.get(name) if self.fits(name) else None
+            return x @ self._matrix(name)[r0:r1].T
+        whole = self._matrix(name) if self.fits(name) else None
         out = np.empty((x.shape[0], r1 - r0), dtype=np.float64)
         step = max(1, CHUNK_BYTES // (8 * t.n_cols))
         for a in range(r0, r1, step):
@@ -120,6 +120,11 @@ class WeightCache:
         if whole is None:
             self._loaded(name)
         return out
+
+    def _matrix(self, name: str) -> np.ndarray:
+        """The held weight as rows of its last dimension: a 3-D expert tensor's experts stacked."""
+        w = self.get(name)
+        return w if w.ndim <= 2 else w.reshape(-1, w.shape[-1])
 
     def set_capacity(self, capacity: int | None) -> None:
         """Bound the cache; a model whose float64 weights take at most 1/F64_SHARE of it is held in

@@ -3,11 +3,26 @@ itself on import: this module lists the op modules, and the registries read from
 
 from __future__ import annotations
 
-from labkit.ops import add, attn_ctx, attn_scores, embed, glu, matmul, rmsnorm, rope, softcap, softmax
+from labkit.ops import (
+    add,
+    attn_ctx,
+    attn_scores,
+    embed,
+    glu,
+    matmul,
+    moe_matmul,
+    moe_router,
+    moe_sum,
+    rmsnorm,
+    rope,
+    softcap,
+    softmax,
+)
 from labkit.ops.base import Explanation, Kernel, Op, Params, PassShape, Policy
 
 OPS: dict[str, Op] = {
-    m.OP.name: m.OP for m in (embed, rmsnorm, matmul, rope, attn_scores, softmax, attn_ctx, add, glu, softcap)
+    m.OP.name: m.OP
+    for m in (embed, rmsnorm, matmul, rope, attn_scores, softmax, attn_ctx, add, glu, softcap, moe_router, moe_matmul, moe_sum)
 }
 
 __all__ = ["OPS", "Explanation", "Kernel", "Op", "Params", "PassShape", "Policy"]

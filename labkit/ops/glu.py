@@ -48,6 +48,7 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 ROLES = {
+    "ffn_moe_act": "each selected expert's gated activation, act(gate) · up, per token and slot",
     "ffn_act": (
         "the gated linear unit: the gate projection through a nonlinearity (GELU or SiLU) multiplies the "
         "up projection, feature by feature. The nonlinearity is what lets the feed-forward block compute "

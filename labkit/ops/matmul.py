@@ -43,6 +43,8 @@ FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
+# what a driver file is composed after: the row drivers share their X, W and Y access
+DRIVER_HELPERS = {"matmul": ("matmul_row_io",), "moe_matmul": ("matmul_row_io",)}
 INTEGER_FORMATS = tuple(f.name for f in FORMATS_LIST if f.repacks)  # quants in int8 range: repackable
 # formats with drivers on the blocks layout: format -> (files composed before the driver, the
 # driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)
@@ -137,7 +139,8 @@ def source(fmt: str, driver: str = "row", quant: str = "") -> str:
     else:
         reader = [f"quant_{fmt}" + (f"_{quant}" if quant else "")]
     tables = ["quant_tables"] * bool(BY_NAME[fmt].tables)
-    return compose("common", *tables, *reader, DRIVERS.get(driver, driver))
+    drv = DRIVERS.get(driver, driver)
+    return compose("common", *tables, *reader, *DRIVER_HELPERS.get(drv, ()), drv)
 
 
 def group_of(fmt: str) -> int:

@@ -99,6 +99,21 @@ def _common(resid_mid: str, act: str, attn_out_note: str) -> dict[str, Pick]:
     }
 
 
+def _moe(weights: str, weights_op: str, act: str) -> dict[str, Pick]:
+    """build_moe_ffn's tensors (llama-graph.cpp). Its [features, k, T] tensors read as [T, k, features]."""
+    return {
+        "ffn_router": Pick("ffn_moe_logits-{L}", "MUL_MAT"),
+        "ffn_router_probs": Pick("ffn_moe_probs-{L}", "SOFT_MAX"),
+        "ffn_topk": Pick("ffn_moe_topk-{L}", "VIEW", layout="slots", note="I32 [k, T]: the first k of the argsort"),
+        "ffn_expert_weights": Pick(weights, weights_op, layout="slots", note="[k, T] (reshaped to [1, k, T] after)"),
+        "ffn_moe_gate": Pick("ffn_moe_gate-{L}", "MUL_MAT_ID", layout="slots", note="[d_ff_expert, k, T]"),
+        "ffn_moe_up": Pick("ffn_moe_up-{L}", "MUL_MAT_ID", layout="slots"),
+        "ffn_moe_act": Pick(act, "GLU", layout="slots"),
+        "ffn_moe_down": Pick("ffn_moe_down-{L}", "MUL_MAT_ID", layout="slots", note="[d_model, k, T]"),
+        "ffn_moe_out": Pick("ffn_moe_out-{L}", "ADD", note="the weighted experts' views summed, slot by slot"),
+    }
+
+
 MAPPINGS: dict[str, dict[str, Pick]] = {
     "gemma3": {
         "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
@@ -147,6 +162,14 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "ffn_gate": Pick("ffn_up-{L}", "MUL_MAT", part=(0, 2), note="first half of the fused 2·d_ff up matmul"),
         "ffn_up": Pick("ffn_up-{L}", "MUL_MAT", part=(1, 2), note="second half of the fused up matmul"),
     },
+    "qwen3moe": {  # qwen3's attention; build_moe_ffn's tensors (llama-graph.cpp), softmax gating, norm_w
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
+        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
+        **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
+    },
     "qwen2": {
         "embed": Pick("embd", "GET_ROWS"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
@@ -166,6 +189,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "llama": {},
     "qwen2": {},
     "qwen3": {},
+    "qwen3moe": {},
     "gemma2": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
@@ -209,8 +233,9 @@ class _GgmlTensor(ctypes.Structure):
     ]
 
 
-GGML_TYPE_F32, GGML_TYPE_F16 = 0, 1
-_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16}
+GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_I32 = 0, 1, 26
+_DTYPES = {GGML_TYPE_F32: np.float32, GGML_TYPE_F16: np.float16, GGML_TYPE_I32: np.int32}
+_READ = (GGML_TYPE_F32, GGML_TYPE_I32)  # what a stage's node may hold: floats, or integer ids (ffn_moe_topk)
 
 
 class _Ggml:
@@ -256,7 +281,7 @@ class _Ggml:
         s = _GgmlTensor.from_address(t)
         dtype = _DTYPES.get(s.type)
         if dtype is None:
-            raise OracleError(f"tensor {self.name(t)!r} has ggml type {s.type}, not F32/F16")
+            raise OracleError(f"tensor {self.name(t)!r} has ggml type {s.type}, not F32/F16/I32")
         shape = tuple(int(n) for n in s.ne)[::-1]
         if int(self.lib.ggml_nelements(t)) != int(np.prod(shape)):
             raise OracleError(f"tensor {self.name(t)!r}: ne {shape[::-1]} disagrees with ggml_nelements")
@@ -364,13 +389,13 @@ class _Collector:
             op = self.ggml.op(s)
             scores = self.is_softmax_of_scores(s, op)
             if ask:
-                return (bool(wants) and s.type == GGML_TYPE_F32) or scores is not None
+                return (bool(wants) and s.type in _READ) or scores is not None
             if scores is not None:
                 # soft_max_ext(kq, mask, scale, max_bias): op_params[0] scale, [1] max_bias; src[1] the mask.
                 pf = ctypes.cast(ctypes.addressof(s.op_params), ctypes.POINTER(ctypes.c_float))
                 mask = self.ggml.read(s.src[1]) if s.src[1] else None
                 self.softmax[scores] = (float(pf[0]), float(pf[1]), mask)
-            if wants and s.type == GGML_TYPE_F32:
+            if wants and s.type in _READ:
                 data = self.ggml.read(t)
                 for want in wants:
                     self.seen[want.stage] = self.seen.get(want.stage, 0) + 1
@@ -404,6 +429,8 @@ def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, 
 
 def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collector) -> np.ndarray:
     """llama.cpp's tensor (numpy, ne reversed) in labkit's layout for `stage`."""
+    if pick.layout == "slots":  # ne [features, k, T] (or [k, T]): positions, then slots
+        return raw.reshape(T, stage.params["k"], -1) if raw.size != T * stage.params["k"] else raw.reshape(T, -1)
     if pick.layout == "vec":
         if raw.size % T:
             raise OracleError(f"{stage.name}: llama.cpp tensor of shape {raw.shape} does not split into {T} positions")

@@ -1,0 +1,97 @@
+"""moe_matmul: the selected experts' linear layers, ggml's mul_mat_id.
+
+A mixture of experts stores each projection of all its experts as one 3-D tensor
+(`ffn_gate_exps`: [n_expert, d_ff_expert, d_model]). For each token and each of its k slots, this
+op multiplies the token's input by the rows of the expert the router picked for that slot
+(`ffn_topk`), so only the selected experts' rows are read, on both engines. The input is shared by
+the slots (gate and up read `ffn_norm`) or the slot's own (down reads each slot's activation);
+the output is [T, k, out]. On the GPU the tensor's GGUF bytes are uploaded unchanged, in windows
+of whole experts; each window's dispatch computes the slots whose expert it holds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, ceil_div
+from labkit.ops.matmul import FORMATS, format_name, source
+from labkit.quant.formats import FORMATS_LIST
+
+PARAMS = Params(K="u32", rows="u32", T="u32", k="u32", e0="u32", n_e="u32", x_offset="u32", x_tok="u32",
+                x_slot="u32", ids_offset="u32", y_offset="u32")  # fmt: skip
+ROWS_PER_WG = 256  # moe_matmul.wgsl: 64 threads x 4 rows
+
+
+def family(stage, tensor_type) -> str:
+    """`moe_matmul_<fmt>` of the stage's expert tensor: a format's reader is compiled in."""
+    return "moe_matmul_" + format_name(tensor_type(stage.weight))
+
+
+def slot_inputs(x: np.ndarray, T: int, k: int, per_slot: bool) -> np.ndarray:
+    """[T, k, K]: each slot's input, the token's own row repeated, or the slot's row."""
+    return x.reshape(T, k, -1) if per_slot else np.broadcast_to(x[:, None, :], (T, k, x.shape[-1]))
+
+
+def reference(stage, ref) -> np.ndarray:
+    """Per expert that any token picked: its rows times the inputs of the slots that picked it."""
+    ids = np.asarray(ref.x[1])
+    T, k = ids.shape
+    N = stage.params["out"]
+    xs = slot_inputs(ref.x[0], T, k, stage.params["per_slot"])
+    out = np.zeros((T, k, N))
+    for e in np.unique(ids):
+        t, s = np.nonzero(ids == e)
+        out[t, s] = ref.matmul(np.ascontiguousarray(xs[t, s]), stage.weight, (int(e) * N, (int(e) + 1) * N))
+    return out
+
+
+def plan(stage, gpu):
+    P = stage.params
+    x, ids = gpu.input(0), gpu.input(1)
+    T, k = ids.shape
+    N, K = P["out"], P["in"]
+    out = gpu.output((T, k, N))
+    w = gpu.experts(stage.weight, N)
+    for win in w.windows:
+        values = {"K": K, "rows": N, "T": T, "k": k, "e0": win.first_row // N, "n_e": win.n_rows // N,
+                  "x_offset": x.offset, "x_tok": K * k if P["per_slot"] else K, "x_slot": K if P["per_slot"] else 0,
+                  "ids_offset": ids.offset, "y_offset": out.offset}  # fmt: skip
+        gpu.dispatch([win.buffer, x.buffer, out.buffer, ids.buffer], values, ceil_div(N, ROWS_PER_WG) * T * k)
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    P = stage.params
+    x = f"[T, k, {P['in']}]" if P["per_slot"] else f"[T, {P['in']}]"
+    return [x, "ffn_topk [T, k] int32", f"{stage.weight} [n_expert, {P['out']}, {P['in']}]"], f"[T, k, {P['out']}]"
+
+
+def _kernels() -> tuple[Kernel, ...]:
+    return tuple(
+        Kernel(f"moe_matmul_{f.name}", "default", "4 rows per thread of the selected expert, on the GGUF bytes",
+               lambda shape, fmt=f.name: source(fmt, "moe_matmul"))  # fmt: skip
+        for f in FORMATS_LIST
+    )
+
+
+ROLES = {
+    "ffn_moe_gate": "each selected expert's gate projection, per token and slot",
+    "ffn_moe_up": "each selected expert's up projection, per token and slot",
+    "ffn_moe_down": "each selected expert's down projection back to d_model, before its weight is applied",
+}
+
+OP = Op(
+    output=lambda st, s: (s.T, st.params["k"], st.params["out"]),
+    roles=ROLES,
+    name="moe_matmul",
+    what="the linear layer of the expert each slot selected, for each token's k slots",
+    formula="y[t, s, n] = Σ_c x[t, (s,) c] · W[ids[t, s], n, c]",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=_kernels(),
+    family=family,
+    weight="experts",
+)
+assert set(FORMATS.values()) == {f.name for f in FORMATS_LIST}

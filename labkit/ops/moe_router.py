@@ -1,0 +1,127 @@
+"""moe_router: a mixture of experts' routing, as llama.cpp's build_moe_ffn does it with softmax
+gating, in three stages: `ffn_router_probs` (softmax of the router's logits over all experts),
+`ffn_topk` (the k most probable experts, integer ids, most probable first: llama.cpp's argsort of
+the probabilities) and `ffn_expert_weights` (their probabilities, gathered at the ids and
+renormalized to sum to 1 where the model does).
+
+One kernel serves the three (its `what` field says which result), so the family `moe_router`
+holds the routers' real bugs as variants, bound per layer like any other. Its parts are functions
+the kernel calls (select, weigh, normalize); a fault replaces one part, and shows at the first
+stage whose result that part makes: a wrong id in `ffn_topk`, a wrong weight in
+`ffn_expert_weights`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
+
+PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32")
+WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `out` param)
+MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
+SUM_FLOOR = 6.103515625e-5  # llama.cpp clamps the weights' sum to f16's smallest normal before dividing
+PARTS = ("select", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
+
+
+def softmax_rows(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def top_k(probs: np.ndarray, k: int) -> np.ndarray:
+    """The k largest per row, largest first; a tie goes to the lower expert index."""
+    return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+
+
+def expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool) -> np.ndarray:
+    """The selected experts' probabilities, renormalized over the k where the model does."""
+    w = np.take_along_axis(probs, np.asarray(ids, np.int64), axis=-1)
+    return w / np.maximum(w.sum(axis=-1, keepdims=True), SUM_FLOOR) if norm else w
+
+
+def reference(stage, ref) -> np.ndarray:
+    """`ref.forced_ids` ({layer: ids}), when given, replaces a layer's top-k with another run's
+    choice (teacher-forced routing): a near-tie that float32 and float64 break differently then
+    shows as a tie at `ffn_topk`, and every later stage compares on the same experts."""
+    P = stage.params
+    if P["out"] == "probs":
+        return softmax_rows(ref.x[0])
+    if P["out"] == "weights":
+        return expert_weights(ref.x[0], ref.x[1], P["norm"])
+    forced = getattr(ref, "forced_ids", None) or {}
+    if stage.layer in forced:
+        return np.asarray(forced[stage.layer], np.int32)
+    return top_k(ref.x[0], P["k"]).astype(np.int32)
+
+
+def plan(stage, gpu):
+    P = stage.params
+    x = gpu.input(0)  # the logits (probs), else the probabilities
+    ids = gpu.input(1) if P["out"] == "weights" else x  # the weights' ids (the others bind x there, unread)
+    T = x.shape[0]
+    out = gpu.output((T, P["n_expert"]) if P["out"] == "probs" else (T, P["k"]))
+    values = {"T": T, "n_expert": P["n_expert"], "k": P["k"], "what": WHAT[P["out"]], "norm": int(P["norm"]),
+              "x_offset": x.offset, "ids_offset": ids.offset}  # fmt: skip
+    gpu.dispatch([x.buffer, ids.buffer, out.buffer], values, ceil_div(T, 64))
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    P = stage.params
+    n, k = P["n_expert"], P["k"]
+    ins = {"probs": [f"ffn_router [T, {n}]"], "ids": [f"ffn_router_probs [T, {n}]"],
+           "weights": [f"ffn_router_probs [T, {n}]", f"ffn_topk [T, {k}] int32"]}  # fmt: skip
+    out = {"probs": f"[T, {n}]", "ids": f"[T, {k}] int32", "weights": f"[T, {k}]"}
+    return ins[P["out"]], out[P["out"]]
+
+
+def router_source(fault_part: str = "", fault: str = "") -> str:
+    """The kernel: its parts, with `fault` (moe_router_<fault>.wgsl) in the place of `fault_part`."""
+    parts = [f"moe_router_{fault if p == fault_part else p}" for p in PARTS]
+    return compose(*parts, "moe_router")
+
+
+def _kernel(name: str, doc: str, part: str = "") -> Kernel:
+    src = router_source(part, name)
+    return Kernel("moe_router", name, doc, lambda shape: src, faulty=bool(part))
+
+
+FAULTS = (
+    ("expert_index_off_by_one", "select",
+     "each selected expert's id one too high (modulo the expert count): the right ranking and weights, the "
+     "neighbouring expert run. Expert ids slip where engines offset or pad them: vllm-project/vllm-xpu-kernels#405 "
+     "(the reference MoE indexed local experts without subtracting the rank's first expert, Qwen3-30B-A3B), "
+     "huggingface/transformers#48653 (invalid router indices filled with num_experts, one past the last expert)"),
+    ("softmax_after_topk", "weigh",
+     "the softmax taken over the k selected logits instead of over all experts (each weight p / Σ of the k "
+     "probabilities). With renormalized weights "
+     "(qwen3moe, Mixtral) the two agree exactly; without renormalization every weight grows. The order is a "
+     "model's own and ports mix it up: Lightning-AI/litgpt#2013 (softmax after top-k where HF's Mixtral takes "
+     "it before: same experts, other weights), NVIDIA/Megatron-LM#955, HabanaAI/vllm-fork#1852 (gpt-oss)"),
+    ("no_renormalize", "normalize",
+     "the selected weights used as they are, not divided by their sum, where the model renormalizes "
+     "(norm_topk_prob): every expert's output scaled down by the k probabilities' sum. pytorch/torchtitan#1448 "
+     "(DeepSeek-V3's router without norm_topk_prob: a converted Moonlight checkpoint trained with a huge grad "
+     "norm), sgl-project/sglang#35160 (the renormalize flag's other arm returned raw logits as weights)"),
+)  # fmt: skip
+
+ROLES = {
+    "ffn_router_probs": "the router's probabilities: how much each expert suits this token (softmax over experts)",
+    "ffn_topk": "the experts this token is sent to: the k most probable, most probable first (integer ids)",
+    "ffn_expert_weights": "how much each selected expert's output counts: its probability, renormalized over the k",
+}
+
+OP = Op(
+    output=lambda st, s: (s.T, st.params["n_expert"] if st.params["out"] == "probs" else st.params["k"]),
+    roles=ROLES,
+    name="moe_router",
+    what="routes each token to k experts: probabilities, the top k, and their weights",
+    formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does)",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(_kernel("default", "the correct router: softmax over all experts, top k, renormalized"),
+             *(_kernel(name, doc, part) for name, part, doc in FAULTS)),  # fmt: skip
+)
