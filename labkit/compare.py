@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from labkit.captures import ID_KINDS, Run, as_f64, graph_sorted, is_attention_map, stage_kind  # stage_kind re-exported
+from labkit.captures import ID_KINDS, SLOT_KINDS, Run, as_f64, graph_sorted, is_attention_map, stage_kind  # stage_kind re-exported
 from labkit.errors import NoCommonStagesError
 from labkit.precision import DEFAULT_THRESHOLD, REFERENCE_THRESHOLDS, looser, thresholds_for
 
@@ -285,6 +285,22 @@ def _common_heads(a: Run, b: Run, name: str) -> tuple[int, ...] | None:
     return tuple(h for h in a.heads_held(name) if h in in_b)
 
 
+def _slots_in_order_of(a: Run, b: Run, name: str, pos: tuple[int, ...], y: np.ndarray) -> np.ndarray:
+    """b's per-expert entries ([T, k, ...]) reordered, token by token, to a's order of the same
+    experts. Engines may list a token's k experts in different orders (a near-tie, an unsorted
+    top-k), and the slots must pair the same expert, not the same rank. Tokens whose sets of
+    experts differ keep b's order: their ffn_topk row fails already."""
+    ids = name.rsplit(".", 1)[0] + ".ffn_topk"
+    if ids not in a.captures or ids not in b.captures:
+        return y
+    ia, ib = _rows_at(a, ids, a.captures[ids], pos), _rows_at(b, ids, b.captures[ids], pos)
+    out = np.array(y, copy=True)
+    for t, (xa, xb) in enumerate(zip(ia.tolist(), ib.tolist())):
+        if xa != xb and sorted(xa) == sorted(xb):
+            out[t] = y[t][[xb.index(e) for e in xa]]
+    return out
+
+
 def _router_probs(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple | None:
     """Both runs' router probabilities beside their top-k, at `pos`, where both captured them."""
     name = ids_name.replace("ffn_topk", "ffn_router_probs")
@@ -347,6 +363,8 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
             continue
         pos = _common_positions(a, b, name, positions)
         x, y = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
+        if stage_kind(name) in SLOT_KINDS:
+            y = _slots_in_order_of(a, b, name, pos, y)
         heads = _common_heads(a, b, name)
         if heads is not None:
             x, y = _heads_at(a, name, x, heads), _heads_at(b, name, y, heads)

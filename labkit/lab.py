@@ -119,14 +119,25 @@ class Lab:
     def reference_engine(self) -> ReferenceEngine:
         return ReferenceEngine(self.gguf, self.config, self.graph)
 
-    def reference(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None) -> Run:
+    def reference(
+        self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
+        route_as: Run | None = None,
+    ) -> Run:  # fmt: skip
         """The whole prompt through the float64 numpy reference; every stage captured that fits the
-        memory budget (`names`, globs allowed, and `layers` capture less)."""
+        memory budget (`names`, globs allowed, and `layers` capture less). `route_as`: a mixture of
+        experts routes each token to the experts another run chose (its `ffn_topk` captures), so a
+        near-tie that run broke the other way compares as a tie and every later stage compares on
+        the same experts (teacher-forced routing)."""
         ids = self.prompt_ids(prompt)
         names = select_names(self.graph, names, layers)
         names = self.fit.capture("reference", len(ids), names)
         t0 = time.perf_counter()
-        caps = self.reference_engine.forward(ids, KVCache(), capture=names)
+        eng = self.reference_engine
+        eng.forced_ids = _routing_of(route_as, self.graph)
+        try:
+            caps = eng.forward(ids, KVCache(), capture=names)
+        finally:
+            eng.forced_ids = None
         return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
 
     # ----- memory
@@ -458,3 +469,14 @@ def open(
     most this size (the binding limit otherwise), to make window edges visible on small models."""
     name, path = resolve_model(model)
     return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes, memory=memory)
+
+
+def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:
+    """{layer: ids [T, k]} of a run's `ffn_topk` captures, for teacher-forced routing."""
+    if run is None:
+        return None
+    routed = {st.layer: np.asarray(run[st.name]) for st in graph if st.kind == "ffn_topk" and st.name in run.captures}
+    if not routed:
+        raise InvalidArgumentError(f"route_as: the {run.engine} run captured no ffn_topk stage to route by")
+    return routed
+

@@ -44,6 +44,9 @@ NMSE = {
     "add": 1e-12,
     "glu": 1e-10,
     "softcap": 1e-10,
+    "moe_router": 1e-10,  # ids compare exactly: any differing id is an NMSE far above this
+    "moe_matmul": 1e-9,
+    "moe_sum": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -240,6 +243,64 @@ def cases_softcap() -> list[OpCase]:
     r = _rng("softcap")
     st = Stage("l", "softcap", ("x",), params={"cap": 10.0, "width": 513})
     return [OpCase("513 cap 10", st, [r.standard_normal((2, 513)) * 30], 2)]
+
+
+def _distinct_ids(r, T: int, k: int, n_expert: int) -> np.ndarray:
+    return np.stack([r.permutation(n_expert)[:k] for _ in range(T)]).astype(np.int32)
+
+
+def cases_moe_router() -> list[OpCase]:
+    """The three results over random logits: 1 token, 70 (past one workgroup of 64), 128 experts."""
+    r, out = _rng("moe_router"), []
+    for T, n, k in ((1, 8, 2), (70, 128, 8), (5, 60, 4)):
+        route = {"n_expert": n, "k": k}
+        logits = r.standard_normal((T, n)) * 3
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        st = Stage("blk.0.ffn_router_probs", "moe_router", ("l",), params={**route, "out": "probs", "norm": True}, layer=0)
+        out.append(OpCase(f"probs T{T} n{n}", st, [logits], T))
+        st = Stage("blk.0.ffn_topk", "moe_router", ("p",), params={**route, "out": "ids", "norm": True}, layer=0)
+        out.append(OpCase(f"ids T{T} n{n} k{k}", st, [probs], T, exposes=frozenset({"expert_index_off_by_one"})))
+        ids = np.argsort(-probs, axis=1, kind="stable")[:, :k].astype(np.int32)
+        for norm in (True, False):
+            st = Stage("blk.0.ffn_expert_weights", "moe_router", ("p", "i"),
+                       params={**route, "out": "weights", "norm": norm}, layer=0)  # fmt: skip
+            shows = {"no_renormalize"} if norm else {"softmax_after_topk"}
+            out.append(OpCase(f"weights T{T} n{n} k{k} norm={norm}", st, [probs, ids], T, exposes=frozenset(shows)))
+    return out
+
+
+def cases_moe_matmul() -> list[OpCase]:
+    """Every GGUF type as a 3-D expert tensor: a decode step and a prefill, the input shared by the
+    slots (gate, up) or each slot's own (down), and one case whose experts span several windows."""
+    r, out = _rng("moe_matmul"), []
+    for fmt in FORMATS_LIST:
+        K = max(fmt.block_size, 64) if fmt.block_size < 256 else 256
+        for T, N, per_slot in ((1, 67, False), (9, 130, True)):
+            w: dict = {}
+            n_expert, k = 5, 2
+            name = _weight(r, w, "exps.weight", n_expert * N, K, fmt.type_name)
+            st = Stage("blk.0.ffn_moe_up", "moe_matmul", ("x", "ids"), name, layer=0,
+                       params={"out": N, "in": K, "k": k, "per_slot": per_slot})  # fmt: skip
+            x = r.standard_normal((T, k, K) if per_slot else (T, K))
+            ids = _distinct_ids(r, T, k, n_expert)
+            out.append(OpCase(f"{fmt.type_name} T{T} N{N} per_slot={per_slot}", st, [x, ids], T, weights=w))
+    w = {}
+    name = _weight(r, w, "exps.weight", 7 * 40, 64, "Q8_0")
+    st = Stage("blk.0.ffn_moe_gate", "moe_matmul", ("x", "ids"), name, layer=0,
+               params={"out": 40, "in": 64, "k": 3, "per_slot": False})  # fmt: skip
+    case = [r.standard_normal((6, 64)), _distinct_ids(r, 6, 3, 7)]
+    out.append(OpCase("Q8_0 7 experts in windows of 2", st, case, 6, weights=w, window_bytes=2 * 40 * 68))
+    return out
+
+
+def cases_moe_sum() -> list[OpCase]:
+    r = _rng("moe_sum")
+    out = []
+    for T, k, n in ((1, 2, 64), (7, 8, 129)):
+        st = Stage("blk.0.ffn_moe_out", "moe_sum", ("d", "w"), params={"width": n}, layer=0)
+        out.append(OpCase(f"T{T} k{k} n{n}", st, [r.standard_normal((T, k, n)), r.random((T, k))], T))
+    return out
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}

@@ -31,6 +31,8 @@ from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.dequant import dequantize
 from labkit.model.graph import Stage
+from labkit.model.stage_kinds import BY_KIND
+from labkit.model.stage_kinds import layout_of as layout_of_kind
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape
 
@@ -59,7 +61,9 @@ class CaseHost(StageHost):
         self.case = case
 
     def array(self, a: np.ndarray) -> Any:
-        data = np.ascontiguousarray(a if a.size else np.zeros(1), dtype=np.float32).tobytes()
+        """A buffer of float32, or of int32 for integer ids (read as u32 by the kernels)."""
+        dtype = np.int32 if np.issubdtype(np.asarray(a).dtype, np.integer) else np.float32
+        data = np.ascontiguousarray(a if a.size else np.zeros(1), dtype=dtype).tobytes()
         return self.device.create_buffer_with_data(data=data, usage=STORAGE)
 
     def dequantized(self, name: str) -> np.ndarray:
@@ -82,12 +86,17 @@ class CaseHost(StageHost):
     def vector(self, name: str) -> Any:
         return self.array(self.dequantized(name).ravel())
 
+    def expert_weight(self, name: str, rows_per_expert: int) -> GpuWeight:
+        raw, qtype, (n_rows, n_cols) = self.case.weights[name]
+        return upload_weight(self.gpu, name, raw, int(qtype), n_rows, n_cols, self.case.window_bytes, rows_per_expert)
+
     def token_rows(self, ids: Any, name: str) -> Region:
         rows = self.dequantized(name)[np.asarray(ids)]
         return Region(self.array(rows), 0, rows.shape)
 
     def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: Any = None) -> Region:
-        return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, OPS[st.op].layout)
+        layout = layout_of_kind(st.kind) if st.kind in BY_KIND else OPS[st.op].layout
+        return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, layout)
 
     def kv_cache(self) -> GpuKVCache:
         """The case's K and V at the stage's layer (a cache of one layer's buffers)."""
@@ -116,4 +125,4 @@ def run_stage(case: Any, kernel: Kernel, policies: dict[str, str] | None = None,
     encode(enc, ctx.dispatches)
     gpu.queue.submit([enc.finish()])
     raw = gpu.queue.read_buffer(out.buffer, 4 * out.offset, 4 * out.size)
-    return np.frombuffer(raw, dtype=np.float32).reshape(out.shape)
+    return np.frombuffer(raw, dtype=np.int32 if out.layout == "ids" else np.float32).reshape(out.shape)

@@ -68,6 +68,11 @@ class _StageInputs:
     def cached(self, kind: str) -> np.ndarray:
         return self.layer_cache[kind]
 
+    @property
+    def forced_ids(self) -> dict[int, np.ndarray] | None:
+        """Teacher-forced routing: {layer: the experts each token goes to} (labkit.ops.moe_router)."""
+        return self.engine.forced_ids
+
 
 class ReferenceEngine:
     """Runs a stage graph in float64 numpy, with a KV cache for decode."""
@@ -77,6 +82,7 @@ class ReferenceEngine:
         self.weights = weights if weights is not None else shared_cache(gguf)
         self._last_reader = last_readers(graph)
         self.peak_live_bytes = 0  # the last pass's most bytes of uncaptured outputs alive at once
+        self.forced_ids: dict[int, np.ndarray] | None = None  # a mixture's routing taken from another run
 
     def weight(self, name: str) -> np.ndarray:
         """A dequantized weight (float32 or float64, exact either way), held under the cache's budget."""

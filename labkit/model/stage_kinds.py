@@ -24,6 +24,7 @@ class StageKind:
     bfloat16: float
     layout: str = "rows"  # "rows": [positions, ...] floats; "heads": [heads, queries, keys]; "ids": integers
     top_level: bool = False  # outside the layers: no `blk.L.` prefix
+    slots: bool = False  # [T, k, ...]: one entry per selected expert, in the order of the layer's ffn_topk
 
     @property
     def exact(self) -> bool:
@@ -59,11 +60,11 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("ffn_router", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ffn_router_probs", 1e-05, 2e-02, 5e-04, 2e-02),
     K("ffn_topk", 0.0, 0.0, 0.0, 0.0, layout="ids"),  # compared exactly, as sets of expert ids per token
-    K("ffn_expert_weights", 1e-05, 2e-02, 5e-04, 2e-02),
-    K("ffn_moe_gate", 5e-04, 2e-02, 5e-04, 1e-02),
-    K("ffn_moe_up", 5e-04, 2e-02, 5e-04, 2e-02),
-    K("ffn_moe_act", 1e-05, 2e-02, 5e-04, 5e-02),
-    K("ffn_moe_down", 5e-04, 2e-02, 5e-04, 5e-02),
+    K("ffn_expert_weights", 1e-05, 2e-02, 5e-04, 2e-02, slots=True),
+    K("ffn_moe_gate", 5e-04, 2e-02, 5e-04, 1e-02, slots=True),
+    K("ffn_moe_up", 5e-04, 2e-02, 5e-04, 2e-02, slots=True),
+    K("ffn_moe_act", 1e-05, 2e-02, 5e-04, 5e-02, slots=True),
+    K("ffn_moe_down", 5e-04, 2e-02, 5e-04, 5e-02, slots=True),
     K("ffn_moe_out", 5e-04, 2e-02, 5e-04, 5e-02),
     K("post_ffn_norm", 1e-05, 5e-02, 1e-05, 2e-03),  # 9.3e-3
     K("resid_out", 1e-06, 1e-02, 5e-04, 1e-02),  # 2.5e-3
@@ -77,6 +78,7 @@ KIND_ORDER = tuple(k.name for k in STAGE_KINDS)
 TOP_LEVEL_KINDS = tuple(k.name for k in STAGE_KINDS if k.top_level)
 ATTENTION_MAPS = tuple(k.name for k in STAGE_KINDS if k.layout == "heads")
 ID_KINDS = tuple(k.name for k in STAGE_KINDS if k.exact)
+SLOT_KINDS = tuple(k.name for k in STAGE_KINDS if k.slots)
 
 
 def thresholds(column: str) -> dict[str, float]:
