@@ -14,13 +14,13 @@ import numpy as np
 
 from labkit.errors import UnknownStageError
 
-# the debug-mode poison (labkit.poison, below both the executor and the captures), re-exported
-from labkit.poison import POISON_BITS, poison_count  # noqa: F401
-
 # The stage kinds of every architecture, in the order a layer computes them, and which are
 # attention maps ([heads, q_pos, k_pos]; every other capture is [positions, ...]) or integer
 # ids: one table (labkit.model.stage_kinds), re-exported here for the compare and viz code.
 from labkit.model.stage_kinds import ATTENTION_MAPS, ID_KINDS, KIND_ORDER, SLOT_KINDS, TOP_LEVEL_KINDS  # noqa: F401
+
+# the debug-mode poison (labkit.poison, below both the executor and the captures), re-exported
+from labkit.poison import POISON_BITS, poison_count  # noqa: F401
 
 _KIND_INDEX = {k: i for i, k in enumerate(KIND_ORDER)}
 

@@ -311,9 +311,8 @@ def cmd_cases(args: argparse.Namespace) -> int:
         {"name": c.name, "postmortem": c.postmortem, "model": c.model, "title": c.title, "fault": c.fault}
         for c in cases()
     ]
-    _emit(
-        args, data, lambda: "\n".join(f"{d['name']:20} {d['postmortem']}  {d['model']:14} {d['title']}" for d in data)
-    )
+    line = "{name:20} {pm:3}  {model:14} {title}"
+    _emit(args, data, lambda: "\n".join(line.format(pm=d["postmortem"] or "-", **d) for d in data))
     return 0
 
 

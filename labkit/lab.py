@@ -479,4 +479,3 @@ def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:
     if not routed:
         raise InvalidArgumentError(f"route_as: the {run.engine} run captured no ffn_topk stage to route by")
     return routed
-

@@ -24,6 +24,7 @@ EXPECTED_DIVERGENCE = {
     "norm-cascade": "blk.0.attn_norm",
     "top-p-order": "sampling",
     "rope-style": "blk.0.q_rope",
+    "moe-router": "blk.0.ffn_expert_weights",
 }
 NAMES = list(EXPECTED_DIVERGENCE)
 
@@ -36,7 +37,7 @@ def test_the_cases_are_registered_in_post_mortem_order():
     for c in cases():
         assert get_case(c.name) is c
         assert c.model in labkit.MODELS
-        assert c.postmortem in {"000", "001", "002", "003", "004"}
+        assert c.postmortem in {"000", "001", "002", "003", "004"} or (c.postmortem == "" and c.notes)
         assert c.prompt and c.title and c.lesson and c.story
         assert c.root_cause_stage == EXPECTED_DIVERGENCE[c.name]
         for fn in (c.symptoms, c.checklist, c.reference, c.observe, c.localize):
@@ -67,7 +68,8 @@ def test_every_fault_is_a_registered_faulty_variant():
 
 def test_the_post_mortem_files_exist():
     for c in cases():
-        assert c.postmortem_path is not None and c.postmortem_path.name.startswith(c.postmortem)
+        if c.postmortem:  # a case of no post-mortem (moe-router) says where it comes from in its notes
+            assert c.postmortem_path is not None and c.postmortem_path.name.startswith(c.postmortem)
 
 
 def test_unknown_case_is_a_typed_error():
@@ -227,7 +229,7 @@ def report(request, gemma, smollm):
     name = request.param
     if name not in _REPORTS:
         case = get_case(name)
-        if case.open_kwargs:
+        if case.open_kwargs or case.model not in ("gemma3-270m", "smollm2-135m"):
             lab = _OWN_LABS.setdefault(name, case.open_lab())
         else:
             lab = {"gemma3-270m": gemma, "smollm2-135m": smollm}[case.model]

@@ -257,7 +257,9 @@ def cases_moe_router() -> list[OpCase]:
         logits = r.standard_normal((T, n)) * 3
         probs = np.exp(logits - logits.max(1, keepdims=True))
         probs /= probs.sum(1, keepdims=True)
-        st = Stage("blk.0.ffn_router_probs", "moe_router", ("l",), params={**route, "out": "probs", "norm": True}, layer=0)
+        st = Stage(
+            "blk.0.ffn_router_probs", "moe_router", ("l",), params={**route, "out": "probs", "norm": True}, layer=0
+        )
         out.append(OpCase(f"probs T{T} n{n}", st, [logits], T))
         st = Stage("blk.0.ffn_topk", "moe_router", ("p",), params={**route, "out": "ids", "norm": True}, layer=0)
         out.append(OpCase(f"ids T{T} n{n} k{k}", st, [probs], T, exposes=frozenset({"expert_index_off_by_one"})))

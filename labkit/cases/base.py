@@ -156,7 +156,7 @@ class CaseSpec:
     step functions; Case calls them through its methods of the same names."""
 
     name: str
-    postmortem: str  # file id in labkit/cases/postmortems, e.g. "001"
+    postmortem: str  # file id in labkit/cases/postmortems, e.g. "001"; "" for a case of no post-mortem
     title: str
     model: str
     prompt: str
@@ -352,7 +352,7 @@ class CaseReport:
         for extra in c.extra_faults:
             faults += " (and " + ", ".join(f"{k}={v}" for k, v in extra.items()) + ")"
         lines = [
-            f"case {c.name} (post-mortem {c.postmortem}): {c.title}",
+            f"case {c.name} ({f'post-mortem {c.postmortem}' if c.postmortem else 'not from a post-mortem'}): {c.title}",
             f"model {c.model}, prompt {c.prompt!r}",
             f"fault: {faults}   fix: " + ", ".join(f"{k}={v}" for k, v in c.fix.items()),
             "",

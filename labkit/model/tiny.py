@@ -67,11 +67,17 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
     return raw.reshape(rows, -1), fmt.qtype
 
 
-def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec(), merges: list[str] = ()) -> Path:
+# the registry's `tiny-qwen3moe` (labkit.model.registry): the mixture-of-experts case and lesson run on it
+TINY_QWEN3MOE = TinySpec(arch="qwen3moe", n_layers=4, n_expert=16, n_expert_used=4, d_ff_expert=256, seed=7)
+
+
+def write_tiny_model(
+    path: str | Path, spec: TinySpec = TinySpec(), merges: list[str] = (), name: str | None = None
+) -> Path:
     """Write a synthetic model; returns the path. `merges`: llama.cpp's gpt2 loader wants at least one."""
     path = Path(path)
     w = GGUFWriter(str(path), spec.arch)
-    write_metadata(w, spec, merges=merges)
+    write_metadata(w, spec, name=name, merges=merges)
     _write_tensors(w, spec, np.random.default_rng(spec.seed))
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -164,7 +170,8 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
         norm(p + "ffn_norm.weight", d)
         if a == "qwen3moe":  # the router (kept in F32, as llama.cpp's quantizer keeps it) and the experts
             n, f = spec.n_expert, spec.d_ff_expert
-            w.add_tensor(p + "ffn_gate_inp.weight", (0.3 * rng.standard_normal((n, d))).astype(np.float32))
+            # router logits of std ~1: probabilities spread over the experts, as a trained router's are
+            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((n, d)) / np.sqrt(d)).astype(np.float32))
             tensor(p + "ffn_gate_exps.weight", (n, f, d), wt, 0.06)
             tensor(p + "ffn_up_exps.weight", (n, f, d), wt, 0.06)
             tensor(p + "ffn_down_exps.weight", (n, d, f), wt, 0.04)

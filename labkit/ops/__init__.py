@@ -22,7 +22,21 @@ from labkit.ops.base import Explanation, Kernel, Op, Params, PassShape, Policy
 
 OPS: dict[str, Op] = {
     m.OP.name: m.OP
-    for m in (embed, rmsnorm, matmul, rope, attn_scores, softmax, attn_ctx, add, glu, softcap, moe_router, moe_matmul, moe_sum)
+    for m in (
+        embed,
+        rmsnorm,
+        matmul,
+        rope,
+        attn_scores,
+        softmax,
+        attn_ctx,
+        add,
+        glu,
+        softcap,
+        moe_router,
+        moe_matmul,
+        moe_sum,
+    )
 }
 
 __all__ = ["OPS", "Explanation", "Kernel", "Op", "Params", "PassShape", "Policy"]

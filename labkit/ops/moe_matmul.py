@@ -68,8 +68,12 @@ def shapes(stage) -> tuple[list[str], str]:
 
 def _kernels() -> tuple[Kernel, ...]:
     return tuple(
-        Kernel(f"moe_matmul_{f.name}", "default", "4 rows per thread of the selected expert, on the GGUF bytes",
-               lambda shape, fmt=f.name: source(fmt, "moe_matmul"))  # fmt: skip
+        Kernel(
+            f"moe_matmul_{f.name}",
+            "default",
+            "4 rows per thread of the selected expert, on the GGUF bytes",
+            lambda shape, fmt=f.name: source(fmt, "moe_matmul"),
+        )  # fmt: skip
         for f in FORMATS_LIST
     )
 

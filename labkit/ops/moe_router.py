@@ -122,6 +122,8 @@ OP = Op(
     reference=reference,
     plan=plan,
     shapes=shapes,
-    kernels=(_kernel("default", "the correct router: softmax over all experts, top k, renormalized"),
-             *(_kernel(name, doc, part) for name, part, doc in FAULTS)),  # fmt: skip
+    kernels=(
+        _kernel("default", "the correct router: softmax over all experts, top k, renormalized"),
+        *(_kernel(name, doc, part) for name, part, doc in FAULTS),
+    ),  # fmt: skip
 )

@@ -15,7 +15,15 @@ from labkit.captures import Run, Stats, as_f64, is_attention_map
 from labkit.compare import stage_kind
 from labkit.errors import LabkitError
 from labkit.viz.common import robust_histogram as _histogram
-from labkit.viz.interactive import attention_map, divergence, histogram, logit_lens, tracked_tokens
+from labkit.viz.interactive import (
+    attention_map,
+    divergence,
+    expert_load,
+    histogram,
+    logit_lens,
+    router_map,
+    tracked_tokens,
+)
 from labkit.viz.static import attention_grid, layer_trajectory, logit_ranking
 
 __all__ = [
@@ -24,10 +32,12 @@ __all__ = [
     "attention_grid",
     "attention_map",
     "divergence",
+    "expert_load",
     "histogram",
     "layer_trajectory",
     "logit_lens",
     "logit_ranking",
+    "router_map",
     "show",
     "tracked_tokens",
 ]

@@ -335,3 +335,64 @@ def tracked_tokens(run_or_lens: Run | LogitLens, tokens: list[int], pos: int = -
     fig.update_yaxes(type="log", autorange="reversed", row=1, col=1)
     fig.update_xaxes(title_text="layer")
     return fig
+
+
+def router_map(run: Run, layer: int, fig=None, row=None, col=None, ax=None):
+    """One layer's router probabilities [token, expert] → a go.Figure; each token's selected experts
+    are marked, and hover names the token, the expert, its probability, and, where it was selected,
+    its rank and weight. With `ax=`, the matplotlib version draws there."""
+    if ax is not None:
+        return static.router_map(run, layer, ax=ax)
+    probs = as_f64(run[f"blk.{layer}.ffn_router_probs"])
+    ids = np.asarray(run[f"blk.{layer}.ffn_topk"])
+    w_name = f"blk.{layer}.ffn_expert_weights"
+    weights = as_f64(run[w_name]) if w_name in run.captures else np.full(ids.shape, np.nan)
+    tokens = token_labels(run, probs.shape[0]) or [str(p) for p in range(probs.shape[0])]
+    experts = [str(e) for e in range(probs.shape[1])]
+    picked = np.full(probs.shape, "", dtype=object)
+    for t in range(ids.shape[0]):
+        for j, e in enumerate(ids[t]):
+            picked[t, e] = f"<br>selected: rank {j + 1}, weight {weights[t, j]:.4f}"
+    fig = _figure(fig, run_title(run, f"layer {layer} router: probabilities, selected experts marked"),
+                  height=max(320, 20 * len(tokens) + 160), width=max(420, 22 * len(experts) + 220),
+                  still=lambda: static.router_map(run, layer))  # fmt: skip
+    fig.add_heatmap(
+        z=probs,
+        x=experts,
+        y=tokens,
+        customdata=picked,
+        colorscale="Viridis",
+        zmin=0,
+        colorbar=dict(title="probability"),
+        row=row,
+        col=col,
+        name=f"blk.{layer}.ffn_router_probs",
+        hovertemplate="token %{y}<br>expert %{x}<br>probability %{z:.4f}%{customdata}<extra></extra>",
+    )
+    rows = np.repeat(range(ids.shape[0]), ids.shape[1])
+    ring = dict(symbol="circle-open", size=12, color="#e45756", line=dict(width=2))
+    fig.add_scatter(x=[experts[e] for e in ids.ravel()], y=[tokens[t] for t in rows], mode="markers", marker=ring,
+                    hoverinfo="skip", showlegend=False, row=row, col=col)  # fmt: skip
+    fig.update_yaxes(autorange="reversed", title_text="token", type="category", row=row, col=col)
+    fig.update_xaxes(title_text="expert", type="category", row=row, col=col)
+    return fig
+
+
+def expert_load(run: Run, fig=None, row=None, col=None, ax=None):
+    """Tokens routed to each expert, per layer [layer, expert] → a go.Figure (hover: the count and its
+    share of the layer's k·T slots). With `ax=`, the matplotlib version draws there."""
+    if ax is not None:
+        return static.expert_load(run, ax=ax)
+    load = static.expert_counts(run)
+    share = load / np.maximum(load.sum(axis=1, keepdims=True), 1)
+    layers = [str(L) for L in sorted(int(s.split(".")[1]) for s in run.captures if s.endswith(".ffn_topk"))]
+    fig = _figure(fig, run_title(run, "expert load: tokens routed to each expert"),
+                  height=max(260, 26 * len(layers) + 160), width=max(420, 22 * load.shape[1] + 220),
+                  still=lambda: static.expert_load(run))  # fmt: skip
+    fig.add_heatmap(z=load, x=[str(e) for e in range(load.shape[1])], y=layers, customdata=share,
+                    colorscale="Magma", zmin=0, colorbar=dict(title="tokens"), row=row, col=col,
+                    hovertemplate="layer %{y}<br>expert %{x}<br>%{z} tokens "
+                                  "(%{customdata:.1%} of the slots)<extra></extra>")  # fmt: skip
+    fig.update_yaxes(autorange="reversed", title_text="layer", type="category", row=row, col=col)
+    fig.update_xaxes(title_text="expert", type="category", row=row, col=col)
+    return fig

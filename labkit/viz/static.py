@@ -192,3 +192,38 @@ def tracked_tokens(lens, tokens: list[int], pos: int = -1, ax=None):
     ax.legend(fontsize=7)
     ax.set_title(lens_title(lens, f"tracked tokens at position {pos}"), fontsize=9)
     return ax
+
+
+def router_map(run: Run, layer: int, ax=None):
+    """One layer's router probabilities [token, expert] with each token's selected experts ringed →
+    the Axes. A token's row shows how much each expert suits it; the rings are where it went."""
+    probs, ids = as_f64(run[f"blk.{layer}.ffn_router_probs"]), np.asarray(run[f"blk.{layer}.ffn_topk"])
+    ax = ax or plt.subplots(figsize=(max(4, 0.25 * probs.shape[1] + 2), max(3, 0.25 * probs.shape[0] + 1.5)))[1]
+    im = ax.imshow(probs, cmap="viridis", interpolation="nearest", aspect="auto", vmin=0)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="probability")
+    rows = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
+    ax.scatter(ids.ravel(), rows, s=60, facecolors="none", edgecolors="#e45756", linewidths=1.2)
+    ax.set_title(run_title(run, f"layer {layer} router: probabilities, selected ringed"), fontsize=8)
+    ax.set_xlabel("expert")
+    ax.set_ylabel("token position")
+    return ax
+
+
+def expert_load(run: Run, ax=None):
+    """How many tokens each expert received, per layer [layer, expert] → the Axes."""
+    load = expert_counts(run)
+    ax = ax or plt.subplots(figsize=(max(4, 0.25 * load.shape[1] + 2), max(2.5, 0.35 * load.shape[0] + 1.5)))[1]
+    im = ax.imshow(load, cmap="magma", interpolation="nearest", aspect="auto", vmin=0)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="tokens")
+    ax.set_title(run_title(run, "expert load: tokens routed to each expert"), fontsize=8)
+    ax.set_xlabel("expert")
+    ax.set_ylabel("layer")
+    return ax
+
+
+def expert_counts(run: Run) -> np.ndarray:
+    """[layer, expert]: the tokens of the run each layer sent to each expert (its ffn_topk)."""
+    layers = sorted(int(s.split(".")[1]) for s in run.captures if s.endswith(".ffn_topk"))
+    n = run[f"blk.{layers[0]}.ffn_router_probs"].shape[1] if f"blk.{layers[0]}.ffn_router_probs" in run.captures else 0
+    n = max(n, 1 + max(int(np.max(run[f"blk.{L}.ffn_topk"])) for L in layers))
+    return np.stack([np.bincount(np.asarray(run[f"blk.{L}.ffn_topk"]).ravel(), minlength=n) for L in layers])
