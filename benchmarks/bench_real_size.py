@@ -32,6 +32,8 @@ OUT = Path(__file__).resolve().parent / "results"
 PLANS = {
     "llama-3.2-1b": {"lengths": [64, 512], "ref_memory": "3GB", "decode": 16},
     "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB", "int8_memory": "20GB"},
+    # a mixture of experts: 2 of its 48 layers (1.2 GB), 128 experts of which 8 per token
+    "qwen3-30b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 2, "no_int8": True},
 }
 
 ENGINE = r"""
@@ -83,15 +85,17 @@ print(json.dumps(out))
 """
 
 
-def shaped_file(name: str, mix: str = "Q4_K_M") -> Path:
-    """The shape's file in `mix` (Q4_K_M, or one GGUF type for every layer matrix), written once."""
+def shaped_file(name: str, mix: str = "Q4_K_M", layers: int | None = None) -> Path:
+    """The shape's file in `mix` (Q4_K_M, or one GGUF type for every layer matrix), `layers` of its
+    layers (all by default), written once."""
     from labkit.model.shaped import write_shaped_model
 
-    path = CACHE / (f"{name}.gguf" if mix == "Q4_K_M" else f"{name}-{mix.lower()}.gguf")
+    stem = name + (f"-{mix.lower()}" if mix != "Q4_K_M" else "") + (f"-{layers}l" if layers else "")
+    path = CACHE / f"{stem}.gguf"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         print(f"writing {path} (random weights, public shape)", file=sys.stderr)
-        write_shaped_model(path.with_suffix(".part"), name, mix=mix).rename(path)
+        write_shaped_model(path.with_suffix(".part"), name, n_layers=layers, mix=mix).rename(path)
     return path
 
 
@@ -105,13 +109,15 @@ def one(engine: str, path: Path, memory: str | None, lengths, decode: int, repea
 
 
 def bench_shape(name: str, repeats: int, engines: set[str], mix: str = "Q4_K_M") -> list[dict]:
-    plan, path = PLANS[name], shaped_file(name, mix)
+    plan = PLANS[name]
+    path = shaped_file(name, mix, plan.get("layers"))
     L, dec = plan["lengths"], plan["decode"]
     runs = [("gpu", None, L, dec, repeats)]
     if plan.get("gpu_memory"):  # the GPU path under a budget near the file's size
         runs.append(("gpu", plan["gpu_memory"], L[:1], 4, 1))
+    if not plan.get("no_int8"):  # experts are read as their GGUF bytes: no int8 layout to compare
+        runs.append(("gpu_int8", plan.get("int8_memory"), L, dec, repeats))
     runs += [
-        ("gpu_int8", plan.get("int8_memory"), L, dec, repeats),
         ("reference", None, L, 0, repeats),
         ("reference", plan["ref_memory"], L[-1:], 0, 1),
         ("llamacpp", None, L, dec, repeats),

@@ -1,5 +1,6 @@
-"""Real widths: random-weight files with the public shapes of Qwen2.5-0.5B, Llama-3.2-1B, 3B and
-Llama-3.1-8B (2 of their layers, so CI stays fast), stored as llama.cpp's Q4_K_M stores them.
+"""Real widths: random-weight files with the public shapes of Qwen2.5-0.5B, Llama-3.2-1B, 3B,
+Llama-3.1-8B and the mixture of experts Qwen3-30B-A3B (2 of their layers, so CI stays fast), stored
+as llama.cpp's Q4_K_M stores them.
 Each runs on the GPU path and in the streaming float64 reference, and both are checked against
 each other and against llama.cpp's own tensors of the same file."""
 
@@ -41,14 +42,21 @@ def test_shaped_file_has_the_public_shape_and_q4_k_m_types(shaped, name):
     T = GGMLQuantizationType
     q = f.tensors["blk.0.attn_q.weight"]
     assert q.shape == (shape.n_heads * shape.head_dim, shape.d_model)
-    assert f.tensors["blk.1.ffn_down.weight"].shape == (shape.d_model, shape.d_ff)
     assert f.tensors["token_embd.weight"].shape == (shape.vocab, shape.d_model)
     k_quants = shape.d_model % 256 == 0
     assert q.ggml_type == (T.Q4_K if k_quants else T.Q5_0)  # llama.cpp's fallback for 896-wide rows
     assert f.tensors["blk.0.attn_v.weight"].ggml_type == (T.Q6_K if k_quants else T.Q8_0)
-    assert f.tensors["blk.0.ffn_down.weight"].ggml_type == T.Q6_K  # 4864, 8192, 14336: whole blocks
+    if shape.n_expert:  # every projection of all experts in one 3-D tensor; the router in F32
+        n, fe = shape.n_expert, shape.d_ff_expert
+        assert f.tensors["blk.1.ffn_down_exps.weight"].shape == (n, shape.d_model, fe)
+        assert f.tensors["blk.1.ffn_up_exps.weight"].shape == (n, fe, shape.d_model)
+        assert f.tensors["blk.0.ffn_gate_inp.weight"].ggml_type == T.F32
+        assert f.tensors["blk.0.ffn_down_exps.weight"].ggml_type == T.Q6_K
+    else:
+        assert f.tensors["blk.1.ffn_down.weight"].shape == (shape.d_model, shape.d_ff)
+        assert f.tensors["blk.0.ffn_down.weight"].ggml_type == T.Q6_K  # 4864, 8192, 14336: whole blocks
     # weights near GAIN / sqrt(cols), mean near zero: activations stay in range through every layer
-    t = f.tensors["blk.0.ffn_up.weight"]
+    t = f.tensors["blk.0.ffn_up_exps.weight" if shape.n_expert else "blk.0.ffn_up.weight"]
     w = dequantize(np.asarray(f.raw(t.name)).reshape(t.n_rows, -1)[:64], t.ggml_type)
     assert 0.3 < w.std() * np.sqrt(shape.d_model) < 1.5 and abs(w.mean()) < 0.2 * w.std(), (w.std(), w.mean())
 

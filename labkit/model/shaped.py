@@ -41,6 +41,9 @@ class Shape:
     vocab: int
     tied: bool
     context: int = 4096
+    n_expert: int = 0  # a mixture of experts (qwen3moe): experts per layer, per token, one's width
+    n_expert_used: int = 0
+    d_ff_expert: int = 0
 
 
 SHAPES = {
@@ -48,7 +51,11 @@ SHAPES = {
     "llama-3.2-1b": Shape("llama", 16, 2048, 32, 8, 64, 8192, 128256, tied=True),
     "llama-3.2-3b": Shape("llama", 28, 3072, 24, 8, 128, 8192, 128256, tied=True),
     "llama-3.1-8b": Shape("llama", 32, 4096, 32, 8, 128, 14336, 128256, tied=False),
+    "qwen3-30b-a3b": Shape(
+        "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, tied=False, n_expert=128, n_expert_used=8, d_ff_expert=768
+    ),  # fmt: skip
 }
+MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 
 
 def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizationType]:
@@ -58,6 +65,8 @@ def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizatio
     keeps it: the Q4_K_M file's twin in that type."""
     body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up")}
     body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
+    if shape.n_expert:
+        body = {n: t for n, t in body.items() if not n.startswith("ffn_")} | MOE_BODY
     if mix != "Q4_K_M":
         body = dict.fromkeys(body, Q[mix])
     types = {"token_embd.weight": Q.Q6_K if shape.tied else body["attn_q"]}
@@ -81,8 +90,15 @@ def tensor_shapes(shape: Shape) -> dict[str, tuple[int, int] | tuple[int]]:
         out |= {p + "attn_v.weight": (kvd, d), p + "attn_output.weight": (d, qd)}
         if shape.arch == "qwen2":
             out |= {p + "attn_q.bias": (qd,), p + "attn_k.bias": (kvd,), p + "attn_v.bias": (kvd,)}
-        out |= {p + "ffn_norm.weight": (d,), p + "ffn_gate.weight": (ff, d), p + "ffn_up.weight": (ff, d)}
-        out[p + "ffn_down.weight"] = (d, ff)
+        if shape.arch in ("qwen3", "qwen3moe"):
+            out |= {p + "attn_q_norm.weight": (shape.head_dim,), p + "attn_k_norm.weight": (shape.head_dim,)}
+        out[p + "ffn_norm.weight"] = (d,)
+        if shape.n_expert:  # the router, then each projection of every expert as one 3-D tensor
+            n, fe = shape.n_expert, shape.d_ff_expert
+            out |= {p + "ffn_gate_inp.weight": (n, d), p + "ffn_gate_exps.weight": (n, fe, d)}
+            out |= {p + "ffn_up_exps.weight": (n, fe, d), p + "ffn_down_exps.weight": (n, d, fe)}
+            continue
+        out |= {p + "ffn_gate.weight": (ff, d), p + "ffn_up.weight": (ff, d), p + "ffn_down.weight": (d, ff)}
     return out
 
 
@@ -112,18 +128,19 @@ def write_shaped_model(
     w = GGUFWriter(str(path), shape.arch)
     spec = TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
                     n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
-                    vocab=shape.vocab, context=shape.context, tied=shape.tied)  # fmt: skip
+                    vocab=shape.vocab, context=shape.context, tied=shape.tied, n_expert=shape.n_expert,
+                    n_expert_used=shape.n_expert_used, d_ff_expert=shape.d_ff_expert)  # fmt: skip
     write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["< t"])
     stored = {}
     for name, shp in shapes.items():
-        if len(shp) == 1:
-            w.add_tensor_info(name, shp, np.dtype(np.float32), 4 * shp[0])
+        if name not in types:  # vectors, and a router kept in F32
+            w.add_tensor_info(name, shp, np.dtype(np.float32), 4 * int(np.prod(shp)))
             continue
-        qt = storage_type(types[name], shp[1])
+        qt = storage_type(types[name], shp[-1])
         block, size = GGML_QUANT_SIZES[qt]
         stored[name] = qt
-        w.add_tensor_info(name, (shp[0], shp[1] // block * size), np.dtype(np.uint8), shp[0] * shp[1] // block * size,
-                          raw_dtype=qt)  # fmt: skip
+        nbytes = int(np.prod(shp[:-1])) * (shp[-1] // block * size)
+        w.add_tensor_info(name, (*shp[:-1], shp[-1] // block * size), np.dtype(np.uint8), nbytes, raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -135,12 +152,14 @@ def write_shaped_model(
 
 
 def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict) -> np.ndarray:
+    if qt is None and len(shp) == 2:  # a router: logits of std ~1, probabilities spread over the experts
+        return (rng.standard_normal(shp) / np.sqrt(shp[1])).astype(np.float32)
     if qt is None:  # norm weights near 1, biases near 0
         base = 0.0 if name.endswith(".bias") else 1.0
         return (base + 0.1 * rng.standard_normal(shp[0])).astype(np.float32)
-    rows, cols = shp
+    rows, cols = int(np.prod(shp[:-1])), shp[-1]
     block, size = GGML_QUANT_SIZES[qt]
     scale = GAIN / np.sqrt(cols) / units[qt]
     if name == "token_embd.weight":
         scale = 1.0 / units[qt]  # embeddings of about unit size, as trained models have
-    return random_blocks(rng, qt, rows * cols // block, scale).reshape(rows, cols // block * size)
+    return random_blocks(rng, qt, rows * cols // block, scale).reshape(*shp[:-1], cols // block * size)

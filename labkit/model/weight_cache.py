@@ -18,6 +18,7 @@ test session) that opens a model twice holds its weights once.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -106,9 +107,10 @@ class WeightCache:
         labkit.attribution.emulation), on the same chunks."""
         t = self.gguf.tensors[name]
         r0, r1 = rows or (0, t.n_rows)
-        if product is None and self.fits(name) and self.dtype == np.float64:
+        held = self.fits(name) and not self.by_rows(name)
+        if product is None and held and self.dtype == np.float64:
             return x @ self._matrix(name)[r0:r1].T
-        whole = self._matrix(name) if self.fits(name) else None
+        whole = self._matrix(name) if held else None
         out = np.empty((x.shape[0], r1 - r0), dtype=np.float64)
         step = max(1, CHUNK_BYTES // (8 * t.n_cols))
         for a in range(r0, r1, step):
@@ -120,6 +122,12 @@ class WeightCache:
         if whole is None:
             self._loaded(name)
         return out
+
+    def by_rows(self, name: str) -> bool:
+        """A large 3-D expert tensor is never held whole: each product dequantizes the rows of the one
+        expert it reads (labkit.ops.moe_matmul), so a pass touches only the experts its tokens chose."""
+        t = self.gguf.tensors[name]
+        return len(t.shape) == 3 and name not in self._held and 8 * math.prod(t.shape) > CHUNK_BYTES
 
     def _matrix(self, name: str) -> np.ndarray:
         """The held weight as rows of its last dimension: a 3-D expert tensor's experts stacked."""
