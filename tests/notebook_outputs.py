@@ -34,6 +34,7 @@ LESSONS = [
     "06_prefill_decode",
     "07_sampling",
     "08_quantization",
+    "09_mixture_of_experts",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]

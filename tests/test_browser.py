@@ -293,7 +293,7 @@ def move_stage_explorer(page, stage: str) -> str:
 @pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
 @pytest.mark.parametrize("name", LESSONS[1:])
 def test_lesson_in_jupyterlab(jupyter, name):
-    """Lessons 02–04, 06, 07 and 08: run, checks pass, a widget moves its explanation and figure, plotly hovers."""
+    """Lessons 02–04 and 06–09: run, checks pass, a widget moves its explanation and figure, plotly hovers."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -321,6 +321,9 @@ def test_lesson_in_jupyterlab(jupyter, name):
         elif name == "08_quantization":  # no widget: the faulty reader's divergence map hovers
             tip = hover_plotly(page, name, "heat-mins")
             assert "NMSE" in tip and "threshold" in tip, tip
+        elif name == "09_mixture_of_experts":  # no widget: the router map hovers a token's expert
+            tip = hover_plotly(page, name, "router")
+            assert "token" in tip and "expert" in tip and "probability" in tip, tip
         elif name == "06_prefill_decode":  # no widget: the decode step's attention map hovers
             tip = hover_plotly(page, name, "sky")
             assert "query" in tip and "key" in tip and "probability" in tip, tip

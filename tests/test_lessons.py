@@ -97,7 +97,7 @@ def test_lesson_figures_are_interactive_with_a_still(lesson):
         data = o["data"]
         assert "image/png" in data and len(data["image/png"]) > 1000, "a plotly figure without its still PNG"
         title = data[PLOTLY]["layout"]["title"]["text"]
-        assert re.search(r"· (gemma3-270m|smollm2-135m|tiny-gemma3) · (gpu|reference)", title), title
+        assert re.search(r"· (gemma3-270m|smollm2-135m|tiny-gemma3|tiny-qwen3moe) · (gpu|reference)", title), title
 
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
