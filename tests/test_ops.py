@@ -47,6 +47,7 @@ NMSE = {
     "moe_router": 1e-10,  # ids compare exactly: any differing id is an NMSE far above this
     "moe_matmul": 1e-9,
     "moe_sum": 1e-12,
+    "mul": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -303,6 +304,19 @@ def cases_moe_sum() -> list[OpCase]:
         st = Stage("blk.0.ffn_moe_out", "moe_sum", ("d", "w"), params={"width": n}, layer=0)
         out.append(OpCase(f"T{T} k{k} n{n}", st, [r.standard_normal((T, k, n)), r.random((T, k))], T))
     return out
+
+
+def cases_mul() -> list[OpCase]:
+    r = _rng("mul")
+    return [
+        OpCase(
+            f"{n} period {p}",
+            Stage("m", "mul", ("x", "s"), params={"width": n}),
+            [r.standard_normal((T, n)), r.standard_normal(p)],
+            T,
+        )  # fmt: skip
+        for T, n, p in ((1, 640, 1), (7, 37, 37))
+    ]
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}

@@ -123,7 +123,7 @@ def _llamacpp(cfg: ModelConfig) -> tuple[list[Rule], list[tuple[str, str]]]:
     from labkit.oracle.llamacpp import mapping
 
     by_name: dict[str, dict[str, list[tuple[str, str]]]] = {}
-    for kind, pick in mapping(cfg.arch).items():
+    for kind, pick in mapping(cfg.arch, cfg).items():
         if pick.reads is not None:
             continue  # an unnamed node_N: found by what it reads, which a dump does not record
         convert = "scores" if pick.layout == "scores" else ""

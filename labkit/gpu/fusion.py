@@ -10,7 +10,7 @@ unfused ones bit for bit (tests compare fused and unfused decode).
 
 Fused only where nothing else changes: replayed decode steps (labkit.gpu.replay; lab.run, the
 stepper, debug and patched passes run every stage's own kernel), one token, a matmul on repacked
-weights (the matvec driver) without bias, and a next stage whose selected kernel is the correct
+weights (the matvec driver) without bias or scale, and a next stage whose selected kernel is the correct
 one; a faulty elementwise variant runs unfused, so it still shows.
 """
 
@@ -40,7 +40,7 @@ class Epilogue:
 def epilogue_for(graph: list, i: int, kernels: dict, T: int) -> Epilogue | None:
     """The stage after graph[i] fused into its kernel, or None where the rules above say no."""
     st = graph[i]
-    if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.kv_write:
+    if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.params.get("scale") or st.kv_write:
         return None
     if kernels[st.name].epilogue is None:  # no fused form (the raw-bytes drivers)
         return None

@@ -23,6 +23,7 @@ class ArchTraits:
     fused_qkv: bool = False  # one attn_qkv weight, rows q;k;v (phi3)
     fused_gate_up: bool = False  # one ffn_up weight, gate rows then up rows (phi3)
     ffn: str = "dense"  # "dense": one gated FFN; "moe": a router picks experts per token
+    sub_norms: bool = False  # RMSNorms before the attention output and the FFN down projection (bitnet)
     # moe: whether the selected experts' weights are renormalized to sum to 1, when the file does
     # not say (`<arch>.expert_weights_norm`); llama.cpp's qwen3moe always renormalizes
     expert_weights_norm: bool = True
@@ -40,6 +41,9 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     ),  # fmt: skip
     "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
     "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
+    # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
+    # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
+    "bitnet": ArchTraits("neox", sub_norms=True),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -80,6 +84,8 @@ class ModelConfig:
     eos_id: int | None
     add_bos: bool
     ffn: str = "dense"  # "dense" or "moe"
+    sub_norms: bool = False  # bitnet: attn_sub_norm before attn_out, ffn_sub_norm before ffn_down
+    weight_scales: bool = False  # bitnet: each matrix times its per-tensor `<name>.scale`
     n_expert: int = 0  # moe: experts per layer
     n_expert_used: int = 0  # moe: experts each token is routed to (top-k)
     d_ff_expert: int = 0  # moe: one expert's feed-forward width
@@ -150,7 +156,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         rope_dim=int(meta.get(p + "rope.dimension_count", head_dim)),
         sliding_window=int(window) if window else None,
         swa_layers=swa,
-        tied_embeddings="output.weight" not in tensor_names,
+        tied_embeddings="output.weight" not in tensor_names or arch == "bitnet",
         embed_scale=math.sqrt(d_model) if traits.embed_scale else 1.0,
         attn_scale=1.0 / math.sqrt(head_dim),
         qk_norm=traits.qk_norm,
@@ -165,6 +171,8 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
         **_moe_fields(meta, p, traits),
+        sub_norms=traits.sub_norms,
+        weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
 
 

@@ -59,6 +59,8 @@ class _Builder:
         return self.add(kind, "rmsnorm", (x,), weight, eps=self.cfg.rms_eps, group=group or d, width=width or d)
 
     def linear(self, kind: str, x: str, weight: str, n_in: int, n_out: int, rows=None, bias=None, **kw) -> str:
+        if self.cfg.weight_scales and self.layer is not None:  # bitnet: the product times `<weight>.scale`
+            kw["scale"] = self.p + weight + ".scale"
         return self.add(kind, "matmul", (x,), weight, weight_rows=rows, bias=bias, out=n_out, width=n_out, **kw,
                         **{"in": n_in})  # fmt: skip
 
@@ -111,8 +113,10 @@ def _attention(b: _Builder, x: str) -> str:
     b.add("attn_scores", "attn_scores", ("q_rope", "k_rope"), kv_read=("k",), **attn)
     b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads)
     # input 2 (q_rope) is what the fused tiers read instead of the probabilities
-    b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn)
-    out = b.linear("attn_out", "attn_ctx", "attn_output", cfg.q_dim, cfg.d_model)
+    ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn)
+    if cfg.sub_norms:  # bitnet: the heads' context normed before the output projection
+        ctx = b.norm("attn_sub_norm", "attn_ctx", "attn_sub_norm", group=cfg.q_dim, width=cfg.q_dim)
+    out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
 
 
@@ -125,8 +129,10 @@ def _ffn(b: _Builder, x: str) -> str:
     else:
         b.linear("ffn_gate", "ffn_norm", "ffn_gate", cfg.d_model, cfg.d_ff)
         b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff)
-    b.add("ffn_act", "glu", ("ffn_gate", "ffn_up"), act=cfg.ffn_act, width=cfg.d_ff)
-    out = b.linear("ffn_down", "ffn_act", "ffn_down", cfg.d_ff, cfg.d_model)
+    act = b.add("ffn_act", "glu", ("ffn_gate", "ffn_up"), act=cfg.ffn_act, width=cfg.d_ff)
+    if cfg.sub_norms:  # bitnet: the gated activation normed before the down projection
+        act = b.norm("ffn_sub_norm", "ffn_act", "ffn_sub_norm", group=cfg.d_ff, width=cfg.d_ff)
+    out = b.linear("ffn_down", act, "ffn_down", cfg.d_ff, cfg.d_model)
     return b.norm("post_ffn_norm", out, "post_ffw_norm") if cfg.sandwich_norms else out
 
 

@@ -219,7 +219,8 @@ CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], posi
 def weights_read_whole(graph: list[Stage]) -> set[str]:
     """The tensors a reference pass reads whole: matrices, vectors and biases (an untied embedding is
     read by rows only)."""
-    return {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in (st.weight, st.bias) if n}
+    names = lambda st: (st.weight, st.bias, st.params.get("scale"))  # noqa: E731
+    return {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in names(st) if n}
 
 
 def reference_weight_bytes(gguf, graph: list[Stage], itemsize: int) -> int:

@@ -47,6 +47,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("attn_scores", 1e-05, 1e-02, 1e-04, 2e-02, layout="heads"),  # 2.0e-3
     K("attn_probs", 1e-05, 1e-02, 2e-04, 1e-02, layout="heads"),  # 1.6e-3
     K("attn_ctx", 1e-05, 5e-02, 2e-04, 2e-02),  # 8.2e-3
+    K("attn_sub_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # bitnet: as post_attn_norm
     K("attn_out", 5e-04, 5e-02, 5e-04, 2e-02),  # 8.3e-3
     K("post_attn_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # 1.6e-2 (gemma3 layer 17)
     K("resid_mid", 1e-06, 1e-02, 5e-04, 1e-02),  # 1.4e-3
@@ -54,6 +55,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("ffn_gate", 5e-04, 2e-02, 5e-04, 1e-02),  # 3.1e-3
     K("ffn_up", 5e-04, 2e-02, 5e-04, 2e-02),  # 3.8e-3
     K("ffn_act", 1e-05, 2e-02, 5e-04, 5e-02),  # 4.7e-3
+    K("ffn_sub_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # bitnet: as post_ffn_norm
     K("ffn_down", 5e-04, 2e-02, 5e-04, 5e-02),  # 3.8e-3
     # mixture of experts (qwen3moe): the router, then the selected experts' own FFNs. The float
     # columns are those of the dense kinds they resemble; int8 measured on the tiny MoE files

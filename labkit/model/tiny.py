@@ -45,6 +45,7 @@ class TinySpec:
     n_expert: int = 8  # qwen3moe only: experts per layer
     n_expert_used: int = 2  # qwen3moe only: experts per token
     d_ff_expert: int = 256  # qwen3moe only: one expert's width
+    weight_scales: bool = True  # bitnet only: a per-tensor `<matrix>.scale` beside each layer matrix
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -141,7 +142,7 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
     d, hd, wt = spec.d_model, spec.head_dim, spec.weight_type
     qd, kvd = spec.n_heads * hd, spec.n_kv_heads * hd
     tensor("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
-    if not spec.tied and a != "gemma2":  # llama.cpp's gemma2 never reads output.weight
+    if not spec.tied and a not in ("gemma2", "bitnet"):  # llama.cpp never reads their output.weight
         tensor("output.weight", (spec.vocab, d), wt, 0.05)
     norm("output_norm.weight", d)
     for L in range(spec.n_layers):
@@ -154,6 +155,12 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
             tensor(p + "attn_k.weight", (kvd, d), wt, 0.06)
             tensor(p + "attn_v.weight", (kvd, d), wt, 0.06)
         tensor(p + "attn_output.weight", (d, qd), wt, 0.06)
+        if a == "bitnet":  # the sub-norms, and each matrix's per-tensor scale
+            norm(p + "attn_sub_norm.weight", qd)
+            norm(p + "ffn_sub_norm.weight", spec.d_ff)
+            for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+                if spec.weight_scales:
+                    w.add_tensor(p + m + ".scale", np.array([rng.uniform(0.5, 2.0)], np.float32))
         if a == "qwen2":
             for n, rows in (
                 ("q", spec.n_heads * hd),

@@ -13,6 +13,7 @@ from labkit.ops import (
     moe_matmul,
     moe_router,
     moe_sum,
+    mul,
     rmsnorm,
     rope,
     softcap,
@@ -36,6 +37,7 @@ OPS: dict[str, Op] = {
         moe_router,
         moe_matmul,
         moe_sum,
+        mul,
     )
 }
 

@@ -84,7 +84,10 @@ def family(stage, tensor_type) -> str:
 
 
 def reference(stage, ref) -> np.ndarray:
+    """x · Wᵀ, times the weight's per-tensor scale (BitNet), plus the bias: llama.cpp's order."""
     y = ref.matmul(ref.x[0], stage.weight, stage.weight_rows)
+    scale = stage.params.get("scale")
+    y = y * ref.weight(scale) if scale else y
     return y + ref.weight(stage.bias) if stage.bias else y
 
 
@@ -99,12 +102,21 @@ def plan(stage, gpu):
     rows_T, N = (1 if lm_head and gpu.last_only else gpu.T), stage.params["out"]
     out = gpu.output((rows_T, N))
     keep = gpu.policy("lm_head").window_filter if lm_head else None
-    y = gpu.temp((rows_T, N), "nobias") if stage.bias else out  # the product, before its bias
+    after = _after_product(stage, N)
+    y = gpu.temp((rows_T, N), "product") if after else out  # the product, before its scale and bias
     gpu.matmul(x, y, rows_T, x_skip=gpu.T - rows_T, window_filter=keep, epilogue=_fused(gpu, rows_T, N))
-    if stage.bias:  # y + b into the stage's region (v's lives inside the KV cache, at n_past)
-        values = {"n": rows_T * N, "period": N, "y_offset": out.offset}
-        gpu.dispatch_op("add", [y.buffer, gpu.vector(stage.bias), out.buffer], values, -(-rows_T * N // 64))
+    for i, (op, tensor, period) in enumerate(after):  # the last one writes the stage's region (v's: in the cache)
+        dst = out if i == len(after) - 1 else gpu.temp((rows_T, N), op)
+        values = {"n": rows_T * N, "period": period, "y_offset": dst.offset}
+        gpu.dispatch_op(op, [y.buffer, gpu.vector(tensor), dst.buffer], values, -(-rows_T * N // 64))
+        y = dst
     return out
+
+
+def _after_product(stage, N: int) -> list[tuple[str, str, int]]:
+    """(op, tensor, period) applied to the product in order: the per-tensor scale, then the bias."""
+    scale = stage.params.get("scale")
+    return [*([("mul", scale, 1)] if scale else []), *([("add", stage.bias, N)] if stage.bias else [])]
 
 
 def _fused(gpu, rows_T: int, N: int) -> tuple[str, list, dict] | None:

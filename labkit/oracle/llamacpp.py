@@ -114,6 +114,24 @@ def _moe(weights: str, weights_op: str, act: str) -> dict[str, Pick]:
     }
 
 
+def _bitnet(scaled: bool) -> dict[str, Pick]:
+    """llama.cpp's build_bitnet (models/bitnet.cpp). With per-tensor scales, a matmul's named node is
+    the MUL by its scale (build_lora_mm names what it returns; build_ffn names ffn_up_s, ffn_gate_s)."""
+    mm = "MUL" if scaled else "MUL_MAT"
+    return {
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "ffn_sub_out-{L}", "named attn_out-L"),
+        **{k: Pick(f"{n}-{{L}}", mm) for k, n in (("q", "Qcur"), ("k", "Kcur"), ("v", "Vcur"))},
+        "attn_sub_norm": Pick("attn_sub_norm-{L}", "MUL", note="rms_norm(kqv_out) * w, before the output projection"),
+        "attn_out": Pick("attn_out-{L}", mm),
+        "ffn_gate": Pick("ffn_gate_s-{L}" if scaled else "ffn_gate-{L}", mm),
+        "ffn_up": Pick("ffn_up_s-{L}" if scaled else "ffn_up-{L}", mm),
+        "ffn_act": Pick("ffn_sub_out-{L}", "GLU", note="the swiglu, renamed: silu(gate) * up"),
+        "ffn_sub_norm": Pick("ffn_sub_norm-{L}", "MUL", note="rms_norm(act) * w, before the down projection"),
+        "ffn_down": Pick("ffn_down-{L}", mm),
+    }
+
+
 MAPPINGS: dict[str, dict[str, Pick]] = {
     "gemma3": {
         "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
@@ -170,6 +188,7 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "k_norm": Pick("Kcur_normed-{L}", "MUL"),
         **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
     },
+    "bitnet": _bitnet(scaled=False),
     "qwen2": {
         "embed": Pick("embd", "GET_ROWS"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
@@ -190,6 +209,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "qwen2": {},
     "qwen3": {},
     "qwen3moe": {},
+    "bitnet": {},
     "gemma2": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
@@ -200,15 +220,18 @@ for _kind in NO_COUNTERPART["phi3"]:
 ORACLE_THRESHOLDS = INT8_ACTIVATION_THRESHOLDS
 
 
-def mapping(arch: str) -> dict[str, Pick]:
+def mapping(arch: str, cfg: ModelConfig | None = None) -> dict[str, Pick]:
+    """The arch's stage kind -> llama.cpp node; `cfg` picks a file's variant (BitNet's scaled matmuls)."""
     if arch not in MAPPINGS:
         raise OracleError(f"no llama.cpp name mapping for architecture {arch!r}")
+    if arch == "bitnet" and cfg is not None and cfg.weight_scales:
+        return _bitnet(scaled=True)
     return MAPPINGS[arch]
 
 
 def coverage(cfg: ModelConfig, graph: list[Stage]) -> tuple[list[str], list[str]]:
     """(mapped stage names, unmapped stage names) of a graph under the arch's mapping."""
-    m = mapping(cfg.arch)
+    m = mapping(cfg.arch, cfg)
     mapped = [s.name for s in graph if s.kind in m]
     return mapped, [s.name for s in graph if s.kind not in m]
 
@@ -408,7 +431,7 @@ class _Collector:
 
 
 def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, str]]:
-    m = mapping(cfg.arch)
+    m = mapping(cfg.arch, cfg)
     by_key: dict[tuple[str, str], list[_Want]] = {}
     by_reads: dict[tuple[str, str], list[_Want]] = {}
     scores_of: dict[str, str] = {}
@@ -524,7 +547,7 @@ def run_llamacpp(
     dup = {k: n for k, n in col.seen.items() if n > 1}
     if dup:
         raise OracleError(f"more than one llama.cpp node matched: {dup}")
-    picks = mapping(cfg.arch)
+    picks = mapping(cfg.arch, cfg)
     out: dict[str, np.ndarray] = {}
     for st in graph:
         if st.name in col.raw:
