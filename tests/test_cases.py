@@ -24,6 +24,7 @@ EXPECTED_DIVERGENCE = {
     "norm-cascade": "blk.0.attn_norm",
     "top-p-order": "sampling",
     "rope-style": "blk.0.q_rope",
+    "norm-cascade-bitnet": "blk.0.attn_norm",
     "moe-router": "blk.0.ffn_expert_weights",
 }
 NAMES = list(EXPECTED_DIVERGENCE)

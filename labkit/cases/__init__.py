@@ -63,10 +63,19 @@ STEPS = ("open", "reference", "faulty", "localize", "fixed", "checks")  # run_ca
 
 
 def _registry() -> dict[str, Case]:
-    from labkit.cases import lm_head_unwritten, moe_router, norm_cascade, q4k_sign, rope_style, sky_kaw, top_p_order
+    from labkit.cases import (
+        lm_head_unwritten,
+        moe_router,
+        norm_cascade,
+        norm_cascade_bitnet,
+        q4k_sign,
+        rope_style,
+        sky_kaw,
+        top_p_order,
+    )
 
     found = [q4k_sign.CASE, sky_kaw.CASE, lm_head_unwritten.CASE, norm_cascade.CASE, top_p_order.CASE, rope_style.CASE,
-             moe_router.CASE]  # fmt: skip
+             norm_cascade_bitnet.CASE, moe_router.CASE]  # fmt: skip
     return {c.name: c for c in found}
 
 

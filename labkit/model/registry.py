@@ -35,18 +35,22 @@ def _smollm2_path() -> Path:
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def _tiny_qwen3moe_path() -> Path:
-    """A small mixture of experts written by labkit's own writer (random weights, qwen3moe's tensors and
-    keys, 16 experts of which 4 per token), once per machine: no MoE model ships on PyPI."""
-    from labkit.model.tiny import TINY_QWEN3MOE, write_tiny_model
+def _written(name: str) -> Callable[[], Path]:
+    """A small model of a family no PyPI package ships (labkit.model.tiny.TINY_MODELS), written by
+    labkit's own writer once per machine: random weights, the family's tensors and keys."""
 
-    target = Path.home() / ".cache" / "labkit" / "tiny" / "tiny-qwen3moe.gguf"
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        part = target.with_suffix(".part")
-        write_tiny_model(part, TINY_QWEN3MOE, name="tiny-qwen3moe", merges=["< t"])
-        part.replace(target)
-    return target
+    def locate() -> Path:
+        from labkit.model.tiny import TINY_MODELS, write_tiny_model
+
+        target = Path.home() / ".cache" / "labkit" / "tiny" / f"{name}.gguf"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            part = target.with_suffix(".part")
+            write_tiny_model(part, TINY_MODELS[name], name=name, merges=["< t"])
+            part.replace(target)
+        return target
+
+    return locate
 
 
 MODELS: dict[str, ModelEntry] = {
@@ -66,7 +70,13 @@ MODELS: dict[str, ModelEntry] = {
         "tiny-qwen3moe",
         "labkit (written on first use)",
         "a random-weight qwen3moe, Q8_0, 4 layers, d=256, 16 experts (4 per token), 512 placeholder tokens",
-        _tiny_qwen3moe_path,
+        _written("tiny-qwen3moe"),
+    ),
+    "tiny-bitnet": ModelEntry(
+        "tiny-bitnet",
+        "labkit (written on first use)",
+        "a random-weight BitNet b1.58 (bitnet), TQ2_0 ternary weights, 4 layers, d=256, 512 placeholder tokens",
+        _written("tiny-bitnet"),
     ),
 }
 DEFAULT_MODEL = "gemma3-270m"

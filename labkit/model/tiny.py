@@ -68,8 +68,13 @@ def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) 
     return raw.reshape(rows, -1), fmt.qtype
 
 
-# the registry's `tiny-qwen3moe` (labkit.model.registry): the mixture-of-experts case and lesson run on it
-TINY_QWEN3MOE = TinySpec(arch="qwen3moe", n_layers=4, n_expert=16, n_expert_used=4, d_ff_expert=256, seed=7)
+# the registry's small models of families no PyPI package ships (labkit.model.registry): the
+# mixture-of-experts case and lesson, and BitNet's norm cascade, run on them
+TINY_MODELS = {
+    "tiny-qwen3moe": TinySpec(arch="qwen3moe", n_layers=4, n_expert=16, n_expert_used=4, d_ff_expert=256, seed=7),
+    # ternary weights without scale tensors, as llama.cpp's converter writes BitNet
+    "tiny-bitnet": TinySpec(arch="bitnet", weight_type="TQ2_0", n_layers=4, weight_scales=False, seed=11),
+}
 
 
 def write_tiny_model(
