@@ -47,7 +47,7 @@ def test_real_header_is_fast_and_does_not_touch_weights(name):
     assert isinstance(f.raw("token_embd.weight"), np.memmap)
     last = max(f.tensors.values(), key=lambda t: t.offset)
     assert last.offset + last.nbytes <= path.stat().st_size
-    assert cfg.n_layers == (18 if name.startswith("gemma") else 30)
+    assert cfg.n_layers == {"gemma3-270m": 18, "smollm2-135m": 30}.get(name, 4)  # the tiny ones labkit writes: 4
 
 
 def test_gemma_config(gemma):

@@ -20,6 +20,7 @@ import numpy as np
 import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.cases.tools import oracle_or_none
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12, 333, 150, 64, 7]  # placeholder tokens of the tiny vocabulary
 PROMPT = "token ids " + " ".join(map(str, IDS))
@@ -50,11 +51,7 @@ def n_layers(run: Run) -> int:
 
 
 def reference(lab) -> MoeReference:
-    try:
-        oracle = lab.oracle(IDS)
-    except labkit.errors.OracleUnavailableError:
-        oracle = None
-    return MoeReference(side="reference", prompt=lab.reference(IDS), oracle=oracle)
+    return MoeReference(side="reference", prompt=lab.reference(IDS), oracle=oracle_or_none(lab, IDS))
 
 
 def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> MoeRouterEvidence:

@@ -45,6 +45,7 @@ import numpy as np
 import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
+from labkit.cases.tools import register_reader_fault
 from labkit.compare import Comparison
 
 PROMPT = "The color of the sky is"
@@ -69,26 +70,13 @@ LOGIT_MEAN_MAX, LOGIT_STD_RANGE = 5.0, (1.0, 100.0)  # post-mortem O(-5..5) / O(
 
 def register_clamp_variant() -> None:
     """Hypothesis B as a matmul variant: Q4_1 block scales through a clamp with swapped bounds."""
-    from labkit.errors import UnknownVariantError
-    from labkit.ops.registry import get_kernel, kernel_source
-
-    try:
-        get_kernel("matmul_q4_1", CLAMP_VARIANT)
-        return
-    except UnknownVariantError:
-        pass
-    src = kernel_source("matmul_q4_1", "row")  # the raw-bytes kernel: its block reader is in its source
-    old = "return Parts4(bytes4(nib), read_f16(bb),"
-    if src.count(old) != 1:
-        raise labkit.LabkitError("quant_q4_1.wgsl changed: update norm_cascade's clamp variant")
-    clamped = "return Parts4(bytes4(nib), max(min(read_f16(bb), 1e-6), 1e6),  // clamp(d, 1e-6, 1e6), bounds swapped\n"
-    labkit.register_variant(
+    register_reader_fault(
         "matmul_q4_1",
         CLAMP_VARIANT,
-        src.replace(old, clamped),
-        doc="Q4_1 block scale through an I2_S-style clamp(1e-6, 1e6) with its bounds swapped: every "
+        "return Parts4(bytes4(nib), read_f16(bb),",
+        "return Parts4(bytes4(nib), max(min(read_f16(bb), 1e-6), 1e6),  // clamp(d, 1e-6, 1e6), bounds swapped\n",
+        "Q4_1 block scale through an I2_S-style clamp(1e-6, 1e6) with its bounds swapped: every "
         "scale reads 1e6 (003, hypothesis B; registered by the norm-cascade case)",
-        faulty=True,
     )
 
 

@@ -33,6 +33,7 @@ import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.norm_cascade import _f32_l2, _qkv_max, _unmasked
+from labkit.cases.tools import oracle_or_none, register_reader_fault
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12]
 PROMPT = "token ids " + " ".join(map(str, IDS))
@@ -43,23 +44,10 @@ COLLAPSED = 1e-2  # last-position logits std, faulty / reference: 1.7e-4 measure
 
 def register_clamp_variant() -> None:
     """Hypothesis B for ternary weights: TQ2_0's block scale through clamp(1e-6, 1e6), bounds swapped."""
-    from labkit.errors import UnknownVariantError
-    from labkit.ops.registry import get_kernel, kernel_source
-
-    try:
-        get_kernel("matmul_tq2_0", CLAMP_VARIANT)
-        return
-    except UnknownVariantError:
-        pass
-    src = kernel_source("matmul_tq2_0", "row")  # the raw-bytes kernel: its block reader is in its source
-    old = "read_f16(bb + 64u), 0.0);"
-    if src.count(old) != 1:
-        raise labkit.LabkitError("quant_tq2_0.wgsl changed: update norm_cascade_bitnet's clamp variant")
-    labkit.register_variant(
-        "matmul_tq2_0", CLAMP_VARIANT, src.replace(old, "max(min(read_f16(bb + 64u), 1e-6), 1e6), 0.0);"),
-        doc="TQ2_0 block scale through an I2_S-style clamp(1e-6, 1e6) with its bounds swapped: every scale "
-        "reads 1e6 (003, hypothesis B, on ternary weights; registered by the norm-cascade-bitnet case)",
-        faulty=True,
+    register_reader_fault(
+        "matmul_tq2_0", CLAMP_VARIANT, "read_f16(bb + 64u), 0.0);", "max(min(read_f16(bb + 64u), 1e-6), 1e6), 0.0);",
+        "TQ2_0 block scale through an I2_S-style clamp(1e-6, 1e6) with its bounds swapped: every scale reads 1e6 "
+        "(003, hypothesis B, on ternary weights; registered by the norm-cascade-bitnet case)",
     )  # fmt: skip
 
 
@@ -77,11 +65,7 @@ class BitnetEvidence(Evidence):
 
 
 def reference(lab) -> BitnetReference:
-    try:
-        oracle = lab.oracle(IDS)
-    except labkit.errors.OracleUnavailableError:
-        oracle = None
-    return BitnetReference(side="reference", prompt=lab.reference(IDS), oracle=oracle)
+    return BitnetReference(side="reference", prompt=lab.reference(IDS), oracle=oracle_or_none(lab, IDS))
 
 
 def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> BitnetEvidence:

@@ -27,6 +27,35 @@ def logit_lens(lab, run: Run, pos: int = -1, kind: str = "resid_out") -> LogitLe
     return run.logit_lens(kind, positions=pos)
 
 
+def oracle_or_none(lab, prompt) -> Run | None:
+    """llama.cpp's own tensors for `prompt`, or None where llama-cpp-python is not installed (a case's
+    checks against llama.cpp are then left out, the others still run)."""
+    from labkit.errors import OracleUnavailableError
+
+    try:
+        return lab.oracle(prompt)
+    except OracleUnavailableError:
+        return None
+
+
+def register_reader_fault(family: str, name: str, old: str, new: str, doc: str) -> None:
+    """Register (once) a faulty matmul variant of `family` whose raw-bytes kernel has its block reader's
+    `old` text replaced by `new`: a case's own hypothesis about a reader (its scale clamped, ...)."""
+    import labkit
+    from labkit.errors import UnknownVariantError
+    from labkit.ops.registry import get_kernel, kernel_source
+
+    try:
+        get_kernel(family, name)
+        return
+    except UnknownVariantError:
+        pass
+    src = kernel_source(family, "row")  # the raw-bytes kernel: its block reader is in its source
+    if src.count(old) != 1:
+        raise labkit.LabkitError(f"{family}'s block reader changed: update the case that registers {name}")
+    labkit.register_variant(family, name, src.replace(old, new), doc=doc, faulty=True)
+
+
 # ----- weights read back from the GPU --------------------------------------------------------
 
 

@@ -129,68 +129,83 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_add_bos_token(a != "llama")
 
 
+class _Tensors:
+    """Adds a tiny file's random tensors: matrices in the spec's types, norms near 1."""
+
+    def __init__(self, w: GGUFWriter, spec: TinySpec, rng: np.random.Generator):
+        self.w, self.spec, self.rng = w, spec, rng
+
+    def matrix(self, name: str, shape: tuple[int, ...], type_name: str | None = None, scale: float = 0.06) -> None:
+        """A 2-D weight, or a 3-D expert tensor (encoded as its rows, then given back its experts)."""
+        type_name = type_name or self.spec.weight_type
+        type_name = next((t for end, t in self.spec.type_overrides if name.endswith(end)), type_name)
+        values = self.rng.standard_normal(shape).astype(np.float32) * scale
+        data, qtype = encode_tensor(self.rng, values.reshape(-1, shape[-1]), type_name)
+        data = data.reshape(*shape[:-1], data.shape[-1])
+        self.w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
+
+    def vector(self, name: str, values: np.ndarray) -> None:
+        self.w.add_tensor(name, np.asarray(values, np.float32))
+
+    def norm(self, name: str, n: int) -> None:
+        self.vector(name, 1.0 + 0.1 * self.rng.standard_normal(n))
+
+
 def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> None:
     """Random weights under the architecture's tensor names (fused ones for phi3)."""
-    a = spec.arch
-
-    def tensor(name: str, shape: tuple[int, ...], type_name: str, scale: float) -> None:
-        """A 2-D weight, or a 3-D expert tensor (encoded as its rows, then given back its experts)."""
-        type_name = next((t for end, t in spec.type_overrides if name.endswith(end)), type_name)
-        values = rng.standard_normal(shape).astype(np.float32) * scale
-        data, qtype = encode_tensor(rng, values.reshape(-1, shape[-1]), type_name)
-        data = data.reshape(*shape[:-1], data.shape[-1])
-        w.add_tensor(name, data, raw_dtype=qtype if qtype not in (Q.F32, Q.F16) else None)
-
-    def norm(name: str, n: int) -> None:
-        w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
-
-    d, hd, wt = spec.d_model, spec.head_dim, spec.weight_type
-    qd, kvd = spec.n_heads * hd, spec.n_kv_heads * hd
-    tensor("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
-    if not spec.tied and a not in ("gemma2", "bitnet"):  # llama.cpp never reads their output.weight
-        tensor("output.weight", (spec.vocab, d), wt, 0.05)
-    norm("output_norm.weight", d)
+    t, d = _Tensors(w, spec, rng), spec.d_model
+    t.matrix("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
+    if not spec.tied and spec.arch not in ("gemma2", "bitnet"):  # llama.cpp never reads their output.weight
+        t.matrix("output.weight", (spec.vocab, d), scale=0.05)
+    t.norm("output_norm.weight", d)
     for L in range(spec.n_layers):
-        p = f"blk.{L}."
-        norm(p + "attn_norm.weight", d)
-        if a == "phi3":  # fused: rows q; k; v
-            tensor(p + "attn_qkv.weight", (qd + 2 * kvd, d), wt, 0.06)
-        else:
-            tensor(p + "attn_q.weight", (qd, d), wt, 0.06)
-            tensor(p + "attn_k.weight", (kvd, d), wt, 0.06)
-            tensor(p + "attn_v.weight", (kvd, d), wt, 0.06)
-        tensor(p + "attn_output.weight", (d, qd), wt, 0.06)
-        if a == "bitnet":  # the sub-norms, and each matrix's per-tensor scale
-            norm(p + "attn_sub_norm.weight", qd)
-            norm(p + "ffn_sub_norm.weight", spec.d_ff)
-            for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
-                if spec.weight_scales:
-                    w.add_tensor(p + m + ".scale", np.array([rng.uniform(0.5, 2.0)], np.float32))
-        if a == "qwen2":
-            for n, rows in (
-                ("q", spec.n_heads * hd),
-                ("k", spec.n_kv_heads * hd),
-                ("v", spec.n_kv_heads * hd),
-            ):
-                w.add_tensor(p + f"attn_{n}.bias", (0.1 * rng.standard_normal(rows)).astype(np.float32))
-        if a in ("gemma3", "qwen3", "qwen3moe"):
-            norm(p + "attn_q_norm.weight", hd)
-            norm(p + "attn_k_norm.weight", hd)
-        if a in ("gemma2", "gemma3"):
-            norm(p + "post_attention_norm.weight", d)
-            norm(p + "post_ffw_norm.weight", d)
-        norm(p + "ffn_norm.weight", d)
-        if a == "qwen3moe":  # the router (kept in F32, as llama.cpp's quantizer keeps it) and the experts
-            n, f = spec.n_expert, spec.d_ff_expert
-            # router logits of std ~1: probabilities spread over the experts, as a trained router's are
-            w.add_tensor(p + "ffn_gate_inp.weight", (rng.standard_normal((n, d)) / np.sqrt(d)).astype(np.float32))
-            tensor(p + "ffn_gate_exps.weight", (n, f, d), wt, 0.06)
-            tensor(p + "ffn_up_exps.weight", (n, f, d), wt, 0.06)
-            tensor(p + "ffn_down_exps.weight", (n, d, f), wt, 0.04)
-            continue
-        if a == "phi3":  # fused: gate rows, then up rows
-            tensor(p + "ffn_up.weight", (2 * spec.d_ff, d), wt, 0.06)
-        else:
-            tensor(p + "ffn_gate.weight", (spec.d_ff, d), wt, 0.06)
-            tensor(p + "ffn_up.weight", (spec.d_ff, d), wt, 0.06)
-        tensor(p + "ffn_down.weight", (d, spec.d_ff), wt, 0.04)
+        _attention_tensors(t, spec, f"blk.{L}.")
+        t.norm(f"blk.{L}.ffn_norm.weight", d)
+        (_moe_tensors if spec.arch == "qwen3moe" else _ffn_tensors)(t, spec, f"blk.{L}.")
+
+
+def _attention_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
+    a, d, hd = spec.arch, spec.d_model, spec.head_dim
+    qd, kvd = spec.n_heads * hd, spec.n_kv_heads * hd
+    t.norm(p + "attn_norm.weight", d)
+    if a == "phi3":  # fused: rows q; k; v
+        t.matrix(p + "attn_qkv.weight", (qd + 2 * kvd, d))
+    else:
+        for n, rows in (("q", qd), ("k", kvd), ("v", kvd)):
+            t.matrix(p + f"attn_{n}.weight", (rows, d))
+    t.matrix(p + "attn_output.weight", (d, qd))
+    if a == "bitnet":  # the sub-norms, and each matrix's per-tensor scale
+        t.norm(p + "attn_sub_norm.weight", qd)
+        t.norm(p + "ffn_sub_norm.weight", spec.d_ff)
+        for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+            if spec.weight_scales:
+                t.vector(p + m + ".scale", [t.rng.uniform(0.5, 2.0)])
+    if a == "qwen2":
+        for n, rows in (("q", qd), ("k", kvd), ("v", kvd)):
+            t.vector(p + f"attn_{n}.bias", 0.1 * t.rng.standard_normal(rows))
+    if a in ("gemma3", "qwen3", "qwen3moe"):
+        t.norm(p + "attn_q_norm.weight", hd)
+        t.norm(p + "attn_k_norm.weight", hd)
+    if a in ("gemma2", "gemma3"):
+        t.norm(p + "post_attention_norm.weight", d)
+        t.norm(p + "post_ffw_norm.weight", d)
+
+
+def _ffn_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
+    d, ff = spec.d_model, spec.d_ff
+    if spec.arch == "phi3":  # fused: gate rows, then up rows
+        t.matrix(p + "ffn_up.weight", (2 * ff, d))
+    else:
+        t.matrix(p + "ffn_gate.weight", (ff, d))
+        t.matrix(p + "ffn_up.weight", (ff, d))
+    t.matrix(p + "ffn_down.weight", (d, ff), scale=0.04)
+
+
+def _moe_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
+    """The router (kept in F32, as llama.cpp's quantizer keeps it; logits of std ~1, so probabilities
+    spread over the experts as a trained router's do) and each projection of every expert, 3-D."""
+    n, f, d = spec.n_expert, spec.d_ff_expert, spec.d_model
+    t.vector(p + "ffn_gate_inp.weight", t.rng.standard_normal((n, d)) / np.sqrt(d))
+    t.matrix(p + "ffn_gate_exps.weight", (n, f, d))
+    t.matrix(p + "ffn_up_exps.weight", (n, f, d))
+    t.matrix(p + "ffn_down_exps.weight", (n, d, f), scale=0.04)
