@@ -141,3 +141,13 @@ def test_decode_steps_route_like_the_prefill(moe):
     assert np.allclose(step["logits"][-1], full["logits"][-1], atol=1e-4)
     gen = moe.generate(IDS, max_new_tokens=4)
     assert gen.ids == moe.generate_reference(IDS, max_new_tokens=4).ids
+
+
+def test_the_memory_plan_counts_the_experts(moe):
+    """The 3-D expert tensors are weights the GPU holds (their GGUF bytes) and the reference holds
+    (these are small: a large one is streamed an expert at a time), so both plans count them."""
+    plan = moe.memory(tokens=16)
+    part = {(p.engine, p.part): p.nbytes for p in plan.parts}
+    experts = [t for n, t in moe.gguf.tensors.items() if n.endswith("_exps.weight")]
+    assert part["gpu", "weights"] >= sum(t.nbytes for t in experts)
+    assert part["reference", "weight cache"] >= 4 * sum(np.prod(t.shape) for t in experts)

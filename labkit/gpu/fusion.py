@@ -40,7 +40,7 @@ class Epilogue:
 def epilogue_for(graph: list, i: int, kernels: dict, T: int) -> Epilogue | None:
     """The stage after graph[i] fused into its kernel, or None where the rules above say no."""
     st = graph[i]
-    if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.params.get("scale") or st.kv_write:
+    if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.params.get("weight_scale") or st.kv_write:
         return None
     if kernels[st.name].epilogue is None:  # no fused form (the raw-bytes drivers)
         return None

@@ -31,7 +31,10 @@ def weight_bytes(ex) -> tuple[int, str]:
             else:
                 seen[(st.weight, st.weight_rows)] = t.nbytes * rows // t.n_rows
                 layouts.add("GGUF bytes")
-        for n in (st.weight if kind == "vector" else None, st.bias):
+        if kind == "experts":  # a 3-D expert tensor: its GGUF bytes, in windows of whole experts
+            seen[(st.weight, None)] = ex.gguf.tensors[st.weight].nbytes
+            layouts.add("GGUF bytes")
+        for n in (st.weight if kind == "vector" else None, st.bias, st.params.get("weight_scale")):
             if n:
                 seen[(n, None)] = 4 * math.prod(ex.gguf.tensors[n].shape)
     return sum(seen.values()), " and ".join(sorted(layouts)) or "none"

@@ -60,7 +60,7 @@ class _Builder:
 
     def linear(self, kind: str, x: str, weight: str, n_in: int, n_out: int, rows=None, bias=None, **kw) -> str:
         if self.cfg.weight_scales and self.layer is not None:  # bitnet: the product times `<weight>.scale`
-            kw["scale"] = self.p + weight + ".scale"
+            kw["weight_scale"] = self.p + weight + ".scale"
         return self.add(kind, "matmul", (x,), weight, weight_rows=rows, bias=bias, out=n_out, width=n_out, **kw,
                         **{"in": n_in})  # fmt: skip
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from labkit.errors import InvalidArgumentError, MemoryBudgetError
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
+from labkit.model.weight_cache import CHUNK_BYTES
 from labkit.ops import OPS
 from labkit.ops.base import PassShape
 
@@ -219,13 +220,21 @@ CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], posi
 def weights_read_whole(graph: list[Stage]) -> set[str]:
     """The tensors a reference pass reads whole: matrices, vectors and biases (an untied embedding is
     read by rows only)."""
-    names = lambda st: (st.weight, st.bias, st.params.get("scale"))  # noqa: E731
+    names = lambda st: (st.weight, st.bias, st.params.get("weight_scale"))  # noqa: E731
     return {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in names(st) if n}
+
+
+def held_experts(gguf, graph: list[Stage]) -> set[str]:
+    """The 3-D expert tensors the reference may hold whole: the small ones (a larger one is read an
+    expert's rows at a time and never held: labkit.model.weight_cache.WeightCache.by_rows)."""
+    experts = {st.weight for st in graph if OPS[st.op].weight == "experts"}
+    return {n for n in experts if 8 * math.prod(gguf.tensors[n].shape) <= CHUNK_BYTES}
 
 
 def reference_weight_bytes(gguf, graph: list[Stage], itemsize: int) -> int:
     """Bytes of every weight a reference pass reads whole, held at `itemsize` bytes a value."""
-    return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in weights_read_whole(graph))
+    names = weights_read_whole(graph) | held_experts(gguf, graph)
+    return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in names)
 
 
 def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int, names, weight_itemsize: int,

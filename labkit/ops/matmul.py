@@ -86,7 +86,7 @@ def family(stage, tensor_type) -> str:
 def reference(stage, ref) -> np.ndarray:
     """x · Wᵀ, times the weight's per-tensor scale (BitNet), plus the bias: llama.cpp's order."""
     y = ref.matmul(ref.x[0], stage.weight, stage.weight_rows)
-    scale = stage.params.get("scale")
+    scale = stage.params.get("weight_scale")
     y = y * ref.weight(scale) if scale else y
     return y + ref.weight(stage.bias) if stage.bias else y
 
@@ -115,7 +115,7 @@ def plan(stage, gpu):
 
 def _after_product(stage, N: int) -> list[tuple[str, str, int]]:
     """(op, tensor, period) applied to the product in order: the per-tensor scale, then the bias."""
-    scale = stage.params.get("scale")
+    scale = stage.params.get("weight_scale")
     return [*([("mul", scale, 1)] if scale else []), *([("add", stage.bias, N)] if stage.bias else [])]
 
 
