@@ -241,8 +241,8 @@ def compare_ids(
     """Integer ids (the experts each token is routed to) compared exactly, as a set per position:
     the row's `nmse` is the fraction of ids that differ, `max_abs` the most at one position, and a
     failure names the set difference where it first shows. `probs` (a's and b's router
-    probabilities at the same positions), when given, excuse a tie: ids that differ only where b's
-    probabilities of the swapped experts are closer than the two runs' own disagreement there."""
+    probabilities, or logits, at the same positions), when given, excuse a tie: ids that differ only
+    where b's scores of the swapped experts are closer than the two runs' own disagreement there."""
     if np.shape(a) != np.shape(b):
         return StageComparison(stage, np.inf, np.inf, 0.0, False, f"shape {np.shape(a)} vs {np.shape(b)}")
     a2, b2 = np.asarray(a).reshape(len(positions), -1), np.asarray(b).reshape(len(positions), -1)
@@ -316,12 +316,22 @@ def _slots_in_order_of(a: Run, b: Run, name: str, pos: tuple[int, ...], x: np.nd
     return out
 
 
-def _router_probs(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple | None:
-    """Both runs' router probabilities beside their top-k, at `pos`, where both captured them."""
-    name = ids_name.replace("ffn_topk", "ffn_router_probs")
-    if name not in a.captures or name not in b.captures or not set(pos) <= set(a.rows(name)) & set(b.rows(name)):
-        return None
-    return _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
+def _router_scores(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple | None:
+    """Both runs' router probabilities beside their top-k, at `pos`, where both captured them: the
+    probabilities stage, or the softmax of the logits where the top k are the logits' (gpt-oss) or
+    the probabilities were not captured (a softmax keeps the ranking: a tie in one is one in the other)."""
+    for kind in ("ffn_router_probs", "ffn_router"):
+        name = ids_name.replace("ffn_topk", kind)
+        if name in a.captures and name in b.captures and set(pos) <= set(a.rows(name)) & set(b.rows(name)):
+            pa, pb = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
+            return (pa, pb) if kind == "ffn_router_probs" else (_softmax_rows(pa), _softmax_rows(pb))
+    return None
+
+
+def _softmax_rows(z: np.ndarray) -> np.ndarray:
+    """Logits as probabilities, so that a tie is judged on the same scale (TIE_GAP) either way."""
+    e = np.exp(as_f64(z) - np.max(as_f64(z), axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def _common_positions(a: Run, b: Run, name: str, sel: slice | None) -> tuple[int, ...]:
@@ -384,7 +394,7 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
         if heads is not None:
             x, y = _heads_at(a, name, x, heads), _heads_at(b, name, y, heads)
         if stage_kind(name) in ID_KINDS:
-            rows.append(compare_ids(name, x, y, pos, _router_probs(a, b, name, pos)))
+            rows.append(compare_ids(name, x, y, pos, _router_scores(a, b, name, pos)))
             continue
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))

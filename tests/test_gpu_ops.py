@@ -120,11 +120,13 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (17, 60, 2, 1, 48, 40),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
     ],
 )
-@pytest.mark.parametrize("path", ["default", "general"])
-def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
+@pytest.mark.parametrize("path,sinks", [("default", False), ("general", False), ("default", True)])
+def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
     """ "default" picks the prefill kernel (n_past 0) or the decode kernel (T 1); "general" does all.
-    The fused streaming kernel is checked against the same numbers."""
+    The fused tiers are checked against the same numbers. With sinks (gpt-oss), each head's sink
+    logit takes its share of the softmax in the unfused kernel and in every fused tier."""
     r = rng()
+    sink = r.standard_normal(H) * 2.0
     S = n_past + T
     q = r.standard_normal((T, H * hd))
     k = r.standard_normal((S + 2, KV * hd))  # cache capacity beyond the keys in use
@@ -133,7 +135,8 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     scores = empty(gpu, H * T * S)
     src = get_kernel("attn_scores", path).source(PassShape(T, n_past))
     vals = dict(T=T, n_keys=S, n_past=n_past, n_heads=H, n_kv_heads=KV, head_dim=hd, window=window or 0, scale=scale,
-                softcap=0.0)  # fmt: skip
+                softcap=0.0, sinks=int(sinks))  # fmt: skip
+    sink_buf = buf(gpu, sink)
     qr, kr, vr = (
         Rows(buf(gpu, q), 0, H * hd, H * hd, T),
         Rows(buf(gpu, k), 0, KV * hd, KV * hd, S),
@@ -147,8 +150,11 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
     assert_close(got_s[fin], want_s[fin], 1e-11, "attn_scores")
 
     probs = empty(gpu, H * T * S)
-    launch(gpu, "softmax", [scores, probs], {"n_rows": H * T, "n": S}, softmax.workgroups(H * T))
-    want_p = softmax.softmax(want_s)
+    sm = {"n_rows": H * T, "n": S, "rows_per_head": T, "sinks": int(sinks)}
+    launch(gpu, "softmax", [scores, probs, sink_buf], sm, softmax.workgroups(H * T))
+    want_p = softmax.with_sinks(want_s, sink) if sinks else softmax.softmax(want_s)
+    if sinks:
+        assert np.all(want_p.sum(-1) < 1.0), "a sink takes a share of every row"
     got_p = read(gpu, probs, H * T * S).reshape(H, T, S)
     assert_close(got_p, want_p, 1e-11, "softmax")
 
@@ -160,7 +166,7 @@ def test_attention_stages(gpu, path, T, n_past, H, KV, hd, window):
         kernel = get_kernel("attn_ctx", name)
         rule = rule or kernel.workgroups or (lambda T, H, size: attn_ctx.workgroups(size))
         fused = empty(gpu, T * H * hd)
-        bufs = [qr, kr, vr, fused]
+        bufs = [qr, kr, vr, fused, sink_buf]
         launch(gpu, "attn_ctx", bufs, vals, rule(T, H, T * H * hd), kernel.source())
         got = read(gpu, fused, T * H * hd)
         assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
@@ -193,7 +199,7 @@ def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
     v_inf = v.copy()
     v_inf[bad_key] = np.inf
     vals = dict(T=T, n_keys=S, n_past=n_past, n_heads=H, n_kv_heads=KV, head_dim=hd, window=window or 0,
-                scale=1.0, softcap=0.0)  # fmt: skip
+                scale=1.0, softcap=0.0, sinks=0)  # fmt: skip
 
     def ctx_of(kernel: str, values: np.ndarray) -> np.ndarray:
         out = empty(gpu, T * H * hd)
@@ -218,24 +224,34 @@ def test_softmax_large_row_and_fully_masked_row(gpu):
     n = 262144
     x = np.stack([r.standard_normal(n) * 10, np.full(n, -np.inf)])
     y = empty(gpu, x.size)
-    launch(gpu, "softmax", [buf(gpu, x), y], {"n_rows": 2, "n": n}, softmax.workgroups(2))
+    values = {"n_rows": 2, "n": n, "rows_per_head": 1, "sinks": 0}
+    launch(gpu, "softmax", [buf(gpu, x), y, buf(gpu, x[0, :4])], values, softmax.workgroups(2))
     got = read(gpu, y, x.size).reshape(2, n)
     assert_close(got[0], softmax.softmax(x[0]), 1e-10, "softmax 262144")
     assert np.all(got[1] == 0), "an all-masked row must give zeros, not NaN"
 
 
-@pytest.mark.parametrize("act", ["gelu_tanh", "silu"])
+def swiglu_oai_ggml(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """ggml-cpu's swiglu_oai, written from its source: x = min(g, limit), y = clamp(u, ±limit),
+    out = x · sigmoid(alpha · x) · (y + 1), alpha 1.702, limit 7 (llama.cpp's gpt-oss graph)."""
+    x = np.minimum(g, 7.0)
+    return x * (1.0 / (1.0 + np.exp(-1.702 * x))) * (np.clip(u, -7.0, 7.0) + 1.0)
+
+
+@pytest.mark.parametrize("act", ["gelu_tanh", "silu", "swiglu_oai"])
 def test_glu(gpu, act):
+    """Each activation on values past its clamps (gpt-oss clamps at 7): exp/tanh never overflow."""
     r = rng()
     n = 7 * 2048 + 3
     g = r.standard_normal(n) * 8
     g[:4] = [60.0, -60.0, 300.0, -300.0]  # tanh/exp must not overflow into NaN
-    u = r.standard_normal(n)
+    u = r.standard_normal(n) * 8
     y = empty(gpu, n)
     launch(gpu, "glu", [buf(gpu, g), buf(gpu, u), y], {"n": n, "act": glu.ACT_CODES[act]}, glu.workgroups(n))
     got = read(gpu, y, n)
     assert np.isfinite(got).all()
-    assert_close(got, glu.ACTIVATIONS[act](g) * u, 1e-11, act)
+    want = swiglu_oai_ggml(g, u) if act == "swiglu_oai" else glu.ACTIVATIONS[act](g) * u
+    assert_close(got, want, 1e-11, act)
 
 
 def test_add_with_period_and_2d_grid(gpu):

@@ -48,6 +48,7 @@ NMSE = {
     "moe_matmul": 1e-9,
     "moe_sum": 1e-12,
     "mul": 1e-12,
+    "add_id": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -170,7 +171,9 @@ def cases_rope() -> list[OpCase]:
     return out
 
 
-def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap) -> OpCase:
+def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap, sinks: bool = False) -> OpCase:
+    """With `sinks` (gpt-oss), each head's sink logit: in the probabilities the unfused kernel reads,
+    and in the SINKS buffer the fused tiers read."""
     S = n_past + T
     q = r.standard_normal((T, H * hd))
     cache = {"k": r.standard_normal((S + 2, KV * hd)), "v": r.standard_normal((S + 2, KV * hd))}
@@ -185,8 +188,14 @@ def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap) -> OpCase:
         st = Stage("s", "attn_scores", ("q", "k"), params=params, layer=0, kv_read=("k",))
         return OpCase(label, st, [q, q[:0]], T, n_past, cache=cache, exposes=shows)
     s = attn_scores.scores(q, cache["k"][:S], n_past, H, KV, hd, params["scale"], window, cap)
+    w: dict = {}
+    p = softmax.softmax(s)
+    if sinks:
+        params["sinks"] = _vector(w, "attn_sinks.weight", r.standard_normal(H) * 2.0)
+        p = softmax.with_sinks(s, w["attn_sinks.weight"][0].ravel())
+        label += " sinks"
     st = Stage("c", "attn_ctx", ("p", "v", "q"), params=params, layer=0, kv_read=("k", "v"))
-    return OpCase(label, st, [softmax.softmax(s), q[:0], q], T, n_past, cache=cache)
+    return OpCase(label, st, [p, q[:0], q], T, n_past, cache=cache, weights=w)
 
 
 ATTENTION_SHAPES = (
@@ -204,9 +213,13 @@ def cases_attn_scores() -> list[OpCase]:
     return [_attention_case(r, "attn_scores", *shape) for shape in ATTENTION_SHAPES]
 
 
+SINK_SHAPES = (ATTENTION_SHAPES[1], ATTENTION_SHAPES[2], ATTENTION_SHAPES[3])  # decode, a window, two chunks
+
+
 def cases_attn_ctx() -> list[OpCase]:
     r = _rng("attn_ctx")
-    return [_attention_case(r, "attn_ctx", *shape) for shape in ATTENTION_SHAPES]
+    plain = [_attention_case(r, "attn_ctx", *shape) for shape in ATTENTION_SHAPES]
+    return plain + [_attention_case(r, "attn_ctx", *shape, sinks=True) for shape in SINK_SHAPES]
 
 
 def cases_softmax() -> list[OpCase]:
@@ -219,6 +232,16 @@ def cases_softmax() -> list[OpCase]:
         st = Stage("p", "softmax", ("s",), params={"n_heads": 1})
         shows = frozenset({"no_max_sub"} if mag > 100 else {"masked_nan"} if masked_row else ())
         out.append(OpCase(f"{rows}x{n} |x|~{mag:g} masked_row={masked_row}", st, [x], rows, exposes=shows))
+    for H, T, S, mag in ((3, 5, 9, 2.0), (2, 4, 70, 200.0)):  # gpt-oss: a sink logit per head, rows masked
+        x = r.standard_normal((H, T, S)) * mag
+        x[:, :, S // 2 :] = np.where(r.random((H, T, S - S // 2)) < 0.3, -np.inf, x[:, :, S // 2 :])
+        x[0, -1] = -np.inf  # a row with nothing visible: the sink takes it all, its probabilities are 0
+        w: dict = {}
+        sinks = _vector(w, "attn_sinks.weight", r.standard_normal(H) * mag)
+        st = Stage("p", "softmax", ("s",), params={"n_heads": H, "sinks": sinks})
+        # masked_nan cannot show: with a sink, a row with nothing visible still has a finite max
+        shows = frozenset({"no_max_sub"} if mag > 100 else ())
+        out.append(OpCase(f"{H}x{T}x{S} |x|~{mag:g} sinks", st, [x], T, weights=w, exposes=shows))
     return out
 
 
@@ -232,7 +255,7 @@ def cases_add() -> list[OpCase]:
 
 def cases_glu() -> list[OpCase]:
     r, out = _rng("glu"), []
-    for act, T, n in (("gelu_tanh", 3, 2048), ("silu", 5, 1539)):
+    for act, T, n in (("gelu_tanh", 3, 2048), ("silu", 5, 1539), ("swiglu_oai", 4, 1027)):
         g = r.standard_normal((T, n)) * 8
         g[0, :4] = [60.0, -60.0, 300.0, -300.0]  # tanh/exp must not overflow into NaN
         st = Stage("f", "glu", ("g", "u"), params={"act": act, "width": n})
@@ -270,6 +293,14 @@ def cases_moe_router() -> list[OpCase]:
                        params={**route, "out": "weights", "norm": norm}, layer=0)  # fmt: skip
             shows = {"no_renormalize"} if norm else {"softmax_after_topk"}
             out.append(OpCase(f"weights T{T} n{n} k{k} norm={norm}", st, [probs, ids], T, exposes=frozenset(shows)))
+        # gpt-oss's softmax_weight gating: the top k of the logits, a softmax over the k selected
+        oss = {**route, "norm": False, "gating": "softmax_weight"}
+        st = Stage("blk.0.ffn_topk", "moe_router", ("l",), params={**oss, "out": "ids"}, layer=0)
+        out.append(OpCase(f"logit ids T{T} n{n} k{k}", st, [logits], T, exposes=frozenset({"expert_index_off_by_one"})))
+        lids = np.argsort(-logits, axis=1, kind="stable")[:, :k].astype(np.int32)
+        st = Stage("blk.0.ffn_expert_weights", "moe_router", ("l", "i"), params={**oss, "out": "weights"}, layer=0)
+        out.append(OpCase(f"softmax_weight T{T} n{n} k{k}", st, [logits, lids], T,
+                          exposes=frozenset({"softmax_before_topk"})))  # fmt: skip
     return out
 
 
@@ -317,6 +348,16 @@ def cases_mul() -> list[OpCase]:
         )  # fmt: skip
         for T, n, p in ((1, 640, 1), (7, 37, 37))
     ]
+
+
+def cases_add_id() -> list[OpCase]:
+    """Each slot's expert's bias: a decode step and a prefill, ids not in order."""
+    r, out = _rng("add_id"), []
+    for T, k, n, n_expert in ((1, 2, 64, 5), (7, 4, 131, 9)):
+        st = Stage("blk.0.ffn_moe_up", "add_id", ("y", "b", "ids"), params={"k": k, "width": n}, layer=0)
+        y, b, ids = r.standard_normal((T, k, n)), r.standard_normal((n_expert, n)), _distinct_ids(r, T, k, n_expert)
+        out.append(OpCase(f"T{T} k{k} n{n}", st, [y, b, ids], T))
+    return out
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}

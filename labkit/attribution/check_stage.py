@@ -22,7 +22,7 @@ import numpy as np
 from labkit.errors import UnsupportedArchitectureError  # noqa: F401 (rope raises it)
 from labkit.ops.attn_ctx import context
 from labkit.ops.attn_scores import attention_mask, scores  # noqa: F401 (scores calls attention_mask)
-from labkit.ops.glu import gelu_tanh, silu
+from labkit.ops.glu import gelu_tanh, silu, swiglu_oai
 from labkit.ops.rmsnorm import rmsnorm
 from labkit.ops.rope import rope
 from labkit.ops.softcap import softcap
@@ -65,11 +65,13 @@ def run_stage(st: dict, vals: dict, ctx: dict) -> np.ndarray:
         args = (P["n_heads"], P["n_kv_heads"], P["head_dim"], P["scale"], P["window"], P["softcap"])
         return scores(xs[0], ctx["cache"](st, "k", vals), ctx["n_past"], *args)
     if op == "softmax":
+        if P.get("sinks"):
+            raise SystemExit("check_stage: a softmax with sinks (gpt-oss) is not re-checked here")
         return softmax(xs[0])
     if op == "attn_ctx":
         return context(xs[0], ctx["cache"](st, "v", vals), P["n_heads"], P["n_kv_heads"], P["head_dim"])
     if op == "glu":
-        return ACTIVATIONS[P["act"]](xs[0]) * xs[1]
+        return swiglu_oai(xs[0], xs[1]) if P["act"] == "swiglu_oai" else ACTIVATIONS[P["act"]](xs[0]) * xs[1]
     if op == "add":
         return xs[0] + xs[1]
     if op == "embed":

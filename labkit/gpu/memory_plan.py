@@ -34,8 +34,8 @@ def weight_bytes(ex) -> tuple[int, str]:
         if kind == "experts":  # a 3-D expert tensor: its GGUF bytes, in windows of whole experts
             seen[(st.weight, None)] = ex.gguf.tensors[st.weight].nbytes
             layouts.add("GGUF bytes")
-        for n in (st.weight if kind == "vector" else None, st.bias, st.params.get("weight_scale")):
-            if n:
+        for role, n in st.tensors.items():  # vectors, biases, scales, sinks: f32 on the device
+            if role != "weight" or kind == "vector":
                 seen[(n, None)] = 4 * math.prod(ex.gguf.tensors[n].shape)
     return sum(seen.values()), " and ".join(sorted(layouts)) or "none"
 

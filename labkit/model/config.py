@@ -27,6 +27,14 @@ class ArchTraits:
     # moe: whether the selected experts' weights are renormalized to sum to 1, when the file does
     # not say (`<arch>.expert_weights_norm`); llama.cpp's qwen3moe always renormalizes
     expert_weights_norm: bool = True
+    # moe: "softmax" (over all experts, then top k) or "softmax_weight" (top k of the logits, then a
+    # softmax over the k: gpt-oss), llama.cpp's expert gating function
+    expert_gating: str = "softmax"
+    attn_sinks: bool = False  # a learned per-head logit in every attention softmax (gpt-oss)
+    ffn_norm: str = "ffn_norm"  # the tensor of the norm before the FFN (gpt-oss: post_attention_norm)
+    default_window: int | None = None  # the sliding window when the file has none (gemma2: 4096)
+    local_rope_base: float | None = None  # the sliding-window layers' RoPE base, fixed (gemma3: 10 000)
+    always_tied: bool = False  # the unembedding is token_embd even beside an output.weight (bitnet)
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
@@ -34,16 +42,41 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     "qwen2": ArchTraits("neox"),
     "qwen3": ArchTraits("neox", qk_norm=True),
     "gemma2": ArchTraits(
-        "neox", sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=2, softcaps=True
+        "neox",
+        sandwich_norms=True,
+        ffn_act="gelu_tanh",
+        embed_scale=True,
+        swa_pattern=2,
+        softcaps=True,
+        default_window=4096,
     ),  # fmt: skip
     "gemma3": ArchTraits(
-        "neox", qk_norm=True, sandwich_norms=True, ffn_act="gelu_tanh", embed_scale=True, swa_pattern=6
+        "neox",
+        qk_norm=True,
+        sandwich_norms=True,
+        ffn_act="gelu_tanh",
+        embed_scale=True,
+        swa_pattern=6,
+        local_rope_base=10000.0,
     ),  # fmt: skip
     "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
     "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
     # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
     # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
-    "bitnet": ArchTraits("neox", sub_norms=True),
+    "bitnet": ArchTraits("neox", sub_norms=True, always_tied=True),
+    # gpt-oss as llama.cpp's openai-moe graph computes it: even layers slide a window, every attention
+    # softmax has a sink, the router's top k are taken on its biased logits and softmaxed over the k,
+    # the experts' SwiGLU is clamped (swiglu_oai), and the pre-FFN norm is post_attention_norm
+    "gpt-oss": ArchTraits(
+        "neox",
+        ffn="moe",
+        ffn_act="swiglu_oai",
+        swa_pattern=2,
+        expert_weights_norm=False,
+        expert_gating="softmax_weight",
+        attn_sinks=True,
+        ffn_norm="post_attention_norm",
+    ),  # fmt: skip
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -90,6 +123,12 @@ class ModelConfig:
     n_expert_used: int = 0  # moe: experts each token is routed to (top-k)
     d_ff_expert: int = 0  # moe: one expert's feed-forward width
     expert_weights_norm: bool = False  # moe: the k selected weights renormalized to sum to 1
+    expert_gating: str = "softmax"  # moe: "softmax" or "softmax_weight" (ArchTraits.expert_gating)
+    router_bias: bool = False  # moe: the router's logits plus `ffn_gate_inp.bias` (gpt-oss)
+    expert_bias: bool = False  # moe: each expert's projections plus its bias (gpt-oss, ggml's add_id)
+    attn_sinks: bool = False  # gpt-oss: `attn_sinks.weight`, a per-head logit in the softmax
+    attn_out_bias: bool = False  # gpt-oss: `attn_output.bias`
+    ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
 
     @property
     def q_dim(self) -> int:
@@ -133,10 +172,11 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     if n:  # llama.cpp's set_swa_pattern(n): layer il is local when il % n < n - 1
         n = int(meta.get(p + "attention.sliding_window_pattern", n))
         swa = tuple(layer % n < n - 1 for layer in range(n_layers))
-        window = meta.get(p + "attention.sliding_window", 4096 if arch == "gemma2" else None)
+        window = meta.get(p + "attention.sliding_window", traits.default_window)
     else:
         swa, window = (False,) * n_layers, None
-    local_base = 10000.0 if arch == "gemma3" else float(meta.get(p + "rope.freq_base_swa", rope_base))
+    local_base = traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", rope_base))
+    _refuse_rope_scaling(meta, p)
     softcap = traits.softcaps
     return ModelConfig(
         arch=arch,
@@ -156,13 +196,16 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         rope_dim=int(meta.get(p + "rope.dimension_count", head_dim)),
         sliding_window=int(window) if window else None,
         swa_layers=swa,
-        tied_embeddings="output.weight" not in tensor_names or arch == "bitnet",
+        tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
         embed_scale=math.sqrt(d_model) if traits.embed_scale else 1.0,
         attn_scale=1.0 / math.sqrt(head_dim),
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
         qkv_bias="blk.0.attn_q.bias" in tensor_names,
+        attn_out_bias="blk.0.attn_output.bias" in tensor_names,
+        attn_sinks=traits.attn_sinks,
+        ffn_norm_tensor=traits.ffn_norm,
         attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
         final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
         fused_qkv=traits.fused_qkv,
@@ -170,13 +213,13 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
-        **_moe_fields(meta, p, traits),
+        **_moe_fields(meta, p, traits, tensor_names),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
 
 
-def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, Any]:
+def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, tensor_names: set[str]) -> dict[str, Any]:
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
     if traits.ffn != "moe":
         return {}
@@ -186,7 +229,21 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, A
         "n_expert_used": int(_get(meta, p + "expert_used_count")),
         "d_ff_expert": int(_get(meta, p + "expert_feed_forward_length")),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
+        "expert_gating": traits.expert_gating,
+        "router_bias": "blk.0.ffn_gate_inp.bias" in tensor_names,
+        "expert_bias": "blk.0.ffn_gate_exps.bias" in tensor_names,
     }
+
+
+def _refuse_rope_scaling(meta: dict[str, Any], p: str) -> None:
+    """RoPE scaling (YaRN, linear with a factor) is not computed: refuse a file that asks for it
+    rather than run it wrong (the converters write `linear` with factor 1 for BitNet: no scaling)."""
+    kind = str(meta.get(p + "rope.scaling.type", "none"))
+    factor = float(meta.get(p + "rope.scaling.factor", 1.0))
+    if kind not in ("none", "") and factor != 1.0:
+        raise UnsupportedArchitectureError(
+            f"RoPE scaling {kind!r} (factor {factor:g}) is not supported: labkit computes plain RoPE only"
+        )
 
 
 def _opt_int(v: Any) -> int | None:

@@ -33,6 +33,13 @@ class Stage:
     policy: str | None = None  # the host dispatch policy family that applies ("lm_head")
 
     @property
+    def tensors(self) -> dict[str, str]:
+        """The GGUF tensors it reads, by role: its weight, bias, per-tensor scale, attention sinks."""
+        named = {"weight": self.weight, "bias": self.bias}
+        named |= {role: self.params.get(role) for role in ("weight_scale", "sinks")}
+        return {role: name for role, name in named.items() if name}
+
+    @property
     def kind(self) -> str:
         """The stage name without its layer prefix: `blk.3.q_rope` → `q_rope`."""
         return self.name.split(".", 2)[-1] if self.layer is not None else self.name
@@ -109,14 +116,16 @@ def _attention(b: _Builder, x: str) -> str:
     b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
     heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
     attn = {"scale": cfg.attn_scale, "window": cfg.layer_window(L), "softcap": cfg.attn_softcap, **heads}
+    sinks = {"sinks": b.w("attn_sinks")} if cfg.attn_sinks else {}  # gpt-oss: a logit per head in the softmax
     # k_rope is an input for the dependency: the kernel reads the keys of every position from the cache
     b.add("attn_scores", "attn_scores", ("q_rope", "k_rope"), kv_read=("k",), **attn)
-    b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads)
+    b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads, **sinks)
     # input 2 (q_rope) is what the fused tiers read instead of the probabilities
-    ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn)
+    ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn, **sinks)
     if cfg.sub_norms:  # bitnet: the heads' context normed before the output projection
         ctx = b.norm("attn_sub_norm", "attn_ctx", "attn_sub_norm", group=cfg.q_dim, width=cfg.q_dim)
-    out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model)
+    bias = b.p + "attn_output.bias" if cfg.attn_out_bias else None
+    out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
 
 
@@ -138,20 +147,25 @@ def _ffn(b: _Builder, x: str) -> str:
 
 def _moe_ffn(b: _Builder, x: str) -> str:
     """A mixture of experts (llama.cpp's build_moe_ffn): the router's logits, its probabilities, the k
-    experts each token goes to and their weights, the selected experts' gated FFNs, their weighted sum."""
+    experts each token goes to and their weights, the selected experts' gated FFNs, their weighted sum.
+    Under softmax_weight gating (gpt-oss) the top k are the logits' and there is no probabilities stage."""
     cfg = b.cfg
     n, k, f, d = cfg.n_expert, cfg.n_expert_used, cfg.d_ff_expert, cfg.d_model
-    b.norm("ffn_norm", x, "ffn_norm")
-    b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n)
-    route = {"n_expert": n, "k": k, "norm": cfg.expert_weights_norm}
-    b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
-    b.add("ffn_topk", "moe_router", ("ffn_router_probs",), out="ids", **route)
-    b.add("ffn_expert_weights", "moe_router", ("ffn_router_probs", "ffn_topk"), out="weights", **route)
+    bias = lambda w, present: b.p + w + ".bias" if present else None  # noqa: E731
+    b.norm("ffn_norm", x, cfg.ffn_norm_tensor)
+    b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n, bias=bias("ffn_gate_inp", cfg.router_bias))
+    route = {"n_expert": n, "k": k, "norm": cfg.expert_weights_norm, "gating": cfg.expert_gating}
+    scores = "ffn_router"
+    if cfg.expert_gating == "softmax":
+        scores = b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
+    b.add("ffn_topk", "moe_router", (scores,), out="ids", **route)
+    b.add("ffn_expert_weights", "moe_router", (scores, "ffn_topk"), out="weights", **route)
+    eb = lambda w: bias(w, cfg.expert_bias)  # noqa: E731
     for kind, w in (("ffn_moe_gate", "ffn_gate_exps"), ("ffn_moe_up", "ffn_up_exps")):
-        b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, k=k, out=f, per_slot=False, **{"in": d})
+        b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, bias=eb(w), k=k, out=f, per_slot=False, **{"in": d})
     b.add("ffn_moe_act", "glu", ("ffn_moe_gate", "ffn_moe_up"), act=cfg.ffn_act, width=k * f, k=k)
-    b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", k=k, out=d, per_slot=True,
-          **{"in": f})  # fmt: skip
+    b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", bias=eb("ffn_down_exps"), k=k,
+          out=d, per_slot=True, **{"in": f})  # fmt: skip
     return b.add("ffn_moe_out", "moe_sum", ("ffn_moe_down", "ffn_expert_weights"), width=d)
 
 

@@ -218,10 +218,10 @@ CAPTURE_HINT = 'capture less: names=["blk.*.resid_out", ...], layers=[...], posi
 
 
 def weights_read_whole(graph: list[Stage]) -> set[str]:
-    """The tensors a reference pass reads whole: matrices, vectors and biases (an untied embedding is
-    read by rows only)."""
-    names = lambda st: (st.weight, st.bias, st.params.get("weight_scale"))  # noqa: E731
-    return {n for st in graph if OPS[st.op].weight in ("matrix", "vector") for n in names(st) if n}
+    """The tensors a reference pass reads whole: matrices, vectors, biases, scales and sinks (an untied
+    embedding is read by rows only; a 3-D expert tensor by experts)."""
+    whole = lambda st, role: role != "weight" or OPS[st.op].weight in ("matrix", "vector")  # noqa: E731
+    return {n for st in graph for role, n in st.tensors.items() if whole(st, role)}
 
 
 def held_experts(gguf, graph: list[Stage]) -> set[str]:

@@ -78,6 +78,13 @@ MODELS: dict[str, ModelEntry] = {
         "a random-weight BitNet b1.58 (bitnet), TQ2_0 ternary weights, 4 layers, d=256, 512 placeholder tokens",
         _written("tiny-bitnet"),
     ),
+    "tiny-gpt-oss": ModelEntry(
+        "tiny-gpt-oss",
+        "labkit (written on first use)",
+        "a random-weight gpt-oss, Q8_0 with MXFP4 experts, 4 layers (even ones windowed), d=256, 16 experts "
+        "(4 per token), attention sinks, 512 placeholder tokens",
+        _written("tiny-gpt-oss"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

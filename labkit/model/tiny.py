@@ -33,8 +33,8 @@ class TinySpec:
     d_ff: int = 512
     vocab: int = 512
     context: int = 256
-    sliding_window: int = 4  # gemma2/gemma3 only
-    swa_pattern: int = 2  # gemma2/gemma3 only: layers 0, 2, ... local; 1, 3, ... global
+    sliding_window: int = 4  # gemma2/gemma3/gpt-oss only
+    swa_pattern: int = 2  # gemma2/gemma3 only: layers 0, 2, ... local; 1, 3, ... global (gpt-oss's own)
     attn_softcap: float = 3.0  # gemma2 only: small, so that the cap bends these tiny models' scores
     final_softcap: float = 10.0  # gemma2 only: bends the tiny logits (about ±20) without ties at the cap
     tied: bool = True
@@ -42,9 +42,9 @@ class TinySpec:
     # (tensor name suffix, type): matrices stored in another type than weight_type, as llama.cpp's
     # presets mix them (("attn_v.weight", "IQ4_XS"), ...)
     type_overrides: tuple[tuple[str, str], ...] = ()
-    n_expert: int = 8  # qwen3moe only: experts per layer
-    n_expert_used: int = 2  # qwen3moe only: experts per token
-    d_ff_expert: int = 256  # qwen3moe only: one expert's width
+    n_expert: int = 8  # qwen3moe, gpt-oss: experts per layer
+    n_expert_used: int = 2  # qwen3moe, gpt-oss: experts per token
+    d_ff_expert: int = 256  # qwen3moe, gpt-oss: one expert's width
     weight_scales: bool = True  # bitnet only: a per-tensor `<matrix>.scale` beside each layer matrix
 
 
@@ -74,7 +74,20 @@ TINY_MODELS = {
     "tiny-qwen3moe": TinySpec(arch="qwen3moe", n_layers=4, n_expert=16, n_expert_used=4, d_ff_expert=256, seed=7),
     # ternary weights without scale tensors, as llama.cpp's converter writes BitNet
     "tiny-bitnet": TinySpec(arch="bitnet", weight_type="TQ2_0", n_layers=4, weight_scales=False, seed=11),
+    # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
+    # with a window shorter than a test prompt, biases on attention, router and experts
+    "tiny-gpt-oss": TinySpec(
+        arch="gpt-oss",
+        n_layers=4,
+        n_expert=16,
+        n_expert_used=4,
+        d_ff_expert=256,
+        tied=False,
+        seed=17,
+        type_overrides=(("_exps.weight", "MXFP4"),),
+    ),  # fmt: skip
 }
+MOE_ARCHITECTURES = ("qwen3moe", "gpt-oss")
 
 
 def write_tiny_model(
@@ -113,7 +126,9 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     if a in ("gemma2", "gemma3"):
         w.add_sliding_window(spec.sliding_window)
         w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
-    if a == "qwen3moe":
+    if a == "gpt-oss":  # llama.cpp's own pattern: even layers slide
+        w.add_sliding_window(spec.sliding_window)
+    if a in MOE_ARCHITECTURES:
         w.add_expert_count(spec.n_expert)
         w.add_expert_used_count(spec.n_expert_used)
         w.add_expert_feed_forward_length(spec.d_ff_expert)
@@ -160,8 +175,8 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
     t.norm("output_norm.weight", d)
     for L in range(spec.n_layers):
         _attention_tensors(t, spec, f"blk.{L}.")
-        t.norm(f"blk.{L}.ffn_norm.weight", d)
-        (_moe_tensors if spec.arch == "qwen3moe" else _ffn_tensors)(t, spec, f"blk.{L}.")
+        t.norm(f"blk.{L}.{'post_attention_norm' if spec.arch == 'gpt-oss' else 'ffn_norm'}.weight", d)
+        (_moe_tensors if spec.arch in MOE_ARCHITECTURES else _ffn_tensors)(t, spec, f"blk.{L}.")
 
 
 def _attention_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
@@ -180,9 +195,12 @@ def _attention_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
         for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
             if spec.weight_scales:
                 t.vector(p + m + ".scale", [t.rng.uniform(0.5, 2.0)])
-    if a == "qwen2":
+    if a in ("qwen2", "gpt-oss"):
         for n, rows in (("q", qd), ("k", kvd), ("v", kvd)):
             t.vector(p + f"attn_{n}.bias", 0.1 * t.rng.standard_normal(rows))
+    if a == "gpt-oss":  # the output's bias, and each head's sink logit
+        t.vector(p + "attn_output.bias", 0.05 * t.rng.standard_normal(d))
+        t.vector(p + "attn_sinks.weight", 1.5 * t.rng.standard_normal(spec.n_heads))
     if a in ("gemma3", "qwen3", "qwen3moe"):
         t.norm(p + "attn_q_norm.weight", hd)
         t.norm(p + "attn_k_norm.weight", hd)
@@ -209,3 +227,7 @@ def _moe_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
     t.matrix(p + "ffn_gate_exps.weight", (n, f, d))
     t.matrix(p + "ffn_up_exps.weight", (n, f, d))
     t.matrix(p + "ffn_down_exps.weight", (n, d, f), scale=0.04)
+    if spec.arch == "gpt-oss":  # biases on the router and on every expert's projections
+        t.vector(p + "ffn_gate_inp.bias", 0.5 * t.rng.standard_normal(n))
+        for name, width in (("ffn_gate_exps", f), ("ffn_up_exps", f), ("ffn_down_exps", d)):
+            t.vector(p + name + ".bias", 0.05 * t.rng.standard_normal((n, width)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from labkit.ops import (
     add,
+    add_id,
     attn_ctx,
     attn_scores,
     embed,
@@ -38,6 +39,7 @@ OPS: dict[str, Op] = {
         moe_matmul,
         moe_sum,
         mul,
+        add_id,
     )
 }
 

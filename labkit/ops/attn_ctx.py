@@ -48,7 +48,9 @@ def plan(stage, gpu):
         return out
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)
-    gpu.dispatch([gpu.input(2).buffer, gpu.cache("k"), gpu.cache("v"), out.buffer], values, n_wg)
+    q = gpu.input(2).buffer
+    sinks = gpu.vector(P["sinks"]) if P.get("sinks") else q  # without sinks: bound (read-only), unread
+    gpu.dispatch([q, gpu.cache("k"), gpu.cache("v"), out.buffer, sinks], values, n_wg)
     return out
 
 

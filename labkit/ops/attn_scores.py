@@ -22,6 +22,7 @@ PARAMS = Params(
     window="u32",
     scale="f32",
     softcap="f32",
+    sinks="u32",  # the fused attention tiers: whether SINKS holds a logit per head (gpt-oss)
 )
 
 
@@ -65,7 +66,8 @@ def uniforms(stage, T: int, n_past: int) -> dict:
     """The Params values shared by the scores kernels and the fused attention tiers."""
     P = stage.params
     names = ("n_heads", "n_kv_heads", "head_dim", "scale", "softcap")
-    return {"T": T, "n_keys": n_past + T, "n_past": n_past, "window": P["window"] or 0, **{k: P[k] for k in names}}
+    return {"T": T, "n_keys": n_past + T, "n_past": n_past, "window": P["window"] or 0,
+            "sinks": int(bool(P.get("sinks"))), **{k: P[k] for k in names}}  # fmt: skip
 
 
 def workgroups(n_scores: int) -> int:

@@ -6,7 +6,7 @@
 //            @binding(1) K: array<f32> [>= n_keys, n_kv_heads*head_dim]  (the layer's KV cache)
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
 //            @binding(3) P: Params. One thread per score.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;

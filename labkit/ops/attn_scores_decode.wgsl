@@ -4,7 +4,7 @@
 // the work of four (one decode step after 512 tokens: SmolLM2's 30 layers of scores 19.0 -> 8.9 ms).
 // One thread per (head, key); no causal mask is needed (every cached key is in the past) except
 // the sliding window.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> K: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;

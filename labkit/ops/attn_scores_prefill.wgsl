@@ -13,7 +13,7 @@
 // s). On lavapipe the count of loads sets the speed; q and K are textures, which lavapipe
 // gathers for all lanes at once (labkit/gpu/texture.py). A tile wholly in the
 // future, or wholly before the window, is written -inf without a dot product.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var Q: texture_2d<f32>;
 @group(0) @binding(1) var K: texture_2d<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;

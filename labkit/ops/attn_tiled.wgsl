@@ -3,16 +3,18 @@
 // keys, thread j scores key j against every query of the tile, then every thread folds the
 // chunk into its running max, sum and its head_dim/64 output lanes. Scores and probabilities are
 // not materialized (those stages are not captured), as with the streaming tier.
-// Bindings and Params: attn_streaming.wgsl's (Q, K cache, V cache, C, P).
+// Bindings and Params: attn_streaming.wgsl's (Q, K cache, V cache, C, SINKS, P); a sink starts
+// the running max and sum as it does there.
 // Dispatch: ceil(T / TILE) * n_heads workgroups, linear id w -> tile w % n_tiles, head
 // w / n_tiles; workgroups past the last head return at once.
 // Limits: head_dim <= 256 (4 lanes of 64), TILE * head_dim floats of workgroup memory.
-struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32 }
+struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read> V: array<f32>;
 @group(0) @binding(3) var<storage, read_write> C: array<f32>;
-@group(0) @binding(4) var<uniform> P: Params;
+@group(0) @binding(4) var<storage, read> SINKS: array<f32>;  // [n_heads], read where P.sinks
+@group(0) @binding(5) var<uniform> P: Params;
 
 const TILE: u32 = 8u;
 const CHUNK: u32 = 64u;
@@ -43,6 +45,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var l: array<f32, 8>;
     var acc: array<f32, 32>;  // [TILE][LANES]
     for (var i = 0u; i < TILE; i++) { m[i] = NEG_INF; l[i] = 0.0; }
+    if (P.sinks != 0u) { for (var i = 0u; i < TILE; i++) { m[i] = SINKS[h]; l[i] = 1.0; } }
     for (var i = 0u; i < TILE * LANES; i++) { acc[i] = 0.0; }
     workgroupBarrier();
 

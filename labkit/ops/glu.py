@@ -1,6 +1,8 @@
 """glu: the gated feed-forward activation, act(gate) · up.
 
-GELU (tanh approximation) for the Gemmas, SiLU for llama, qwen and phi3."""
+GELU (tanh approximation) for the Gemmas, SiLU for llama, qwen and phi3, and gpt-oss's clamped
+SwiGLU (ggml's swiglu_oai, constants fixed in llama.cpp's graph): the gate clamped above at 7, the
+up projection to ±7, then gate · sigmoid(1.702 gate) · (up + 1)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(n="u32", act="u32")
-ACT_CODES = {"gelu_tanh": 0, "silu": 1}
+ACT_CODES = {"gelu_tanh": 0, "silu": 1, "swiglu_oai": 2}
 
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
@@ -23,11 +25,22 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """alpha 1.702 and limit 7, fixed in llama.cpp's gpt-oss graph (no GGUF key)."""
+    x = np.minimum(g, 7.0)
+    return x / (1.0 + np.exp(-1.702 * x)) * (np.clip(u, -7.0, 7.0) + 1.0)
+
+
 ACTIVATIONS = {"gelu_tanh": gelu_tanh, "silu": silu}
 
 
+def gated(act: str, g: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """act(g) · u, or swiglu_oai's clamped form."""
+    return swiglu_oai(g, u) if act == "swiglu_oai" else ACTIVATIONS[act](g) * u
+
+
 def reference(stage, ref) -> np.ndarray:
-    return ACTIVATIONS[stage.params["act"]](ref.x[0]) * ref.x[1]
+    return gated(stage.params["act"], ref.x[0], ref.x[1])
 
 
 def workgroups(n: int) -> int:
@@ -61,7 +74,7 @@ OP = Op(
     roles=ROLES,
     name="glu",
     what="gates the up projection with the activated gate projection",
-    formula="y = act(gate) · up   (act: GELU-tanh or SiLU)",
+    formula="y = act(gate) · up   (act: GELU-tanh or SiLU); gpt-oss: min(g,7)·σ(1.702·min(g,7))·(clamp(up,±7)+1)",
     params=PARAMS,
     reference=reference,
     plan=plan,

@@ -1,4 +1,5 @@
-// Gated FFN activation: Y = act(G) * U, act 0 = GELU (tanh approximation, gemma), 1 = SiLU (llama, qwen2).
+// Gated FFN activation: Y = act(G) * U, act 0 = GELU (tanh approximation, gemma), 1 = SiLU (llama, qwen2),
+// 2 = gpt-oss's clamped SwiGLU.
 // Composed after glu_act.wgsl (the activation, shared with the matvec epilogue).
 // Interface: @binding(0) G, @binding(1) U, @binding(2) Y: array<f32> [T, d_ff]; @binding(3) P.
 struct Params { n: u32, act: u32, _p0: u32, _p1: u32 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from labkit.ops.add_id import add_expert_bias
 from labkit.ops.base import Kernel, Op, Params, ceil_div
 from labkit.ops.matmul import FORMATS, format_name, source
 from labkit.quant.formats import FORMATS_LIST
@@ -42,7 +43,7 @@ def reference(stage, ref) -> np.ndarray:
     for e in np.unique(ids):
         t, s = np.nonzero(ids == e)
         out[t, s] = ref.matmul(np.ascontiguousarray(xs[t, s]), stage.weight, (int(e) * N, (int(e) + 1) * N))
-    return out
+    return add_expert_bias(out, ref.weight(stage.bias), ids) if stage.bias else out
 
 
 def plan(stage, gpu):
@@ -51,19 +52,26 @@ def plan(stage, gpu):
     T, k = ids.shape
     N, K = P["out"], P["in"]
     out = gpu.output((T, k, N))
+    y = gpu.temp((T, k, N), "product") if stage.bias else out  # the product, before the experts' biases
     w = gpu.experts(stage.weight, N)
     for win in w.windows:
         values = {"K": K, "rows": N, "T": T, "k": k, "e0": win.first_row // N, "n_e": win.n_rows // N,
                   "x_offset": x.offset, "x_tok": K * k if P["per_slot"] else K, "x_slot": K if P["per_slot"] else 0,
-                  "ids_offset": ids.offset, "y_offset": out.offset}  # fmt: skip
-        gpu.dispatch([win.buffer, x.buffer, out.buffer, ids.buffer], values, ceil_div(N, ROWS_PER_WG) * T * k)
+                  "ids_offset": ids.offset, "y_offset": y.offset}  # fmt: skip
+        gpu.dispatch([win.buffer, x.buffer, y.buffer, ids.buffer], values, ceil_div(N, ROWS_PER_WG) * T * k)
+    if stage.bias:  # gpt-oss: each slot's expert's bias (ggml's add_id)
+        values = {"total": y.size, "n": N, "ids_offset": ids.offset, "y_offset": out.offset}
+        operands = [y.buffer, gpu.vector(stage.bias), out.buffer, ids.buffer]
+        gpu.dispatch_op("add_id", operands, values, ceil_div(y.size, 64))
     return out
 
 
 def shapes(stage) -> tuple[list[str], str]:
     P = stage.params
     x = f"[T, k, {P['in']}]" if P["per_slot"] else f"[T, {P['in']}]"
-    return [x, "ffn_topk [T, k] int32", f"{stage.weight} [n_expert, {P['out']}, {P['in']}]"], f"[T, k, {P['out']}]"
+    bias = [f"{stage.bias} [n_expert, {P['out']}]"] if stage.bias else []
+    w = f"{stage.weight} [n_expert, {P['out']}, {P['in']}]"
+    return [x, "ffn_topk [T, k] int32", w, *bias], f"[T, k, {P['out']}]"
 
 
 def _kernels() -> tuple[Kernel, ...]:
@@ -89,7 +97,7 @@ OP = Op(
     roles=ROLES,
     name="moe_matmul",
     what="the linear layer of the expert each slot selected, for each token's k slots",
-    formula="y[t, s, n] = Σ_c x[t, (s,) c] · W[ids[t, s], n, c]",
+    formula="y[t, s, n] = Σ_c x[t, (s,) c] · W[ids[t, s], n, c]  (+ b[ids[t, s], n] where the experts have biases)",
     params=PARAMS,
     reference=reference,
     plan=plan,

@@ -1,8 +1,9 @@
-"""moe_router: a mixture of experts' routing, as llama.cpp's build_moe_ffn does it with softmax
-gating, in three stages: `ffn_router_probs` (softmax of the router's logits over all experts),
-`ffn_topk` (the k most probable experts, integer ids, most probable first: llama.cpp's argsort of
-the probabilities) and `ffn_expert_weights` (their probabilities, gathered at the ids and
-renormalized to sum to 1 where the model does).
+"""moe_router: a mixture of experts' routing, as llama.cpp's build_moe_ffn does it, in three stages:
+`ffn_router_probs` (softmax of the router's logits over all experts), `ffn_topk` (the k most probable
+experts, integer ids, most probable first: llama.cpp's argsort of the probabilities) and
+`ffn_expert_weights` (their probabilities, gathered at the ids and renormalized to sum to 1 where the
+model does). Under softmax_weight gating (gpt-oss) there are no probabilities: the top k are the
+logits', and the weights are a softmax over the k selected logits.
 
 One kernel serves the three (its `what` field says which result), so the family `moe_router`
 holds the routers' real bugs as variants, bound per layer like any other. Its parts are functions
@@ -17,8 +18,10 @@ import numpy as np
 
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
-PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32")
+PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32",
+                gating="u32")  # fmt: skip
 WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `out` param)
+GATING = {"softmax": 0, "softmax_weight": 1}  # llama.cpp's expert gating functions labkit computes
 MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
 SUM_FLOOR = 6.103515625e-5  # llama.cpp clamps the weights' sum to f16's smallest normal before dividing
 PARTS = ("select", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
@@ -34,9 +37,12 @@ def top_k(probs: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
 
 
-def expert_weights(probs: np.ndarray, ids: np.ndarray, norm: bool) -> np.ndarray:
-    """The selected experts' probabilities, renormalized over the k where the model does."""
-    w = np.take_along_axis(probs, np.asarray(ids, np.int64), axis=-1)
+def expert_weights(scores: np.ndarray, ids: np.ndarray, norm: bool, gating: str = "softmax") -> np.ndarray:
+    """The selected experts' probabilities, renormalized over the k where the model does; under
+    softmax_weight gating, the softmax of the selected logits."""
+    w = np.take_along_axis(scores, np.asarray(ids, np.int64), axis=-1)
+    if gating == "softmax_weight":
+        w = softmax_rows(w)
     return w / np.maximum(w.sum(axis=-1, keepdims=True), SUM_FLOOR) if norm else w
 
 
@@ -48,7 +54,7 @@ def reference(stage, ref) -> np.ndarray:
     if P["out"] == "probs":
         return softmax_rows(ref.x[0])
     if P["out"] == "weights":
-        return expert_weights(ref.x[0], ref.x[1], P["norm"])
+        return expert_weights(ref.x[0], ref.x[1], P["norm"], P.get("gating", "softmax"))
     forced = getattr(ref, "forced_ids", None) or {}
     if stage.layer in forced:
         return np.asarray(forced[stage.layer], np.int32)
@@ -61,8 +67,16 @@ def plan(stage, gpu):
     ids = gpu.input(1) if P["out"] == "weights" else x  # the weights' ids (the others bind x there, unread)
     T = x.shape[0]
     out = gpu.output((T, P["n_expert"]) if P["out"] == "probs" else (T, P["k"]))
-    values = {"T": T, "n_expert": P["n_expert"], "k": P["k"], "what": WHAT[P["out"]], "norm": int(P["norm"]),
-              "x_offset": x.offset, "ids_offset": ids.offset}  # fmt: skip
+    values = {
+        "T": T,
+        "n_expert": P["n_expert"],
+        "k": P["k"],
+        "what": WHAT[P["out"]],
+        "norm": int(P["norm"]),
+        "x_offset": x.offset,
+        "ids_offset": ids.offset,
+        "gating": GATING[P.get("gating", "softmax")],
+    }
     gpu.dispatch([x.buffer, ids.buffer, out.buffer], values, ceil_div(T, 64))
     return out
 
@@ -70,8 +84,9 @@ def plan(stage, gpu):
 def shapes(stage) -> tuple[list[str], str]:
     P = stage.params
     n, k = P["n_expert"], P["k"]
-    ins = {"probs": [f"ffn_router [T, {n}]"], "ids": [f"ffn_router_probs [T, {n}]"],
-           "weights": [f"ffn_router_probs [T, {n}]", f"ffn_topk [T, {k}] int32"]}  # fmt: skip
+    scores = "ffn_router" if P.get("gating") == "softmax_weight" else "ffn_router_probs"
+    ins = {"probs": [f"ffn_router [T, {n}]"], "ids": [f"{scores} [T, {n}]"],
+           "weights": [f"{scores} [T, {n}]", f"ffn_topk [T, {k}] int32"]}  # fmt: skip
     out = {"probs": f"[T, {n}]", "ids": f"[T, {k}] int32", "weights": f"[T, {k}]"}
     return ins[P["out"]], out[P["out"]]
 
@@ -99,6 +114,12 @@ FAULTS = (
      "(qwen3moe, Mixtral) the two agree exactly; without renormalization every weight grows. The order is a "
      "model's own and ports mix it up: Lightning-AI/litgpt#2013 (softmax after top-k where HF's Mixtral takes "
      "it before: same experts, other weights), NVIDIA/Megatron-LM#955, HabanaAI/vllm-fork#1852 (gpt-oss)"),
+    ("softmax_before_topk", "weigh",
+     "the reverse, on a model whose weights are a softmax over the k selected logits (gpt-oss): the softmax "
+     "taken over all experts first and gathered at the top k, so the same experts get weights that sum to "
+     "less than 1. pytorch/torchtitan#2258 (gpt-oss with route_norm=False: the softmax over all expert "
+     "logits, where the paper takes it over the selected ones), vllm-project/vllm-gaudi#970 (gpt-oss's "
+     "accuracy fixed by taking top k of the logits, then the softmax)"),
     ("no_renormalize", "normalize",
      "the selected weights used as they are, not divided by their sum, where the model renormalizes "
      "(norm_topk_prob): every expert's output scaled down by the k probabilities' sum. pytorch/torchtitan#1448 "
@@ -109,7 +130,10 @@ FAULTS = (
 ROLES = {
     "ffn_router_probs": "the router's probabilities: how much each expert suits this token (softmax over experts)",
     "ffn_topk": "the experts this token is sent to: the k most probable, most probable first (integer ids)",
-    "ffn_expert_weights": "how much each selected expert's output counts: its probability, renormalized over the k",
+    "ffn_expert_weights": (
+        "how much each selected expert's output counts: its probability, renormalized over the k (gpt-oss: "
+        "the softmax of the k selected logits)"
+    ),
 }
 
 OP = Op(
@@ -117,7 +141,8 @@ OP = Op(
     roles=ROLES,
     name="moe_router",
     what="routes each token to k experts: probabilities, the top k, and their weights",
-    formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does)",
+    formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does); "
+    "gpt-oss: ids = topk(logits, k); w = softmax(logits[ids])",
     params=PARAMS,
     reference=reference,
     plan=plan,

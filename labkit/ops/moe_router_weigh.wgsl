@@ -1,5 +1,8 @@
-// moe_router's weight step: a selected expert's probability under the softmax over ALL experts,
-// as it is (p; sel_sum: the k selected probabilities' sum).
-fn gate_weight(p: f32, sel_sum: f32) -> f32 {
-    return p;
+// moe_router's weight step: a selected expert's weight, before any renormalization, from its score v.
+// Softmax gating: v is its probability under the softmax over ALL experts, as it is. Softmax_weight
+// gating (gpt-oss): v is its logit, and the softmax is over the k selected logits.
+fn gate_weight(t: u32, v: f32) -> f32 {
+    if (P.gating == 0u) { return v; }
+    let m = selected_max(t);
+    return exp(v - m) / selected_exp_sum(t, m);
 }

@@ -1,15 +1,17 @@
 """softmax: each row of attention scores turned into probabilities that sum to 1.
 
 The max is subtracted first so exp never overflows; skipping that is fault `no_max_sub`
-(post-mortem 003). Masked (-inf) scores become exact zeros."""
+(post-mortem 003). Masked (-inf) scores become exact zeros. gpt-oss gives each head a sink: a
+learned logit that enters the max and the denominator but owns no key, so a head can attend to
+nothing (its row then sums to less than 1)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, from_file
+from labkit.ops.base import Kernel, Op, Params, compose
 
-PARAMS = Params(n_rows="u32", n="u32")
+PARAMS = Params(n_rows="u32", n="u32", rows_per_head="u32", sinks="u32")
 
 
 def softmax(s: np.ndarray) -> np.ndarray:
@@ -21,8 +23,17 @@ def softmax(s: np.ndarray) -> np.ndarray:
     return np.divide(e, total, out=np.zeros_like(e), where=(total > 0) | np.isnan(total))
 
 
+def with_sinks(s: np.ndarray, sinks: np.ndarray) -> np.ndarray:
+    """Softmax of [heads, T, S] scores with a sink logit per head: a column that takes its share
+    of the denominator, then is dropped."""
+    H, T, _ = s.shape
+    col = np.broadcast_to(np.asarray(sinks, np.float64).reshape(H, 1, 1), (H, T, 1))
+    return softmax(np.concatenate([s, col], axis=-1))[..., :-1]
+
+
 def reference(stage, ref) -> np.ndarray:
-    return softmax(ref.x[0])
+    sinks = stage.params.get("sinks")
+    return with_sinks(ref.x[0], ref.weight(sinks)) if sinks else softmax(ref.x[0])
 
 
 def workgroups(n_rows: int) -> int:
@@ -33,14 +44,18 @@ def workgroups(n_rows: int) -> int:
 def plan(stage, gpu):
     x = gpu.input(0)
     out = gpu.output(x.shape)
-    n = x.shape[-1]
-    gpu.dispatch([x.buffer, out.buffer], {"n_rows": x.size // n, "n": n}, workgroups(x.size // n))
+    n, sinks = x.shape[-1], stage.params.get("sinks")
+    n_rows = x.size // n
+    sink_buffer = gpu.vector(sinks) if sinks else x.buffer  # bound, unread, without sinks
+    values = {"n_rows": n_rows, "n": n, "rows_per_head": n_rows // stage.params["n_heads"], "sinks": int(bool(sinks))}
+    gpu.dispatch([x.buffer, out.buffer, sink_buffer], values, workgroups(n_rows))
     return out
 
 
 def shapes(stage) -> tuple[list[str], str]:
     d = f"[{stage.params['n_heads']}, T, S]"
-    return [d], d
+    sinks = stage.params.get("sinks")
+    return [d, *([f"{sinks} [{stage.params['n_heads']}]"] if sinks else [])], d
 
 
 ROLES = {
@@ -55,25 +70,25 @@ OP = Op(
     roles=ROLES,
     name="softmax",
     what="turns each query's scores into probabilities over the keys",
-    formula="p[s] = exp(x[s] − max x) / Σ exp(x − max x)",
+    formula="p[s] = exp(x[s] − m) / (Σ exp(x − m) + exp(sink − m)),  m = max(max x, sink)  (no sink: −∞)",
     params=PARAMS,
     reference=reference,
     plan=plan,
     shapes=shapes,
     kernels=(
-        Kernel("softmax", "default", "the correct kernel", from_file("softmax")),
+        Kernel("softmax", "default", "the correct kernel", lambda shape: compose("softmax_stable", "softmax")),
         Kernel(
             "softmax",
             "no_max_sub",
             "no max-subtraction: exp overflows to inf, inf/inf = NaN (003)",
-            from_file("softmax_no_max_sub"),
+            lambda shape: compose("softmax_no_max_sub", "softmax"),
             faulty=True,
         ),
         Kernel(
             "softmax",
             "masked_nan",
             "a fully masked row gives NaN instead of zeros (003)",
-            from_file("softmax_masked_nan"),
+            lambda shape: compose("softmax_masked_nan", "softmax"),
             faulty=True,
         ),
     ),

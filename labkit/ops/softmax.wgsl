@@ -1,13 +1,23 @@
-// Row softmax with max-subtraction: Y[r, j] = exp(X[r, j] - max_r) / Σ exp(X[r, :] - max_r).
-// A row whose every entry is -inf (fully masked) gives zeros, not NaN.
+// Row softmax: Y[r, j] = exp(X[r, j] - c) / (Σ exp(X[r, :] - c) + exp(sink - c)), c = shift(max).
+// With P.sinks (gpt-oss), row r's head has a learned logit SINKS[r / rows_per_head] that enters the
+// max and the denominator but owns no column (llama.cpp's soft_max with sinks); else there is none.
+// Composed after a part that gives shift(row_max) and row_is_empty(row_max): softmax_stable.wgsl,
+// or a faulty variant's. A row whose every entry is -inf (fully masked, no sink) gives zeros.
 // Interface: @binding(0) X: array<f32> [n_rows, n], @binding(1) Y: array<f32> [n_rows, n],
-//            @binding(2) P: Params. One workgroup of 64 per row.
-struct Params { n_rows: u32, n: u32, _p0: u32, _p1: u32 }
+//            @binding(2) SINKS: array<f32> [heads] (any buffer without sinks), @binding(3) P.
+//            One workgroup of 64 per row.
+struct Params { n_rows: u32, n: u32, rows_per_head: u32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(2) var<uniform> P: Params;
+@group(0) @binding(2) var<storage, read> SINKS: array<f32>;
+@group(0) @binding(3) var<uniform> P: Params;
 
 var<workgroup> red: array<f32, 64>;
+
+fn sink_of(r: u32) -> f32 {
+    if (P.sinks == 0u) { return bitcast<f32>(0xff800000u); }
+    return SINKS[r / P.rows_per_head];
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -23,11 +33,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (li < st) { red[li] = max(red[li], red[li + st]); }
         workgroupBarrier();
     }
-    let row_max = red[0];
+    var sink = bitcast<f32>(0xff800000u);
+    if (live) { sink = sink_of(r); }
+    let row_max = max(red[0], sink);
+    let c = shift(row_max);
+    let empty = row_is_empty(row_max);
     workgroupBarrier();
     var s = 0.0;
-    let empty = row_max == bitcast<f32>(0xff800000u);
-    if (live && !empty) { for (var j = li; j < P.n; j += 64u) { s += exp(X[base + j] - row_max); } }
+    if (live && !empty) { for (var j = li; j < P.n; j += 64u) { s += exp(X[base + j] - c); } }
     red[li] = s;
     workgroupBarrier();
     for (var st = 32u; st > 0u; st >>= 1u) {
@@ -35,6 +48,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     if (!live) { return; }
-    let inv = select(1.0 / red[0], 0.0, empty);
-    for (var j = li; j < P.n; j += 64u) { Y[base + j] = select(exp(X[base + j] - row_max) * inv, 0.0, empty); }
+    var total = red[0];
+    if (P.sinks != 0u && !empty) { total += exp(sink - c); }
+    let inv = select(1.0 / total, 0.0, empty);
+    for (var j = li; j < P.n; j += 64u) { Y[base + j] = select(exp(X[base + j] - c) * inv, 0.0, empty); }
 }

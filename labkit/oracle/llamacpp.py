@@ -132,6 +132,8 @@ def _bitnet(scaled: bool) -> dict[str, Pick]:
     }
 
 
+QKV_NODES = (("q", "Qcur"), ("k", "Kcur"), ("v", "Vcur"))
+
 MAPPINGS: dict[str, dict[str, Pick]] = {
     "gemma3": {
         "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
@@ -189,6 +191,18 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
     },
     "bitnet": _bitnet(scaled=False),
+    "gpt-oss": {  # llama.cpp's openai-moe graph: biases everywhere, softmax_weight gating (no probabilities)
+        "embed": Pick("embd", "GET_ROWS"),
+        **_common("ffn_inp-{L}", "", "attn_out-L: wo's product plus wo_b"),
+        **{k: Pick(f"{n}-{{L}}", "ADD", note="matmul + bias") for k, n in QKV_NODES},
+        "attn_out": Pick("attn_out-{L}", "ADD", note="wo's product plus wo_b"),
+        "ffn_norm": Pick("attn_post_norm-{L}", "MUL", note="the pre-MoE norm (post_attention_norm.weight)"),
+        **_moe("ffn_moe_weights_softmax-{L}", "RESHAPE", "ffn_moe_swiglu_oai-{L}"),
+        "ffn_router": Pick("ffn_moe_probs-{L}", "ADD", note="logits + router bias, renamed: probs are the logits"),
+        "ffn_moe_gate": Pick("ffn_moe_gate_biased-{L}", "ADD_ID", layout="slots", note="each expert's bias added"),
+        "ffn_moe_up": Pick("ffn_moe_up_biased-{L}", "ADD_ID", layout="slots"),
+        "ffn_moe_down": Pick("ffn_moe_down_biased-{L}", "ADD_ID", layout="slots"),
+    },
     "qwen2": {
         "embed": Pick("embd", "GET_ROWS"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
@@ -210,6 +224,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "qwen3": {},
     "qwen3moe": {},
     "bitnet": {},
+    "gpt-oss": {},
     "gemma2": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.attribution import Attribution
-from labkit.captures import KIND_ORDER, TOP_LEVEL_KINDS, Run, graph_position, stage_kind
+from labkit.captures import KIND_ORDER, TOP_LEVEL_KINDS, Run, as_f64, graph_position, stage_kind
 from labkit.compare import Comparison
 
 
@@ -41,6 +41,17 @@ def token_labels(run: Run, n: int | None = None) -> list[str] | None:
     if run.piece is None or run.n_past != 0 or (n is not None and n != len(run.tokens)):
         return None
     return [f"{i} {run.piece(int(t))!r}" for i, t in enumerate(run.tokens)]
+
+
+def router_probabilities(run: Run, layer: int) -> tuple[np.ndarray, str]:
+    """A layer's router probabilities [token, expert] and what they are: the probabilities stage, or
+    (gpt-oss, whose top k are the logits') the softmax of the router's logits over all experts."""
+    name = f"blk.{layer}.ffn_router_probs"
+    if name in run.captures:
+        return as_f64(run[name]), "probabilities"
+    z = as_f64(run[f"blk.{layer}.ffn_router"])
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True), "softmax of the logits"
 
 
 def robust_histogram(v: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:

@@ -16,7 +16,14 @@ from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
 from labkit.lens import LogitLens
 from labkit.viz import static
-from labkit.viz.common import divergence_grid, lens_title, robust_histogram, run_title, token_labels
+from labkit.viz.common import (
+    divergence_grid,
+    lens_title,
+    robust_histogram,
+    router_probabilities,
+    run_title,
+    token_labels,
+)
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 
@@ -343,7 +350,7 @@ def router_map(run: Run, layer: int, fig=None, row=None, col=None, ax=None):
     its rank and weight. With `ax=`, the matplotlib version draws there."""
     if ax is not None:
         return static.router_map(run, layer, ax=ax)
-    probs = as_f64(run[f"blk.{layer}.ffn_router_probs"])
+    probs, what = router_probabilities(run, layer)
     ids = np.asarray(run[f"blk.{layer}.ffn_topk"])
     w_name = f"blk.{layer}.ffn_expert_weights"
     weights = as_f64(run[w_name]) if w_name in run.captures else np.full(ids.shape, np.nan)
@@ -353,7 +360,7 @@ def router_map(run: Run, layer: int, fig=None, row=None, col=None, ax=None):
     for t in range(ids.shape[0]):
         for j, e in enumerate(ids[t]):
             picked[t, e] = f"<br>selected: rank {j + 1}, weight {weights[t, j]:.4f}"
-    fig = _figure(fig, run_title(run, f"layer {layer} router: probabilities, selected experts marked"),
+    fig = _figure(fig, run_title(run, f"layer {layer} router: {what}, selected experts marked"),
                   height=max(320, 20 * len(tokens) + 160), width=max(420, 22 * len(experts) + 220),
                   still=lambda: static.router_map(run, layer))  # fmt: skip
     fig.add_heatmap(

@@ -10,7 +10,14 @@ import numpy as np
 from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
-from labkit.viz.common import divergence_grid, lens_title, robust_histogram, run_title, token_labels
+from labkit.viz.common import (
+    divergence_grid,
+    lens_title,
+    robust_histogram,
+    router_probabilities,
+    run_title,
+    token_labels,
+)
 
 
 def histogram(run: Run, stage: str, pos: int | None = -1, bins=80, ax=None, sample: int | None = None):
@@ -197,13 +204,13 @@ def tracked_tokens(lens, tokens: list[int], pos: int = -1, ax=None):
 def router_map(run: Run, layer: int, ax=None):
     """One layer's router probabilities [token, expert] with each token's selected experts ringed →
     the Axes. A token's row shows how much each expert suits it; the rings are where it went."""
-    probs, ids = as_f64(run[f"blk.{layer}.ffn_router_probs"]), np.asarray(run[f"blk.{layer}.ffn_topk"])
+    (probs, what), ids = router_probabilities(run, layer), np.asarray(run[f"blk.{layer}.ffn_topk"])
     ax = ax or plt.subplots(figsize=(max(4, 0.25 * probs.shape[1] + 2), max(3, 0.25 * probs.shape[0] + 1.5)))[1]
     im = ax.imshow(probs, cmap="viridis", interpolation="nearest", aspect="auto", vmin=0)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, label="probability")
     rows = np.repeat(np.arange(ids.shape[0]), ids.shape[1])
     ax.scatter(ids.ravel(), rows, s=60, facecolors="none", edgecolors="#e45756", linewidths=1.2)
-    ax.set_title(run_title(run, f"layer {layer} router: probabilities, selected ringed"), fontsize=8)
+    ax.set_title(run_title(run, f"layer {layer} router: {what}, selected ringed"), fontsize=8)
     ax.set_xlabel("expert")
     ax.set_ylabel("token position")
     return ax
