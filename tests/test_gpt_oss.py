@@ -20,8 +20,10 @@ import labkit
 from labkit.compare import compare
 from labkit.errors import UnsupportedArchitectureError
 from labkit.model.config import config_from_metadata
+from labkit.model.gguf_file import open_gguf
 from labkit.model.tiny import TINY_MODELS, write_tiny_model
 from labkit.oracle.llamacpp import coverage
+from labkit.oracle.quantize import quantize
 
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31]
@@ -117,6 +119,24 @@ def test_both_engines_agree_with_llamacpp_on_every_stage(oss, oss_runs):
 
 
 @needs_llama
+def test_a_file_quantized_by_llamacpp_passes(tmp_path):
+    """llama.cpp's MXFP4_MOE of an F32 gpt-oss (what its converter makes of OpenAI's checkpoint):
+    MXFP4 experts from llama.cpp's own quantizer, Q8_0 attention, F32 router, sinks and biases."""
+    f32 = dataclasses.replace(SPEC, weight_type="F32", embed_type="F32", type_overrides=())
+    src = write_tiny_model(tmp_path / "oss-f32.gguf", f32, merges=["< t"])
+    dst = quantize(src, tmp_path / "oss-mxfp4.gguf", "MXFP4_MOE")
+    tensors = open_gguf(dst).tensors
+    assert {t.type_name for n, t in tensors.items() if n.endswith("_exps.weight")} == {"MXFP4"}
+    assert tensors["blk.0.attn_sinks.weight"].type_name == "F32"
+    lab = labkit.open(dst)
+    gpu, ref, orc = lab.run(IDS), lab.reference(IDS), lab.oracle(IDS)
+    assert compare(gpu, ref).passed, compare(gpu, ref).table(only_failed=True)
+    for run in (gpu, ref):
+        cmp = compare(run, orc)
+        assert cmp.passed and not cmp.missing, cmp.table(only_failed=True)
+
+
+@needs_llama
 def test_a_near_tie_of_router_logits_is_reported_as_a_tie(tmp_path):
     """Seed 13's layer 1 has two experts 0.006 apart in logit at position 3, closer than llama.cpp's
     8-bit activations and labkit's float32 agree there: llama.cpp picks the other one. compare
@@ -153,6 +173,27 @@ def test_a_router_fault_bound_to_one_layer_shows_at_that_layer(oss_runs, fault):
     if fault == "softmax_before_topk":  # the same experts, weights that no longer sum to 1
         assert np.array_equal(faulty["blk.2.ffn_topk"], ref["blk.2.ffn_topk"])
         assert np.all(faulty["blk.2.ffn_expert_weights"].sum(axis=1) < 0.999)
+
+
+def test_the_memory_plan_counts_sinks_and_expert_biases(oss):
+    """Sinks and the experts' biases are tensors both engines hold: the plans count them."""
+    plan = oss.memory(tokens=16)
+    part = {(p.engine, p.part): p.nbytes for p in plan.parts}
+    small = [t for n, t in oss.gguf.tensors.items() if n.endswith(("attn_sinks.weight", "_exps.bias"))]
+    experts = [t for n, t in oss.gguf.tensors.items() if n.endswith("_exps.weight")]
+    held = sum(t.nbytes for t in experts) + sum(4 * int(np.prod(t.shape)) for t in small)
+    assert part["gpu", "weights"] >= held
+
+
+def test_router_figures_show_the_softmax_of_the_logits(oss_runs):
+    """gpt-oss has no probabilities stage: the router map shows the softmax of its logits."""
+    from labkit.viz import figures, static
+
+    gpu, _ = oss_runs
+    fig = figures.router_map(gpu, 1)
+    heat = next(t for t in fig.data if t.type == "heatmap")
+    assert np.allclose(np.asarray(heat.z, float).sum(axis=1), 1.0) and "softmax of the logits" in fig.layout.title.text
+    assert static.router_map(gpu, 1) is not None
 
 
 def test_rope_scaling_is_refused_not_ignored():

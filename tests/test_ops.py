@@ -325,6 +325,16 @@ def cases_moe_matmul() -> list[OpCase]:
                params={"out": 40, "in": 64, "k": 3, "per_slot": False})  # fmt: skip
     case = [r.standard_normal((6, 64)), _distinct_ids(r, 6, 3, 7)]
     out.append(OpCase("Q8_0 7 experts in windows of 2", st, case, 6, weights=w, window_bytes=2 * 40 * 68))
+    # a prefill where each expert is picked by more slots than one gathered tile holds (8)
+    for fmt, per_slot in (("Q4_K", False), ("MXFP4", True)):
+        w = {}
+        name = _weight(r, w, "exps.weight", 3 * 260, 256, fmt)
+        st = Stage("blk.0.ffn_moe_down", "moe_matmul", ("x", "ids"), name, layer=0,
+                   params={"out": 260, "in": 256, "k": 2, "per_slot": per_slot})  # fmt: skip
+        x = r.standard_normal((21, 2, 256) if per_slot else (21, 256))
+        out.append(
+            OpCase(f"{fmt} 21 tokens on 3 experts (tiles of 8)", st, [x, _distinct_ids(r, 21, 2, 3)], 21, weights=w)
+        )
     return out
 
 

@@ -27,10 +27,6 @@ from labkit.precision import check_precision, precision_of
 # the activations inside its quantized matmuls to 8 bits. Other presets: the dumps' dtype.
 PRESET_PRECISION = {"llamacpp": "int8-activations"}
 
-# llama.cpp's kq is the raw q·k: the scale is applied in its soft_max, except where the graph
-# scales q itself first (gemma2, gemma3, phi3 call build_attn with kq_scale 1).
-_Q_PRESCALED = ("gemma2", "gemma3", "phi3")
-
 
 def load_dumps(
     source: Any,
@@ -194,7 +190,7 @@ def _scores_from_kq(cfg: ModelConfig, stage: Stage, kq: np.ndarray, rows: int, n
     as -inf (what its soft_max_ext adds)."""
     from labkit.ops.attn_scores import attention_mask
 
-    scale = 1.0 if cfg.arch in _Q_PRESCALED else cfg.attn_scale
+    scale = 1.0 if cfg.q_prescaled else cfg.attn_scale  # llama.cpp's kq: raw q·k, or q already scaled
     T = kq.shape[2] - n_past
     allowed = attention_mask(T, n_past, stage.params.get("window"))[T - rows :]
     return np.where(allowed[None], kq * np.float32(scale), -np.inf).astype(kq.dtype)

@@ -35,6 +35,9 @@ class ArchTraits:
     default_window: int | None = None  # the sliding window when the file has none (gemma2: 4096)
     local_rope_base: float | None = None  # the sliding-window layers' RoPE base, fixed (gemma3: 10 000)
     always_tied: bool = False  # the unembedding is token_embd even beside an output.weight (bitnet)
+    # llama.cpp's graph scales q itself and calls build_attn with kq_scale 1, so its `kq-L` node is
+    # already scaled (gemma2, gemma3, phi3); elsewhere kq is the raw q·k, scaled in the soft_max
+    q_prescaled: bool = False
 
 
 ARCHITECTURES: dict[str, ArchTraits] = {
@@ -49,6 +52,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         swa_pattern=2,
         softcaps=True,
         default_window=4096,
+        q_prescaled=True,
     ),  # fmt: skip
     "gemma3": ArchTraits(
         "neox",
@@ -58,8 +62,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         embed_scale=True,
         swa_pattern=6,
         local_rope_base=10000.0,
+        q_prescaled=True,
     ),  # fmt: skip
-    "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True),  # llama.cpp turns phi3's window off
+    # llama.cpp turns phi3's window off
+    "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True, q_prescaled=True),
     "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
     # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
     # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
@@ -129,6 +135,7 @@ class ModelConfig:
     attn_sinks: bool = False  # gpt-oss: `attn_sinks.weight`, a per-head logit in the softmax
     attn_out_bias: bool = False  # gpt-oss: `attn_output.bias`
     ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
+    q_prescaled: bool = False  # llama.cpp's kq-L is already scaled (ArchTraits.q_prescaled)
 
     @property
     def q_dim(self) -> int:
@@ -206,6 +213,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         attn_out_bias="blk.0.attn_output.bias" in tensor_names,
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
+        q_prescaled=traits.q_prescaled,
         attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
         final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
         fused_qkv=traits.fused_qkv,

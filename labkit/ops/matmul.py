@@ -44,7 +44,7 @@ FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
 # what a driver file is composed after: the row drivers share their X, W and Y access
-DRIVER_HELPERS = {"matmul": ("matmul_row_io",), "moe_matmul": ("matmul_row_io",)}
+DRIVER_HELPERS = {d: ("matmul_row_io",) for d in ("matmul", "moe_matmul", "moe_matmul_gathered")}
 INTEGER_FORMATS = tuple(f.name for f in FORMATS_LIST if f.repacks)  # quants in int8 range: repackable
 # formats with drivers on the blocks layout: format -> (files composed before the driver, the
 # driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)

@@ -6,7 +6,9 @@ op multiplies the token's input by the rows of the expert the router picked for 
 (`ffn_topk`), so only the selected experts' rows are read, on both engines. The input is shared by
 the slots (gate and up read `ffn_norm`) or the slot's own (down reads each slot's activation);
 the output is [T, k, out]. On the GPU the tensor's GGUF bytes are uploaded unchanged, in windows
-of whole experts; each window's dispatch computes the slots whose expert it holds.
+of whole experts; each window's dispatch computes the slots whose expert it holds. A decode step
+reads each slot's expert rows (`moe_matmul.wgsl`); a prefill first gathers the slots per expert, so
+that an expert's rows are decoded once per tile of 8 slots that picked it (`moe_matmul_gathered.wgsl`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.ops.add_id import add_expert_bias
-from labkit.ops.base import Kernel, Op, Params, ceil_div
+from labkit.ops.base import Kernel, Op, Params, ceil_div, wgsl_const
 from labkit.ops.matmul import FORMATS, format_name, source
 from labkit.quant.formats import FORMATS_LIST
 
 PARAMS = Params(K="u32", rows="u32", T="u32", k="u32", e0="u32", n_e="u32", x_offset="u32", x_tok="u32",
-                x_slot="u32", ids_offset="u32", y_offset="u32")  # fmt: skip
+                x_slot="u32", ids_offset="u32", y_offset="u32", n_expert="u32", mode="u32")  # fmt: skip
 ROWS_PER_WG = 256  # moe_matmul.wgsl: 64 threads x 4 rows
 
 
@@ -54,11 +56,23 @@ def plan(stage, gpu):
     out = gpu.output((T, k, N))
     y = gpu.temp((T, k, N), "product") if stage.bias else out  # the product, before the experts' biases
     w = gpu.experts(stage.weight, N)
+    n_expert = w.n_rows // N
+    values = {"K": K, "rows": N, "T": T, "k": k, "x_offset": x.offset, "x_tok": K * k if P["per_slot"] else K,
+              "x_slot": K if P["per_slot"] else 0, "ids_offset": ids.offset, "y_offset": y.offset,
+              "n_expert": n_expert, "mode": 1}  # fmt: skip
+    tile = wgsl_const(gpu.kernel.source(gpu.shape), "GATHER_TILE", 0)
+    if tile:  # the slots listed per expert first: LIST[e * (T + 1)] holds expert e's count, then its slots
+        slots = gpu.temp((n_expert * (T + 1),), "slots by expert")
+        bind = lambda win: [win.buffer, x.buffer, y.buffer, ids.buffer, slots.buffer]  # noqa: E731
+        gpu.dispatch(bind(w.windows[0]), {**values, "e0": 0, "n_e": 0, "mode": 0}, ceil_div(n_expert, 64))
     for win in w.windows:
-        values = {"K": K, "rows": N, "T": T, "k": k, "e0": win.first_row // N, "n_e": win.n_rows // N,
-                  "x_offset": x.offset, "x_tok": K * k if P["per_slot"] else K, "x_slot": K if P["per_slot"] else 0,
-                  "ids_offset": ids.offset, "y_offset": y.offset}  # fmt: skip
-        gpu.dispatch([win.buffer, x.buffer, y.buffer, ids.buffer], values, ceil_div(N, ROWS_PER_WG) * T * k)
+        e0, n_e = win.first_row // N, win.n_rows // N
+        if tile:
+            groups = n_e * ceil_div(T, tile) * ceil_div(N, ROWS_PER_WG)
+            gpu.dispatch(bind(win), {**values, "e0": e0, "n_e": n_e}, groups)
+        else:
+            operands = [win.buffer, x.buffer, y.buffer, ids.buffer]
+            gpu.dispatch(operands, {**values, "e0": e0, "n_e": n_e}, ceil_div(N, ROWS_PER_WG) * T * k)
     if stage.bias:  # gpt-oss: each slot's expert's bias (ggml's add_id)
         values = {"total": y.size, "n": N, "ids_offset": ids.offset, "y_offset": out.offset}
         operands = [y.buffer, gpu.vector(stage.bias), out.buffer, ids.buffer]
@@ -75,15 +89,23 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 def _kernels() -> tuple[Kernel, ...]:
+    """Per format: the default (a decode step per slot, a prefill gathered per expert) and `per_slot`
+    (every pass per slot: the rows of an expert decoded again for each token that picked it)."""
+
+    def by_shape(fmt: str):
+        return lambda shape: source(fmt, "moe_matmul" if shape.T == 1 else "moe_matmul_gathered")
+
     return tuple(
-        Kernel(
-            f"moe_matmul_{f.name}",
-            "default",
-            "4 rows per thread of the selected expert, on the GGUF bytes",
-            lambda shape, fmt=f.name: source(fmt, "moe_matmul"),
-        )  # fmt: skip
+        kernel
         for f in FORMATS_LIST
-    )
+        for kernel in (
+            Kernel(f"moe_matmul_{f.name}", "default",
+                   "4 rows per thread of the selected expert, on the GGUF bytes; a prefill's slots gathered per expert",
+                   by_shape(f.name)),
+            Kernel(f"moe_matmul_{f.name}", "per_slot", "4 rows per thread of each slot's expert, every pass shape",
+                   lambda shape, fmt=f.name: source(fmt, "moe_matmul")),
+        )
+    )  # fmt: skip
 
 
 ROLES = {

@@ -10,7 +10,7 @@
 @group(0) @binding(1) var<storage, read> X: array<f32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(3) var<storage, read> IDS: array<u32>;
-struct Params { K: u32, rows: u32, T: u32, k: u32, e0: u32, n_e: u32, x_offset: u32, x_tok: u32, x_slot: u32, ids_offset: u32, y_offset: u32, _p0: u32 }
+struct Params { K: u32, rows: u32, T: u32, k: u32, e0: u32, n_e: u32, x_offset: u32, x_tok: u32, x_slot: u32, ids_offset: u32, y_offset: u32, n_expert: u32, mode: u32 }
 @group(0) @binding(4) var<uniform> P: Params;
 
 const ROWS_PER_THREAD: u32 = 4u;
