@@ -34,6 +34,15 @@ PLANS = {
     "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB", "int8_memory": "20GB"},
     # a mixture of experts: 2 of its 48 layers (1.2 GB), 128 experts of which 8 per token
     "qwen3-30b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 2, "no_int8": True},
+    # gpt-oss-20b: 2 of its 24 layers as OpenAI ships it (MXFP4 experts, Q8_0 elsewhere), 32 experts, 4 per token
+    "gpt-oss-20b": {
+        "lengths": [16, 64],
+        "ref_memory": "3GB",
+        "decode": 8,
+        "layers": 2,
+        "no_int8": True,
+        "mix": "MXFP4_MOE",
+    },
 }
 
 ENGINE = r"""
@@ -157,12 +166,13 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(PLANS))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--engines", default="gpu,gpu_int8,reference,llamacpp,compare")
-    ap.add_argument("--mixes", default="Q4_K_M", help="Q4_K_M and/or GGUF types for every layer matrix (Q2_K,...)")
+    mixes = "Q4_K_M and/or GGUF types for every layer matrix (Q2_K,...); default: the shape's own mix"
+    ap.add_argument("--mixes", default=None, help=mixes)
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     decode = {}
     for name in args.shapes.split(","):
-        for mix in args.mixes.split(","):
+        for mix in args.mixes.split(",") if args.mixes else [PLANS[name].get("mix", "Q4_K_M")]:
             rows = bench_shape(name, args.repeats, set(args.engines.split(",")), mix)
             tag = name if mix == "Q4_K_M" else f"{name}-{mix.lower()}"
             (OUT / f"real-size-{tag}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))

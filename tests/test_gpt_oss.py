@@ -138,16 +138,18 @@ def test_a_file_quantized_by_llamacpp_passes(tmp_path):
 
 @needs_llama
 def test_a_near_tie_of_router_logits_is_reported_as_a_tie(tmp_path):
-    """Seed 13's layer 1 has two experts 0.006 apart in logit at position 3, closer than llama.cpp's
-    8-bit activations and labkit's float32 agree there: llama.cpp picks the other one. compare
-    names it a near-tie (on the logits: gpt-oss has no probabilities stage) and passes."""
+    """Seed 13 has a token whose 4th and 5th experts are closer in logit than llama.cpp's 8-bit
+    activations and labkit's float32 agree there: llama.cpp picks the other one. compare names it a
+    near-tie (judged on the softmax of the logits: gpt-oss has no probabilities stage) and passes."""
     path = write_tiny_model(tmp_path / "oss13.gguf", dataclasses.replace(SPEC, seed=13), merges=["< t"])
     lab = labkit.open(path)
     gpu, orc = lab.run(IDS), lab.oracle(IDS)
-    assert not np.array_equal(gpu["blk.1.ffn_topk"], orc["blk.1.ffn_topk"]), "the tie this test is about is gone"
+    swapped = [L for L in range(N_LAYERS) if any(set(a) != set(b) for a, b in
+               zip(gpu[f"blk.{L}.ffn_topk"].tolist(), orc[f"blk.{L}.ffn_topk"].tolist()))]  # fmt: skip
+    assert swapped, "the tie this test is about is gone"
     cmp = compare(gpu, orc)
     assert cmp.passed, cmp.table(only_failed=True)
-    assert "near-tie" in cmp.row("blk.1.ffn_topk").reason
+    assert "near-tie" in cmp.row(f"blk.{swapped[0]}.ffn_topk").reason
 
 
 # fault -> the stage kind where it first shows on gpt-oss (None: the model's own order)

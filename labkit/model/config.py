@@ -38,11 +38,16 @@ class ArchTraits:
     # llama.cpp's graph scales q itself and calls build_attn with kq_scale 1, so its `kq-L` node is
     # already scaled (gemma2, gemma3, phi3); elsewhere kq is the raw q·k, scaled in the soft_max
     q_prescaled: bool = False
+    # the biases its files carry, by matrix (llama.cpp adds each one that is present): what a writer
+    # of the family's files writes (labkit.model.file_tensors)
+    biases: tuple[str, ...] = ()
+    scale_tensors: bool = False  # its files may carry a per-tensor `<matrix>.scale` (bitnet)
 
 
+GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 ARCHITECTURES: dict[str, ArchTraits] = {
     "llama": ArchTraits("normal"),
-    "qwen2": ArchTraits("neox"),
+    "qwen2": ArchTraits("neox", biases=("attn_q", "attn_k", "attn_v")),
     "qwen3": ArchTraits("neox", qk_norm=True),
     "gemma2": ArchTraits(
         "neox",
@@ -53,6 +58,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         softcaps=True,
         default_window=4096,
         q_prescaled=True,
+        always_tied=True,  # llama.cpp's gemma2 reads no output.weight
     ),  # fmt: skip
     "gemma3": ArchTraits(
         "neox",
@@ -69,7 +75,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
     # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
     # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
-    "bitnet": ArchTraits("neox", sub_norms=True, always_tied=True),
+    "bitnet": ArchTraits("neox", sub_norms=True, always_tied=True, scale_tensors=True),
     # gpt-oss as llama.cpp's openai-moe graph computes it: even layers slide a window, every attention
     # softmax has a sink, the router's top k are taken on its biased logits and softmaxed over the k,
     # the experts' SwiGLU is clamped (swiglu_oai), and the pre-FFN norm is post_attention_norm
@@ -82,7 +88,8 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         expert_gating="softmax_weight",
         attn_sinks=True,
         ffn_norm="post_attention_norm",
-    ),  # fmt: skip
+        biases=(*("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp"), *GPT_OSS_EXPERT_BIASES),
+    ),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -114,7 +121,6 @@ class ModelConfig:
     qk_norm: bool  # per-head RMSNorm on q and k (gemma3, qwen3)
     sandwich_norms: bool  # post-attention and post-FFN norms (gemma2, gemma3)
     ffn_act: str  # "gelu_tanh" or "silu"
-    qkv_bias: bool
     attn_softcap: float  # gemma2: scores → cap·tanh(scores/cap) before the mask; 0 = off
     final_softcap: float  # gemma2: logits → cap·tanh(logits/cap); 0 = off
     fused_qkv: bool  # phi3
@@ -130,10 +136,10 @@ class ModelConfig:
     d_ff_expert: int = 0  # moe: one expert's feed-forward width
     expert_weights_norm: bool = False  # moe: the k selected weights renormalized to sum to 1
     expert_gating: str = "softmax"  # moe: "softmax" or "softmax_weight" (ArchTraits.expert_gating)
-    router_bias: bool = False  # moe: the router's logits plus `ffn_gate_inp.bias` (gpt-oss)
-    expert_bias: bool = False  # moe: each expert's projections plus its bias (gpt-oss, ggml's add_id)
     attn_sinks: bool = False  # gpt-oss: `attn_sinks.weight`, a per-head logit in the softmax
-    attn_out_bias: bool = False  # gpt-oss: `attn_output.bias`
+    # the matrices the file gives a bias (`blk.0.<matrix>.bias`: qwen2's q/k/v; gpt-oss's q/k/v, output,
+    # router and experts, the experts' added by ggml's add_id)
+    biases: frozenset[str] = frozenset()
     ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
     q_prescaled: bool = False  # llama.cpp's kq-L is already scaled (ArchTraits.q_prescaled)
 
@@ -163,9 +169,9 @@ def _get(meta: dict[str, Any], key: str, default: Any = ...) -> Any:
 def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelConfig:
     """Build a ModelConfig the way llama.cpp's llm_load_hparams does for these architectures."""
     arch = str(_get(meta, "general.architecture"))
-    if arch not in SUPPORTED_ARCHITECTURES:
+    if arch not in ARCHITECTURES:  # read at call time: a family registered later is supported
         raise UnsupportedArchitectureError(
-            f"architecture {arch!r} is not supported (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+            f"architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
         )
     traits = ARCHITECTURES[arch]
     p = arch + "."
@@ -209,8 +215,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
-        qkv_bias="blk.0.attn_q.bias" in tensor_names,
-        attn_out_bias="blk.0.attn_output.bias" in tensor_names,
+        biases=frozenset(n[len("blk.0.") : -len(".bias")] for n in tensor_names if _is_layer0_bias(n)),
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
@@ -221,13 +226,17 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
-        **_moe_fields(meta, p, traits, tensor_names),
+        **_moe_fields(meta, p, traits),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
 
 
-def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, tensor_names: set[str]) -> dict[str, Any]:
+def _is_layer0_bias(name: str) -> bool:
+    return name.startswith("blk.0.") and name.endswith(".bias")
+
+
+def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, Any]:
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
     if traits.ffn != "moe":
         return {}
@@ -238,8 +247,6 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, tensor_names: 
         "d_ff_expert": int(_get(meta, p + "expert_feed_forward_length")),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
-        "router_bias": "blk.0.ffn_gate_inp.bias" in tensor_names,
-        "expert_bias": "blk.0.ffn_gate_exps.bias" in tensor_names,
     }
 
 

@@ -58,6 +58,10 @@ class _Builder:
         self.out.append(Stage(self.p + kind, op, ins, weight and self.w(weight), params=kw, layer=self.layer, **fields))
         return self.p + kind
 
+    def bias(self, matrix: str) -> str | None:
+        """This layer's `<matrix>.bias` where the file has one (ModelConfig.biases)."""
+        return self.p + matrix + ".bias" if matrix in self.cfg.biases else None
+
     def w(self, name: str) -> str:
         return name if name.endswith(".weight") else self.p + name + ".weight"
 
@@ -99,7 +103,7 @@ def _qkv(b: _Builder) -> None:
             b.linear(n, "attn_norm", "attn_qkv", cfg.d_model, dim, rows=ranges[n], kv_write="v" if n == "v" else None)
         return
     for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
-        bias = b.p + f"attn_{n}.bias" if cfg.qkv_bias else None
+        bias = b.bias(f"attn_{n}")
         b.linear(n, "attn_norm", f"attn_{n}", cfg.d_model, dim, bias=bias, kv_write="v" if n == "v" else None)
 
 
@@ -124,7 +128,7 @@ def _attention(b: _Builder, x: str) -> str:
     ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn, **sinks)
     if cfg.sub_norms:  # bitnet: the heads' context normed before the output projection
         ctx = b.norm("attn_sub_norm", "attn_ctx", "attn_sub_norm", group=cfg.q_dim, width=cfg.q_dim)
-    bias = b.p + "attn_output.bias" if cfg.attn_out_bias else None
+    bias = b.bias("attn_output")
     out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
 
@@ -151,20 +155,19 @@ def _moe_ffn(b: _Builder, x: str) -> str:
     Under softmax_weight gating (gpt-oss) the top k are the logits' and there is no probabilities stage."""
     cfg = b.cfg
     n, k, f, d = cfg.n_expert, cfg.n_expert_used, cfg.d_ff_expert, cfg.d_model
-    bias = lambda w, present: b.p + w + ".bias" if present else None  # noqa: E731
     b.norm("ffn_norm", x, cfg.ffn_norm_tensor)
-    b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n, bias=bias("ffn_gate_inp", cfg.router_bias))
+    b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n, bias=b.bias("ffn_gate_inp"))
     route = {"n_expert": n, "k": k, "norm": cfg.expert_weights_norm, "gating": cfg.expert_gating}
     scores = "ffn_router"
     if cfg.expert_gating == "softmax":
         scores = b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
     b.add("ffn_topk", "moe_router", (scores,), out="ids", **route)
     b.add("ffn_expert_weights", "moe_router", (scores, "ffn_topk"), out="weights", **route)
-    eb = lambda w: bias(w, cfg.expert_bias)  # noqa: E731
     for kind, w in (("ffn_moe_gate", "ffn_gate_exps"), ("ffn_moe_up", "ffn_up_exps")):
-        b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, bias=eb(w), k=k, out=f, per_slot=False, **{"in": d})
+        b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, bias=b.bias(w), k=k, out=f, per_slot=False,
+              **{"in": d})  # fmt: skip
     b.add("ffn_moe_act", "glu", ("ffn_moe_gate", "ffn_moe_up"), act=cfg.ffn_act, width=k * f, k=k)
-    b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", bias=eb("ffn_down_exps"), k=k,
+    b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", bias=b.bias("ffn_down_exps"), k=k,
           out=d, per_slot=True, **{"in": f})  # fmt: skip
     return b.add("ffn_moe_out", "moe_sum", ("ffn_moe_down", "ffn_expert_weights"), width=d)
 

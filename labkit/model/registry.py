@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,9 +41,11 @@ def _written(name: str) -> Callable[[], Path]:
     labkit's own writer once per machine: random weights, the family's tensors and keys."""
 
     def locate() -> Path:
-        from labkit.model.tiny import TINY_MODELS, write_tiny_model
+        from labkit.model.tiny import TINY_MODELS, WRITER_VERSION, write_tiny_model
 
-        target = Path.home() / ".cache" / "labkit" / "tiny" / f"{name}.gguf"
+        # the spec and the writer's version in the name: a machine holding an older file writes it anew
+        digest = hashlib.sha1(f"{WRITER_VERSION} {TINY_MODELS[name]!r}".encode()).hexdigest()[:10]
+        target = Path.home() / ".cache" / "labkit" / "tiny" / f"{name}-{digest}.gguf"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             part = target.with_suffix(".part")

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
-from labkit.model.tiny import TinySpec, write_metadata
+from labkit.model.file_tensors import file_tensors
+from labkit.model.tiny import TinySpec, tiny_config, write_metadata
 from labkit.quant.formats import QUANT_FORMATS
 from labkit.quant.random_blocks import unit_std
 
@@ -44,6 +45,7 @@ class Shape:
     n_expert: int = 0  # a mixture of experts (qwen3moe): experts per layer, per token, one's width
     n_expert_used: int = 0
     d_ff_expert: int = 0
+    sliding_window: int = 0  # gpt-oss: its even layers' window
 
 
 SHAPES = {
@@ -54,8 +56,26 @@ SHAPES = {
     "qwen3-30b-a3b": Shape(
         "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, tied=False, n_expert=128, n_expert_used=8, d_ff_expert=768
     ),  # fmt: skip
+    # gpt-oss-20b: 2880 wide (not a whole number of 256-value blocks), 64 heads of 64, 32 experts of 2880
+    "gpt-oss-20b": Shape(
+        "gpt-oss",
+        24,
+        2880,
+        64,
+        8,
+        64,
+        2880,
+        201088,
+        tied=False,
+        n_expert=32,
+        n_expert_used=4,
+        d_ff_expert=2880,
+        sliding_window=128,
+    ),  # fmt: skip
 }
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
+# llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
+MXFP4_MOE = {n: Q.Q8_0 for n in ("attn_q", "attn_k", "attn_v", "attn_output")} | dict.fromkeys(MOE_BODY, Q.MXFP4)
 
 
 def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizationType]:
@@ -67,39 +87,31 @@ def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizatio
     body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
     if shape.n_expert:
         body = {n: t for n, t in body.items() if not n.startswith("ffn_")} | MOE_BODY
-    if mix != "Q4_K_M":
+    if mix == "MXFP4_MOE":
+        body = dict(MXFP4_MOE)
+    elif mix != "Q4_K_M":
         body = dict.fromkeys(body, Q[mix])
     types = {"token_embd.weight": Q.Q6_K if shape.tied else body["attn_q"]}
     if not shape.tied:
-        types["output.weight"] = Q.Q6_K
+        types["output.weight"] = Q.Q8_0 if mix == "MXFP4_MOE" else Q.Q6_K
     for L in range(shape.n_layers):
         types |= {f"blk.{L}.{n}.weight": t for n, t in body.items()}
     return types
 
 
-def tensor_shapes(shape: Shape) -> dict[str, tuple[int, int] | tuple[int]]:
-    """Every tensor of the architecture, in numpy order ([rows, cols]; a vector is [n])."""
-    d, qd, kvd, ff = shape.d_model, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim, shape.d_ff
-    out: dict = {"token_embd.weight": (shape.vocab, d)}
-    if not shape.tied:
-        out["output.weight"] = (shape.vocab, d)
-    out["output_norm.weight"] = (d,)
-    for L in range(shape.n_layers):
-        p = f"blk.{L}."
-        out |= {p + "attn_norm.weight": (d,), p + "attn_q.weight": (qd, d), p + "attn_k.weight": (kvd, d)}
-        out |= {p + "attn_v.weight": (kvd, d), p + "attn_output.weight": (d, qd)}
-        if shape.arch == "qwen2":
-            out |= {p + "attn_q.bias": (qd,), p + "attn_k.bias": (kvd,), p + "attn_v.bias": (kvd,)}
-        if shape.arch in ("qwen3", "qwen3moe"):
-            out |= {p + "attn_q_norm.weight": (shape.head_dim,), p + "attn_k_norm.weight": (shape.head_dim,)}
-        out[p + "ffn_norm.weight"] = (d,)
-        if shape.n_expert:  # the router, then each projection of every expert as one 3-D tensor
-            n, fe = shape.n_expert, shape.d_ff_expert
-            out |= {p + "ffn_gate_inp.weight": (n, d), p + "ffn_gate_exps.weight": (n, fe, d)}
-            out |= {p + "ffn_up_exps.weight": (n, fe, d), p + "ffn_down_exps.weight": (n, d, fe)}
-            continue
-        out |= {p + "ffn_gate.weight": (ff, d), p + "ffn_up.weight": (ff, d), p + "ffn_down.weight": (d, ff)}
-    return out
+def tensor_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the architecture, in numpy order ([rows, cols]; a vector is [n]; experts
+    [n_expert, rows, cols]): what its stage graph reads (labkit.model.file_tensors)."""
+    return {ft.name: ft.shape for ft in file_tensors(tiny_config(shape_spec(shape)))}
+
+
+def shape_spec(shape: Shape) -> TinySpec:
+    """The shape as the tiny writer's spec: its metadata and its config come from the same code."""
+    return TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
+                    n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
+                    vocab=shape.vocab, context=shape.context, tied=shape.tied, n_expert=shape.n_expert,
+                    n_expert_used=shape.n_expert_used, d_ff_expert=shape.d_ff_expert,
+                    sliding_window=shape.sliding_window or 4096, weight_scales=False)  # fmt: skip
 
 
 def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:
@@ -126,10 +138,7 @@ def write_shaped_model(
     rng = np.random.default_rng(seed)
     types, shapes = tensor_types(shape, mix), tensor_shapes(shape)
     w = GGUFWriter(str(path), shape.arch)
-    spec = TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
-                    n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
-                    vocab=shape.vocab, context=shape.context, tied=shape.tied, n_expert=shape.n_expert,
-                    n_expert_used=shape.n_expert_used, d_ff_expert=shape.d_ff_expert)  # fmt: skip
+    spec = shape_spec(shape)
     write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["< t"])
     stored = {}
     for name, shp in shapes.items():
@@ -152,6 +161,8 @@ def write_shaped_model(
 
 
 def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict) -> np.ndarray:
+    if qt is None and name.endswith(".bias"):  # biases near 0 (a router's, an expert's)
+        return (0.1 * rng.standard_normal(shp)).astype(np.float32)
     if qt is None and len(shp) == 2:  # a router: logits of std ~1, probabilities spread over the experts
         return (rng.standard_normal(shp) / np.sqrt(shp[1])).astype(np.float32)
     if qt is None:  # norm weights near 1, biases near 0

@@ -3,6 +3,8 @@
 Same tensor names and metadata keys as the real files, random weights, and sizes
 chosen to exercise the awkward cases: K-quant rows of 256, GQA, a sliding window
 shorter than a test prompt (gemma3), q/k/v biases (qwen2), separate or tied heads.
+Which tensors a file holds is read off the family's stage graph (labkit.model.file_tensors):
+a new family needs its ArchTraits and graph, no writer code.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
+from labkit.model.config import ARCHITECTURES, ModelConfig, config_from_metadata
+from labkit.model.file_tensors import FileTensor, file_tensors
 from labkit.quant.formats import QUANT_FORMATS
 from labkit.quant.random_blocks import unit_std
 
 Q = GGMLQuantizationType
+# bumped whenever the same spec would give other bytes (2: tensors read off the graph, in its order)
+WRITER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -83,11 +89,10 @@ TINY_MODELS = {
         n_expert_used=4,
         d_ff_expert=256,
         tied=False,
-        seed=17,
+        seed=11,
         type_overrides=(("_exps.weight", "MXFP4"),),
     ),  # fmt: skip
 }
-MOE_ARCHITECTURES = ("qwen3moe", "gpt-oss")
 
 
 def write_tiny_model(
@@ -108,7 +113,7 @@ def write_tiny_model(
 def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merges: list[str] = ()) -> None:
     """The architecture's keys (as llama.cpp's load_hparams reads them) and a gpt2 vocabulary of
     placeholder tokens (`merges`: llama.cpp's gpt2 loader wants at least one)."""
-    a = spec.arch
+    a, traits = spec.arch, ARCHITECTURES[spec.arch]
     # no architecture in the name: llama.cpp keys vocab fix-ups on it ("phi3" wants a "</s>" token)
     w.add_name(name or f"labkit tiny {spec.weight_type}")
     w.add_block_count(spec.n_layers)
@@ -123,16 +128,14 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_rope_freq_base(1e6 if a == "gemma3" else 1e4)
     w.add_rope_dimension_count(spec.head_dim)
     w.add_vocab_size(spec.vocab)
-    if a in ("gemma2", "gemma3"):
+    if traits.swa_pattern:
         w.add_sliding_window(spec.sliding_window)
         w.add_uint32(f"{a}.attention.sliding_window_pattern", spec.swa_pattern)
-    if a == "gpt-oss":  # llama.cpp's own pattern: even layers slide
-        w.add_sliding_window(spec.sliding_window)
-    if a in MOE_ARCHITECTURES:
+    if traits.ffn == "moe":
         w.add_expert_count(spec.n_expert)
         w.add_expert_used_count(spec.n_expert_used)
         w.add_expert_feed_forward_length(spec.d_ff_expert)
-    if a == "gemma2":
+    if traits.softcaps:
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
         w.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
     w.add_tokenizer_model("gpt2")
@@ -166,68 +169,48 @@ class _Tensors:
         self.vector(name, 1.0 + 0.1 * self.rng.standard_normal(n))
 
 
+def tiny_config(spec: TinySpec) -> ModelConfig:
+    """The ModelConfig labkit will read from the spec's file: its metadata as write_metadata writes
+    it, and the optional tensors the family's files carry (ArchTraits.biases, scales, the output)."""
+    meta_writer = GGUFWriter(None, spec.arch)  # metadata only, never written
+    write_metadata(meta_writer, spec)
+    meta = {key: v.value for key, v in meta_writer.kv_data[0].items()}
+    traits = ARCHITECTURES[spec.arch]
+    names = {f"blk.0.{matrix}.bias" for matrix in traits.biases}
+    names |= {"blk.0.attn_q.scale"} if traits.scale_tensors and spec.weight_scales else set()
+    names |= set() if spec.tied else {"output.weight"}
+    return config_from_metadata(meta, names)
+
+
 def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> None:
-    """Random weights under the architecture's tensor names (fused ones for phi3)."""
-    t, d = _Tensors(w, spec, rng), spec.d_model
-    t.matrix("token_embd.weight", (spec.vocab, d), spec.embed_type, 0.5)
-    if not spec.tied and spec.arch not in ("gemma2", "bitnet"):  # llama.cpp never reads their output.weight
-        t.matrix("output.weight", (spec.vocab, d), scale=0.05)
-    t.norm("output_norm.weight", d)
-    for L in range(spec.n_layers):
-        _attention_tensors(t, spec, f"blk.{L}.")
-        t.norm(f"blk.{L}.{'post_attention_norm' if spec.arch == 'gpt-oss' else 'ffn_norm'}.weight", d)
-        (_moe_tensors if spec.arch in MOE_ARCHITECTURES else _ffn_tensors)(t, spec, f"blk.{L}.")
+    """Random values for every tensor the family's graph reads (labkit.model.file_tensors), in the
+    order its stages first read them: no tensor list per architecture."""
+    t = _Tensors(w, spec, rng)
+    for ft in file_tensors(tiny_config(spec)):
+        _VALUES[ft.kind](t, ft)
 
 
-def _attention_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
-    a, d, hd = spec.arch, spec.d_model, spec.head_dim
-    qd, kvd = spec.n_heads * hd, spec.n_kv_heads * hd
-    t.norm(p + "attn_norm.weight", d)
-    if a == "phi3":  # fused: rows q; k; v
-        t.matrix(p + "attn_qkv.weight", (qd + 2 * kvd, d))
-    else:
-        for n, rows in (("q", qd), ("k", kvd), ("v", kvd)):
-            t.matrix(p + f"attn_{n}.weight", (rows, d))
-    t.matrix(p + "attn_output.weight", (d, qd))
-    if a == "bitnet":  # the sub-norms, and each matrix's per-tensor scale
-        t.norm(p + "attn_sub_norm.weight", qd)
-        t.norm(p + "ffn_sub_norm.weight", spec.d_ff)
-        for m in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
-            if spec.weight_scales:
-                t.vector(p + m + ".scale", [t.rng.uniform(0.5, 2.0)])
-    if a in ("qwen2", "gpt-oss"):
-        for n, rows in (("q", qd), ("k", kvd), ("v", kvd)):
-            t.vector(p + f"attn_{n}.bias", 0.1 * t.rng.standard_normal(rows))
-    if a == "gpt-oss":  # the output's bias, and each head's sink logit
-        t.vector(p + "attn_output.bias", 0.05 * t.rng.standard_normal(d))
-        t.vector(p + "attn_sinks.weight", 1.5 * t.rng.standard_normal(spec.n_heads))
-    if a in ("gemma3", "qwen3", "qwen3moe"):
-        t.norm(p + "attn_q_norm.weight", hd)
-        t.norm(p + "attn_k_norm.weight", hd)
-    if a in ("gemma2", "gemma3"):
-        t.norm(p + "post_attention_norm.weight", d)
-        t.norm(p + "post_ffw_norm.weight", d)
+def _matrix(t: _Tensors, ft: FileTensor) -> None:
+    scale = 0.05 if ft.name == "output.weight" else 0.04 if "ffn_down" in ft.name else 0.06
+    t.matrix(ft.name, ft.shape, scale=scale)
 
 
-def _ffn_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
-    d, ff = spec.d_model, spec.d_ff
-    if spec.arch == "phi3":  # fused: gate rows, then up rows
-        t.matrix(p + "ffn_up.weight", (2 * ff, d))
-    else:
-        t.matrix(p + "ffn_gate.weight", (ff, d))
-        t.matrix(p + "ffn_up.weight", (ff, d))
-    t.matrix(p + "ffn_down.weight", (d, ff), scale=0.04)
+def _bias(t: _Tensors, ft: FileTensor) -> None:
+    # a router's bias moves its choices; q/k/v biases are qwen2's size
+    scale = 0.5 if "ffn_gate_inp" in ft.name else 0.1 if ft.name.endswith(("q.bias", "k.bias", "v.bias")) else 0.05
+    t.vector(ft.name, scale * t.rng.standard_normal(ft.shape))
 
 
-def _moe_tensors(t: _Tensors, spec: TinySpec, p: str) -> None:
-    """The router (kept in F32, as llama.cpp's quantizer keeps it; logits of std ~1, so probabilities
-    spread over the experts as a trained router's do) and each projection of every expert, 3-D."""
-    n, f, d = spec.n_expert, spec.d_ff_expert, spec.d_model
-    t.vector(p + "ffn_gate_inp.weight", t.rng.standard_normal((n, d)) / np.sqrt(d))
-    t.matrix(p + "ffn_gate_exps.weight", (n, f, d))
-    t.matrix(p + "ffn_up_exps.weight", (n, f, d))
-    t.matrix(p + "ffn_down_exps.weight", (n, d, f), scale=0.04)
-    if spec.arch == "gpt-oss":  # biases on the router and on every expert's projections
-        t.vector(p + "ffn_gate_inp.bias", 0.5 * t.rng.standard_normal(n))
-        for name, width in (("ffn_gate_exps", f), ("ffn_up_exps", f), ("ffn_down_exps", d)):
-            t.vector(p + name + ".bias", 0.05 * t.rng.standard_normal((n, width)))
+# by FileTensor.kind: matrices in the spec's types, norms near 1, a router kept in F32 (as llama.cpp's
+# quantizer keeps it) with logits of std ~1 so probabilities spread over the experts as a trained
+# router's do, a per-tensor scale in [0.5, 2], a sink logit per head
+_VALUES = {
+    "embedding": lambda t, ft: t.matrix(ft.name, ft.shape, t.spec.embed_type, 0.5),
+    "matrix": _matrix,
+    "experts": _matrix,
+    "router": lambda t, ft: t.vector(ft.name, t.rng.standard_normal(ft.shape) / np.sqrt(ft.shape[1])),
+    "norm": lambda t, ft: t.norm(ft.name, ft.shape[0]),
+    "bias": _bias,
+    "scale": lambda t, ft: t.vector(ft.name, [t.rng.uniform(0.5, 2.0)]),
+    "sinks": lambda t, ft: t.vector(ft.name, 1.5 * t.rng.standard_normal(ft.shape)),
+}

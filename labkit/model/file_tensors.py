@@ -1,0 +1,52 @@
+"""The GGUF tensors a family's file holds, read off its stage graph: each tensor a stage reads, by
+role, with the shape that stage reads it at. A file writer (labkit.model.tiny, labkit.model.shaped)
+walks this list, so a new family's files need no writer code of their own: its ArchTraits and graph
+say what is in them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.model.config import ModelConfig
+from labkit.model.graph import Stage, build_graph
+
+
+@dataclass(frozen=True)
+class FileTensor:
+    """One tensor of a file: numpy-order shape, and what it is to a writer."""
+
+    name: str
+    shape: tuple[int, ...]
+    kind: str  # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks"
+
+
+def file_tensors(cfg: ModelConfig, graph: list[Stage] | None = None) -> list[FileTensor]:
+    """Every tensor the graph reads, first reader first, a fused weight at its full height."""
+    found: dict[str, FileTensor] = {}
+    for st in graph or build_graph(cfg):
+        for role, name in st.tensors.items():
+            t = _tensor(cfg, st, role, name)
+            old = found.get(name)
+            if old is None or t.shape[0] > old.shape[0]:  # phi3's fused qkv: the widest row range
+                found[name] = t if old is None else FileTensor(name, t.shape, old.kind)
+    return list(found.values())
+
+
+def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
+    P = st.params
+    if role == "weight_scale":
+        return FileTensor(name, (1,), "scale")
+    if role == "sinks":
+        return FileTensor(name, (cfg.n_heads,), "sinks")
+    if role == "bias":
+        out = (P["out"],)
+        return FileTensor(name, (cfg.n_expert, *out) if st.op == "moe_matmul" else out, "bias")
+    if st.op == "embed":
+        return FileTensor(name, (cfg.vocab_size, cfg.d_model), "embedding")
+    if st.op == "rmsnorm":
+        return FileTensor(name, (P["group"],), "norm")
+    if st.op == "moe_matmul":
+        return FileTensor(name, (cfg.n_expert, P["out"], P["in"]), "experts")
+    rows = st.weight_rows[1] if st.weight_rows else P["out"]
+    return FileTensor(name, (rows, P["in"]), "router" if st.kind == "ffn_router" else "matrix")
