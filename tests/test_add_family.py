@@ -27,7 +27,8 @@ IDS = [5, 80, 3, 17, 250, 9, 41, 7, 120]
 @pytest.fixture
 def demo_path(monkeypatch, tmp_path):
     monkeypatch.setitem(ARCHITECTURES, "labkit-demo", DEMO)
-    return write_tiny_model(tmp_path / "demo.gguf", TinySpec(arch="labkit-demo", n_layers=3, swa_pattern=3, seed=3), merges=["< t"])
+    spec = TinySpec(arch="labkit-demo", n_layers=3, swa_pattern=3, seed=3)
+    return write_tiny_model(tmp_path / "demo.gguf", spec, merges=["< t"])
 
 
 def test_a_family_is_one_row(demo_path):
