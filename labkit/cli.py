@@ -153,10 +153,13 @@ def model_tensors(lab) -> list[dict]:
     """Each tensor of the file with its type, shape, and the kernel (family/variant) that reads it."""
     readers: dict[str, str] = {}
     for st in lab.graph:
-        for n in (st.weight, st.bias):
-            if n:
-                c = lab.executor.choice(st) if n == st.weight else None
-                readers.setdefault(n, f"{c.family}/{c.kernel.name}" if c else "add/default (bias)")
+        for role, n in st.tensors.items():
+            if role in ("weight", "sinks"):  # read by the stage's own kernel
+                c = lab.executor.choice(st)
+                readers.setdefault(n, f"{c.family}/{c.kernel.name}" + ("" if role == "weight" else f" ({role})"))
+            else:  # added or multiplied after the product
+                op = {"bias": "add_id" if st.op == "moe_matmul" else "add", "weight_scale": "mul"}[role]
+                readers.setdefault(n, f"{op}/default ({role})")
     return [
         {"name": n, "type": t.type_name, "shape": list(t.shape), "bytes": t.nbytes, "kernel": readers.get(n, "unused")}
         for n, t in lab.gguf.tensors.items()

@@ -302,7 +302,7 @@ class Lab:
                 + " and ".join(k.upper() for k in st.kv_read)
                 + " of every position"
             )
-        return Explanation(st.name, op.name, op.what, op.formula, inputs, out, kv, op.roles.get(st.kind, ""))
+        return Explanation(st.name, op.name, op.what, op.stage_formula(st), inputs, out, kv, op.roles.get(st.kind, ""))
 
     def run(
         self,

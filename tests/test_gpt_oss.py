@@ -73,6 +73,18 @@ def test_gpu_equals_reference(oss_runs):
         assert np.allclose(w.sum(axis=1), 1.0, atol=1e-6), "a softmax over the k selected logits sums to 1"
 
 
+def test_stepping_gives_the_batched_captures(oss, oss_runs):
+    """Stage by stage (the stepper), every capture is bit-identical to the batched pass's, the
+    integer expert ids too."""
+    gpu, _ = oss_runs
+    st = oss.step(IDS)
+    while not st.done:
+        st.next()
+    assert set(st.captures) == set(gpu.captures)
+    for name in gpu.captures:
+        assert gpu[name].tobytes() == st[name].tobytes(), f"{name}: stepped and batched differ"
+
+
 def test_the_sinks_take_a_share_of_every_attention_row(oss, oss_runs):
     """Each row of attn_probs sums to 1 minus the sink's share, exp(sink - m) / Z, computed here
     from the scores and the file's sink logits."""

@@ -22,6 +22,9 @@ TOKENS = [17, 4242, 99, 1000, 31337, 5, 64000, 12, 777, 2048, 3, 100000, 8, 65, 
 # the 8B shape runs its reference under a small budget: its 128256 x 4096 output weight (2.1 GB as
 # float32) does not fit, so the reference streams it in row chunks
 BUDGETS = {"llama-3.1-8b": "2GB"}
+# gpt-oss-20b's 2 layers are a 2 GB file (a 201k x 2880 embedding and head, 32 experts of 2880 x 2880):
+# benchmarks/bench_real_size.py runs it; its parts are proven on tiny-gpt-oss (tests/test_gpt_oss.py)
+TESTED = [name for name in SHAPES if name != "gpt-oss-20b"]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,7 @@ def shaped(tmp_path_factory):
     return make
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", TESTED)
 def test_shaped_file_has_the_public_shape_and_q4_k_m_types(shaped, name):
     shape, f = SHAPES[name], open_gguf(shaped(name))
     T = GGMLQuantizationType
@@ -88,7 +91,7 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", TESTED)
 def test_gpu_reference_and_llamacpp_agree_at_real_width(shaped, name):
     """One process per shape (as the benches run them): the GPU pass and llama.cpp's own tensors
     both pass against the float64 reference, stage by stage, and agree on the next token."""

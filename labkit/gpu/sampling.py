@@ -15,6 +15,8 @@ from labkit.gpu.dispatch import encode
 from labkit.gpu.executor import STORAGE, GpuExecutor
 from labkit.sampling import Sampler, truncate
 
+SOFTMAX_ROW = {"n_rows": 1, "rows_per_head": 1, "sinks": 0}  # one row, no sink (its SINKS bound, unread)
+
 
 class GpuSampler:
     def __init__(self, executor: GpuExecutor, sampler: Sampler):
@@ -33,7 +35,7 @@ class GpuSampler:
             enc,
             [
                 ex.default_dispatch("embed", [src, scaled], {"n": n, "scale": inv_t}, -(-n // 64), "sample.scale"),
-                ex.default_dispatch("softmax", [scaled, out], {"n_rows": 1, "n": n}, 1, "sample.softmax"),
+                ex.default_dispatch("softmax", [scaled, out, scaled], SOFTMAX_ROW | {"n": n}, 1, "sample.softmax"),
             ],
         )
         dev.queue.submit([enc.finish()])

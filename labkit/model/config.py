@@ -181,13 +181,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     head_dim = int(_get(meta, p + "attention.key_length", d_model // n_heads))
     tokens = meta.get("tokenizer.ggml.tokens")
     rope_base = float(_get(meta, p + "rope.freq_base", 10000.0))
-    n = traits.swa_pattern
-    if n:  # llama.cpp's set_swa_pattern(n): layer il is local when il % n < n - 1
-        n = int(meta.get(p + "attention.sliding_window_pattern", n))
-        swa = tuple(layer % n < n - 1 for layer in range(n_layers))
-        window = meta.get(p + "attention.sliding_window", traits.default_window)
-    else:
-        swa, window = (False,) * n_layers, None
+    swa, window = _sliding_window(meta, p, traits, n_layers)
     local_base = traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", rope_base))
     _refuse_rope_scaling(meta, p)
     softcap = traits.softcaps
@@ -230,6 +224,17 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
+
+
+def _sliding_window(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int) -> tuple[tuple[bool, ...], Any]:
+    """Which layers slide a window, and its width: llama.cpp's set_swa_pattern(n), where layer il
+    is local when il % n < n - 1 (the file's pattern key, else the family's)."""
+    n = traits.swa_pattern
+    if not n:
+        return (False,) * n_layers, None
+    n = int(meta.get(p + "attention.sliding_window_pattern", n))
+    swa = tuple(layer % n < n - 1 for layer in range(n_layers))
+    return swa, meta.get(p + "attention.sliding_window", traits.default_window)
 
 
 def _is_layer0_bias(name: str) -> bool:

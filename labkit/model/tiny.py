@@ -9,7 +9,7 @@ a new family needs its ArchTraits and graph, no writer code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -113,7 +113,7 @@ def write_tiny_model(
 def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merges: list[str] = ()) -> None:
     """The architecture's keys (as llama.cpp's load_hparams reads them) and a gpt2 vocabulary of
     placeholder tokens (`merges`: llama.cpp's gpt2 loader wants at least one)."""
-    a, traits = spec.arch, ARCHITECTURES[spec.arch]
+    a, traits = spec.arch, ARCHITECTURES.get(spec.arch, ARCHITECTURES["llama"])
     # no architecture in the name: llama.cpp keys vocab fix-ups on it ("phi3" wants a "</s>" token)
     w.add_name(name or f"labkit tiny {spec.weight_type}")
     w.add_block_count(spec.n_layers)
@@ -186,7 +186,8 @@ def _write_tensors(w: GGUFWriter, spec: TinySpec, rng: np.random.Generator) -> N
     """Random values for every tensor the family's graph reads (labkit.model.file_tensors), in the
     order its stages first read them: no tensor list per architecture."""
     t = _Tensors(w, spec, rng)
-    for ft in file_tensors(tiny_config(spec)):
+    known = spec if spec.arch in ARCHITECTURES else replace(spec, arch="llama")  # a family labkit refuses: llama's
+    for ft in file_tensors(tiny_config(known)):
         _VALUES[ft.kind](t, ft)
 
 

@@ -246,6 +246,11 @@ class Op:
     # its output's shape for a pass (the memory plan sizes both engines by it); None: its first input's
     output: Callable[[Any, PassShape], tuple[int, ...]] | None = field(default=None, repr=False)
     layout: str = "rows"  # "rows": [positions, width] float32/64; "heads": [heads, queries, keys]
+    # the formula of one stage where a family computes it otherwise (gpt-oss's sinks, its clamped SwiGLU)
+    formula_of: Callable[[Any], str] | None = field(default=None, repr=False)
+
+    def stage_formula(self, stage: Any) -> str:
+        return self.formula_of(stage) if self.formula_of else self.formula
 
     def family_of(self, stage: Any, tensor_type: Callable[[str], int]) -> str:
         return self.family(stage, tensor_type) if self.family else self.name

@@ -60,6 +60,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d, d], d
 
 
+OAI_FORMULA = "x = min(gate, 7); y = x · σ(1.702·x) · (clamp(up, −7, 7) + 1)   (gpt-oss's clamped SwiGLU)"
+
 ROLES = {
     "ffn_moe_act": "each selected expert's gated activation, act(gate) · up, per token and slot",
     "ffn_act": (
@@ -74,7 +76,8 @@ OP = Op(
     roles=ROLES,
     name="glu",
     what="gates the up projection with the activated gate projection",
-    formula="y = act(gate) · up   (act: GELU-tanh or SiLU); gpt-oss: min(g,7)·σ(1.702·min(g,7))·(clamp(up,±7)+1)",
+    formula="y = act(gate) · up   (act: GELU-tanh or SiLU)",
+    formula_of=lambda st: OAI_FORMULA if st.params.get("act") == "swiglu_oai" else OP.formula,
     params=PARAMS,
     reference=reference,
     plan=plan,

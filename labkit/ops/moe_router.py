@@ -127,6 +127,8 @@ FAULTS = (
      "norm), sgl-project/sglang#35160 (the renormalize flag's other arm returned raw logits as weights)"),
 )  # fmt: skip
 
+SOFTMAX_WEIGHT_FORMULA = "ids = topk(logits, k); w = softmax(logits[ids])   (softmax_weight gating: gpt-oss)"
+
 ROLES = {
     "ffn_router_probs": "the router's probabilities: how much each expert suits this token (softmax over experts)",
     "ffn_topk": "the experts this token is sent to: the k most probable, most probable first (integer ids)",
@@ -141,8 +143,8 @@ OP = Op(
     roles=ROLES,
     name="moe_router",
     what="routes each token to k experts: probabilities, the top k, and their weights",
-    formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does); "
-    "gpt-oss: ids = topk(logits, k); w = softmax(logits[ids])",
+    formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does)",
+    formula_of=lambda st: SOFTMAX_WEIGHT_FORMULA if st.params.get("gating") == "softmax_weight" else OP.formula,
     params=PARAMS,
     reference=reference,
     plan=plan,

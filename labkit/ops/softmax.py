@@ -58,6 +58,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d, *([f"{sinks} [{stage.params['n_heads']}]"] if sinks else [])], d
 
 
+SINK_FORMULA = "p[s] = exp(x[s] − m) / (Σ exp(x − m) + exp(sink − m)),  m = max(max x, sink)  (a sink per head)"
+
 ROLES = {
     "attn_probs": (
         "the attention pattern: each query's scores turned into probabilities over the visible keys (each"
@@ -70,7 +72,8 @@ OP = Op(
     roles=ROLES,
     name="softmax",
     what="turns each query's scores into probabilities over the keys",
-    formula="p[s] = exp(x[s] − m) / (Σ exp(x − m) + exp(sink − m)),  m = max(max x, sink)  (no sink: −∞)",
+    formula="p[s] = exp(x[s] − max x) / Σ exp(x − max x)",
+    formula_of=lambda st: SINK_FORMULA if st.params.get("sinks") else OP.formula,
     params=PARAMS,
     reference=reference,
     plan=plan,
