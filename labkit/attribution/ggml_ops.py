@@ -26,7 +26,7 @@ import struct
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 F32, I32 = GGMLQuantizationType.F32, GGMLQuantizationType.I32
-_GLU = {"silu": 2, "gelu_tanh": 1}  # ggml_glu_op: SWIGLU, GEGLU
+_GLU = {"silu": 2, "gelu_tanh": 1, "swiglu_oai": 3}  # ggml_glu_op: SWIGLU, GEGLU, SWIGLU_OAI
 _ROPE_MODE = {"normal": 0, "neox": 2}
 
 
@@ -79,6 +79,8 @@ def stage_ops(st, T: int, n_keys: int, gguf) -> list[dict]:
     if st.op == "attn_scores":
         hd, H, KV = P["head_dim"], P["n_heads"], P["n_kv_heads"]
         return [_op("MUL_MAT", [n_keys, T, H], [f32(hd, n_keys, KV), f32(hd, T, H)], stage=st.name)]
+    if st.op == "softmax" and P.get("sinks"):  # sinks are src[2] after a missing mask: not in the file form
+        return [{"op": None, "op_name": None, "name": st.name, "note": "softmax with sinks: src[2] after no mask"}]
     if st.op == "softmax":
         return [_op("SOFT_MAX", [n_keys, T, P["n_heads"]], [f32(n_keys, T, P["n_heads"])], [_bits(1.0)], st.name)]
     if st.op == "attn_ctx":
@@ -86,7 +88,8 @@ def stage_ops(st, T: int, n_keys: int, gguf) -> list[dict]:
         return [_op("MUL_MAT", [hd, T, H], [f32(n_keys, hd, KV), f32(n_keys, T, H)], stage=st.name)]
     if st.op == "glu":
         n = P["width"]
-        return [_op("GLU", [n, T], [f32(n, T), f32(n, T)], [_GLU[P["act"]], 0], st.name)]
+        oai = [_bits(1.702), _bits(7.0)] if P["act"] == "swiglu_oai" else []  # alpha, limit (ggml_swiglu_oai)
+        return [_op("GLU", [n, T], [f32(n, T), f32(n, T)], [_GLU[P["act"]], 0, *oai], st.name)]
     if st.op == "add":
         n = P.get("width") or 0
         return [_op("ADD", [n, T], [f32(n, T), f32(n, T)], stage=st.name)]
