@@ -22,8 +22,15 @@ def table_buffer(gpu: Any) -> Any:
     return _BUFFERS[key][1]
 
 
+_GROUPS: dict[int, tuple[Any, Any]] = {}  # id(pipeline) -> (the pipeline, kept alive; its group 1)
+
+
 def tables_bind_group(gpu: Any, pipeline: Any, source: str) -> Any | None:
-    """Bind group 1 for a kernel whose source reads QUANT_TABLES; None for any other."""
+    """Bind group 1 for a kernel whose source reads QUANT_TABLES; None for any other. Made once per
+    pipeline: every dispatch of that kernel binds the same table buffer."""
     if "QUANT_TABLES" not in source:
         return None
-    return bind(gpu, pipeline, [table_buffer(gpu)], group=TABLE_GROUP)
+    held = _GROUPS.get(id(pipeline))
+    if held is None or held[0] is not pipeline:
+        held = _GROUPS[id(pipeline)] = (pipeline, bind(gpu, pipeline, [table_buffer(gpu)], group=TABLE_GROUP))
+    return held[1]
