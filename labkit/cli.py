@@ -360,7 +360,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bad:
         raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp")
     res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines,
-                    memory=args.memory)  # fmt: skip
+                    memory=args.memory, variants=_parse_variants(args.variant))  # fmt: skip
     _emit(args, res.to_dict(), res.table)
     return 0
 
@@ -557,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--decode-tokens", type=_count, default=32)
     s.add_argument("--engines", default="gpu,reference,llamacpp", help="which engines to measure")
     s.add_argument("--memory", help=MEMORY_HELP)
+    s.add_argument("--variant", action="append", metavar="OP=NAME", help="the GPU engine's kernels: " + VARIANT_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 

@@ -31,6 +31,7 @@ from labkit.ops.matmul import (
     BLOCK_FORMATS,
     EPILOGUE_PARAMS,
     INTEGER_FORMATS,
+    SPLITK_FORMATS,
     epilogue_source,
     format_name,
     repacked_source,
@@ -132,7 +133,7 @@ def run_case(
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
     if window_rows is not None:
         assert len(weight.windows) == -(-n_rows // window_rows), what
-    repacked = driver in ("tiled", "matvec", "blocks_tiled", "blocks_matvec")
+    repacked = driver in ("tiled", "matvec", "blocks_tiled", "blocks_matvec", "blocks_splitk")
     # the repacked drivers read X as vec4: X offsets stay multiples of 4 (Y's need not)
     x_off, x_stride = ((8, n_cols + 4) if repacked else (5, n_cols + 3)) if offsets else (0, n_cols)
     y_off, y_stride = (7, n_rows + 2) if offsets else (0, n_rows)
@@ -141,13 +142,14 @@ def run_case(
     y0 = np.full(y_off + T * y_stride + 3, sentinel, dtype=np.float32)
     xb, yb = storage(gpu, x), storage(gpu, y0)
     if driver.startswith("blocks_"):  # the GGUF blocks in texels, the format's own drivers
-        kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks", "cpu")
+        variant = "blocks_splitk" if driver == "blocks_splitk" else "blocks"
+        kernel = get_kernel(f"matmul_{format_name(int(qtype))}", variant, "cpu")
         layout = layout_of(kernel.repack())
         if layout.per_unit > 1:  # grouped by field: written from the host, as the weight store does
             weight = upload_blocks(gpu, "w", raw, int(qtype), n_rows, n_cols, layout, repack_binding, mwb)
         else:
             weight = repack_weight(gpu, weight, kernel.repack(), max_binding=repack_binding)
-        src = kernel.source(PassShape(1 if driver == "blocks_matvec" else 3, 0))
+        src = kernel.source(PassShape(3 if driver == "blocks_tiled" else 1, 0))
     elif repacked:
         fmt = format_name(int(qtype))
         weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repack_binding)
@@ -243,6 +245,24 @@ def test_blocks_matmul_format(gpu, qtype):
     if qtype in GROUP_FIELDS:  # a whole group of 8 blocks and a partial one (Qwen2.5-0.5B's 896 is 28 blocks)
         run_case(gpu, qtype, 131, 352, 3, seed + 9, "blocks_tiled", offsets=True)
         run_case(gpu, qtype, 131, 896, 1, seed + 10, "blocks_matvec", window_rows=40, offsets=True)
+
+
+SPLITK_TYPES = [q for q in FORMATS if format_name(int(q)) in SPLITK_FORMATS]
+
+
+@pytest.mark.parametrize("qtype", SPLITK_TYPES, ids=lambda q: q.name)
+def test_blocks_splitk_matvec_format(gpu, qtype):
+    """The split-K decode driver (64 threads share 4 rows: a real GPU's default): odd rows past a
+    quad, K of 3 blocks (fewer parts than threads) and of 57 (more: each thread takes several, the
+    last round partial), re-cut windows, strided and offset X and Y, against gguf.quants."""
+    n_rows, n_cols = shape_for(qtype)
+    seed = SEED + 3700 + 10 * int(qtype)
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed, "blocks_splitk")
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed + 1, "blocks_splitk", window_rows=5, offsets=True)
+    run_case(gpu, qtype, 131, 57 * 256, 1, seed + 2, "blocks_splitk", offsets=True)
+    kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks_splitk", "cpu")
+    limit = 8 * layout_of(kernel.repack()).row_bytes(n_cols)  # 8 rows a window
+    run_case(gpu, qtype, n_rows, n_cols, 1, seed + 3, "blocks_splitk", window_rows=13, repack_binding=limit)
 
 
 @pytest.mark.parametrize("qtype", [q for q in BLOCK_TYPES if q not in GROUP_FIELDS], ids=lambda q: q.name)
@@ -676,14 +696,32 @@ def test_matvec_epilogue(gpu, qtype, op, act, y_first):
     """The decode matvec fused with the next stage (labkit.gpu.fusion): Y is the plain matvec's, bit
     for bit, and Z = add / glu of Y and E matches numpy on the gguf.quants weight; 67 rows (past a
     quad), windows of at most 8 rows, odd offsets for Y, E and Z, nothing written outside them."""
+    check_epilogue(gpu, qtype, op, act, y_first, "repacked")
+
+
+@pytest.mark.parametrize("qtype", SPLITK_TYPES, ids=lambda q: q.name)
+@pytest.mark.parametrize("op, act, y_first", [("add", "silu", False), ("glu", "silu", True)])
+def test_splitk_matvec_epilogue(gpu, qtype, op, act, y_first):
+    """The split-K decode driver fused with the next stage, as test_matvec_epilogue."""
+    check_epilogue(gpu, qtype, op, act, y_first, "blocks_splitk")
+
+
+def check_epilogue(gpu, qtype, op: str, act: str, y_first: bool, variant: str) -> None:
     n_rows, n_cols = shape_for(qtype)
-    seed = SEED + 4000 + 10 * int(qtype) + len(op) + y_first
+    seed = SEED + 4000 + 10 * int(qtype) + len(op) + y_first + 5 * (variant != "repacked")
     rng = np.random.default_rng(seed)
     raw = random_weight(rng, qtype, n_rows, n_cols)
-    what = f"{qtype.name} {op}/{act} y_first={y_first} seed={seed}"
+    what = f"{qtype.name} {variant} {op}/{act} y_first={y_first} seed={seed}"
     fmt = format_name(int(qtype))
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=13 * (raw.nbytes // n_rows) + 15)
-    weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repacked_bytes(8, n_cols, 16))
+    if variant == "repacked":
+        weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repacked_bytes(8, n_cols, 16))
+        src, plain_src = epilogue_source(fmt, op), repacked_source(fmt, 1)
+    else:
+        kernel = get_kernel(f"matmul_{fmt}", variant, "cpu")
+        limit = 8 * layout_of(kernel.repack()).row_bytes(n_cols)
+        weight = repack_weight(gpu, weight, kernel.repack(), max_binding=limit)
+        src, plain_src = kernel.epilogue(op), kernel.source(PassShape(1, 0))
     x = rng.standard_normal(8 + n_cols).astype(np.float32)
     e = rng.standard_normal(5 + n_rows).astype(np.float32)
     sentinel = np.float32(-12345.0)
@@ -692,10 +730,9 @@ def test_matvec_epilogue(gpu, qtype, op, act, y_first):
     plain = storage(gpu, np.full(y_off + n_rows + 3, sentinel))
     xb, eb = storage(gpu, x), storage(gpu, e)
     values = {"e_offset": 5, "z_offset": z_off, "act": ACT_CODES[act], "y_first": int(y_first)}
-    src = epilogue_source(fmt, op)
     EPILOGUE_PARAMS.check(src, what)
     fused = prepare_matmul(gpu, weight, xb, yb, 1, 8, n_cols, y_off, n_rows, src, epilogue=([eb, zb], values))
-    unfused = prepare_matmul(gpu, weight, xb, plain, 1, 8, n_cols, y_off, n_rows, repacked_source(fmt, 1))
+    unfused = prepare_matmul(gpu, weight, xb, plain, 1, 8, n_cols, y_off, n_rows, plain_src)
     submit(gpu, fused + unfused)
     y, z = read_f32(gpu, yb), read_f32(gpu, zb)
     assert y.tobytes() == read_f32(gpu, plain).tobytes(), f"{what}: Y differs from the unfused matvec's"

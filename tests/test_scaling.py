@@ -295,21 +295,23 @@ def test_longer_gemma_prompt_says_what_to_capture():
     assert "attn_scores" in msg and "256.0 MiB" in msg and "streaming" in msg, msg
 
 
-def decode(lab, prompt_ids, steps: int, replay: bool = True) -> list[bytes]:
-    """Greedy decode as generate runs it (steps replay the last step's plans), or with every step
-    planned afresh through a plan cache; the logits bytes of every step."""
+def decode(lab, prompt_ids, steps: int, replay: bool = True, lookahead: bool = False, forced=None) -> list[bytes]:
+    """Greedy decode as generate runs it (steps replay the last step's plans, and with `lookahead`
+    each step is planned while the one before runs), or with every step planned afresh through a
+    plan cache; the logits bytes of every step. `forced`: the step tokens, instead of greedy ones."""
     ex = lab.executor
     cache = ex.new_cache(len(prompt_ids) + steps)
     out, ids = [], list(prompt_ids)
     for _ in range(steps):
         if len(ids) == 1 and replay:
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps(),
+                              lookahead=lookahead)  # fmt: skip
         else:
             plans = Reuse.objects("decode" if len(ids) == 1 else "prefill")
             res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=plans)
         logits = res.captures["logits"][-1]
         out.append(logits.tobytes())
-        ids = [int(np.argmax(logits))]
+        ids = [int(np.argmax(logits)) if forced is None else forced[len(out) - 1]]
     return out
 
 
@@ -335,6 +337,29 @@ def test_replayed_decode_equals_decode_planned_each_step(tiny_model, arch):
     assert decode(lab, IDS, 30) == decode(lab, IDS, 30, replay=False)
     lab.use("rope", "normal_pairs")
     assert decode(lab, IDS[:4], 12) == decode(lab, IDS[:4], 12, replay=False)
+
+
+@pytest.mark.parametrize("model", ["gemma3", "llama", "tiny-qwen3moe"])
+def test_decode_planned_ahead_equals_decode_planned_each_step(tiny_model, model):
+    """Steps planned while the step before runs (labkit.gpu.lookahead), with a placeholder token
+    and the embedding planned again for the real one, give the logits of steps planned afresh, bit
+    for bit, across attention maps outgrowing their buffers and the MoE router's data-dependent
+    experts. A look-ahead made for another KV cache (a new decode at the same position) or before
+    a variant switch is not taken."""
+    lab = labkit.open(model if model.startswith("tiny-") else tiny_model(model, "Q8_0"))
+    replay = lab.executor.step_replay()
+    forced = [(7 * i + 3) % 64 + 1 for i in range(30)]  # a new token every step: the placeholder is wrong
+    assert decode(lab, IDS, 30, lookahead=True, forced=forced) == decode(lab, IDS, 30, replay=False, forced=forced)
+    replay.ahead_taken = 0
+    want = decode(lab, IDS, 30, replay=False)
+    assert decode(lab, IDS, 30, lookahead=True) == want
+    assert replay.ahead_taken == 28, replay.ahead_taken  # every step but the prefill and the first
+    assert decode(lab, IDS, 30, lookahead=True) == want  # a new cache: the last look-ahead is left
+    assert replay.ahead_taken == 2 * 28, replay.ahead_taken
+    lab.use("rope", "normal_pairs")
+    assert decode(lab, IDS[:4], 12, lookahead=True) == decode(lab, IDS[:4], 12, replay=False)
+    steps = [int(np.argmax(np.frombuffer(b, np.float32))) for b in decode(lab, IDS[:4], 6, replay=False)]
+    assert lab.generate(IDS[:4], max_new_tokens=6).ids == steps  # generate plans ahead
 
 
 @pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)

@@ -98,6 +98,7 @@ class BenchReport:
     decode_op_families: list[OpFamilyTime] = field(default_factory=list)  # one decode step after op_families_at
     cpu: str = ""  # the host CPU's model name
     file_mb: float | None = None  # the GGUF file's size
+    variants: dict[str, str] = field(default_factory=dict)  # the GPU engine's selected kernels
 
     def ratios(self) -> dict[str, float]:
         """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
@@ -212,14 +213,16 @@ def run_bench(
     quiet: bool = False,
     engines: tuple[str, ...] = ("gpu", "reference", "llamacpp"),
     memory: str | None = None,
+    variants: dict[str, str] | None = None,
 ) -> BenchReport:
     """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp.
-    `model` is a registered name or a .gguf path; `memory` the labs' budget (labkit.open)."""
+    `model` is a registered name or a .gguf path; `memory` the labs' budget (labkit.open);
+    `variants` the GPU engine's kernel selection ({family: variant}, as lab.use)."""
     from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_reference, op_family_times
 
     say = progress(quiet, n_steps(engines, lengths))
     out: dict[str, EngineFigures] = {}
-    lab = open_lab(model, memory=memory)
+    lab = open_lab(model, memory=memory, variants=variants)
     try:
         with bars.quiet():  # one bar: the measured generates and passes show none of their own
             if "gpu" in engines:
@@ -242,7 +245,8 @@ def run_bench(
     from labkit.gpu.device import get_device
 
     file_mb = lab.path.stat().st_size / 2**20
-    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops, cpu_model(), file_mb)
+    return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops, cpu_model(), file_mb,
+                       dict(variants or {}))  # fmt: skip
 
 
 def save(report: BenchReport, path: Path) -> None:

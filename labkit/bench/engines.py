@@ -7,6 +7,7 @@ ratios mean something. A length an engine cannot run (a 2048-token Gemma pass ha
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 
@@ -152,9 +153,13 @@ def bench_reference(model: str, lengths, repeats: int, decode_tokens: int, say, 
     return EngineFigures("reference", load, figures, float(np.median(rates)), None, peak_rss_mb())
 
 
-def bench_llamacpp(lab: Lab, lengths, repeats: int, decode_tokens: int, say, threads: int = 2) -> EngineFigures | None:
+def bench_llamacpp(
+    lab: Lab, lengths, repeats: int, decode_tokens: int, say, threads: int | None = None
+) -> EngineFigures | None:
     """llama.cpp on the same file and token ids (extra "oracle"); None when it is not installed.
-    Prefill with logits at every position (logits_all), as the GPU figure is measured."""
+    Prefill with logits at every position (logits_all), as the GPU figure is measured. It runs on
+    every core this process may use (2 on the CI machine, 16 beside a lent GPU)."""
+    threads = threads or len(os.sched_getaffinity(0))
     try:
         import llama_cpp
     except ImportError:

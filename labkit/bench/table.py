@@ -13,6 +13,8 @@ def render(report) -> str:
     lines = [
         f"{r.model}{size} on {r.adapter}, host CPU {r.cpu or 'unknown'}: medians of {r.repeats} runs after a warm-up"
     ]
+    if r.variants:
+        lines.append("GPU kernels selected: " + ", ".join(f"{k}={v}" for k, v in r.variants.items()))
     lines.append(f"{'engine':10} {'T':>5} {'logits all':>10} {'all stages':>10} {'last only':>10}  note")
     for name, eng in r.engines.items():
         for f in eng.lengths:

@@ -27,11 +27,13 @@ import time
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import wgpu
 
 from labkit.errors import UnknownStageError
+from labkit.gpu import lookahead
 from labkit.gpu import scratch as scratch_regions
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
@@ -276,9 +278,12 @@ class GpuExecutor(StageHost):
         positions: list[int] | None = None,
         heads: list[int] | None = None,
         reuse: Reuse = FRESH,
+        lookahead: bool = False,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
+        `lookahead` (a one-token decode step): plan the next step while the GPU runs this one
+        (labkit.gpu.lookahead); the next step takes those plans if it is that step.
 
         `reuse` (labkit.gpu.reuse) names what the pass may take over from earlier ones: a rerun of a
         previous pass of the same ids on the same cache recomputes only the stages from the first one
@@ -295,10 +300,10 @@ class GpuExecutor(StageHost):
         key = (len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads)))
         with reuse.scope(self, key):
             return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions,
-                              heads, reuse)  # fmt: skip
+                              heads, reuse, (key if lookahead and reuse.kind == "steps" else None))  # fmt: skip
 
     def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions, heads,
-              reuse: Reuse) -> PassResult:  # fmt: skip
+              reuse: Reuse, ahead_key: tuple | None = None) -> PassResult:  # fmt: skip
         """run_pass within its reuse's scope."""
         t0 = time.perf_counter()
         patch = dict(patch or {})
@@ -307,7 +312,9 @@ class GpuExecutor(StageHost):
         keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
         if reuse.kind == "steps":  # every stage keeps its own region: a replayed plan holds on to it
             keep, streamed = None, None
-        plans, start = plans_under(self, ids, cache, last_logits_only, reuse, keep, streamed)
+        plans, start = self._steps_ahead(ids, cache, last_logits_only, reuse), 0
+        if plans is None:
+            plans, start = plans_under(self, ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
@@ -322,7 +329,8 @@ class GpuExecutor(StageHost):
         t1 = time.perf_counter()
         cut = (positions, heads)
         todo = plans[start:]
-        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
+        ahead = None if ahead_key is None else partial(self._plan_ahead, ids, cache, last_logits_only, ahead_key)
+        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut, ahead)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
         cache.advance(len(ids))
@@ -334,6 +342,17 @@ class GpuExecutor(StageHost):
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         rerunnable = keep is None and not debug and not patch and not stepped
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
+
+    def _steps_ahead(self, ids, cache, last_only: bool, reuse: Reuse) -> list[StagePlan] | None:
+        """A decode step's plans from the look-ahead the last step made for it, if any."""
+        if reuse.kind != "steps":
+            return None
+        replay = self.step_replay()
+        ahead, replay.ahead = replay.ahead, None
+        return lookahead.take(ahead, self, ids, cache, last_only, replay.key)
+
+    def _plan_ahead(self, ids, cache, last_only: bool, key: tuple) -> None:
+        self.step_replay().ahead = lookahead.plan_ahead(self, ids, cache, last_only, key)
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

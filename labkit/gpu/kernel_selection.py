@@ -56,7 +56,7 @@ def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, 
         key = f"blk.{st.layer}.{family}"
         why = f"selected ({key if key in variants else family})"
     elif kernel.repack is not None and weight_layout == "blocks" and "blocks" in registered_variants().get(family, ()):
-        kernel = get_kernel(family, "blocks", adapter)
+        kernel = get_kernel(family, _blocks_variant(family, adapter), adapter)
         why = "default for weights kept near their GGUF width (the int8 layout does not fit the memory budget)"
     elif kernel.repack is not None and weight_layout in ("blocks", "gguf"):
         kernel = get_kernel(family, "row", adapter)
@@ -66,6 +66,11 @@ def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, 
     else:
         why = "default"
     return KernelChoice(family, kernel, why)
+
+
+def _blocks_variant(family: str, adapter: str) -> str:
+    """The blocks layout's kernel: with the split-K decode driver on a real GPU, where it has one."""
+    return "blocks_splitk" if adapter == "gpu" and "blocks_splitk" in registered_variants().get(family, ()) else "blocks"
 
 
 def stage_policy(st: Stage, family: str, variants: dict[str, str]) -> Policy:

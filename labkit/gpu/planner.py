@@ -12,7 +12,7 @@ the submitter's job (labkit.gpu.submitter); choosing kernels, kernel_selection's
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.fusion import epilogue_for
@@ -49,7 +49,7 @@ def plan_pass(
     their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
     a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
     sel = ex.selection()
-    kernels, skipped, sigs = sel.kernels, sel.skipped, sel.signatures
+    kernels, skipped = sel.kernels, sel.skipped
     scratch, textures = None, TexturePool(ex.device)
     if keep is not None:
         readers = last_readers(ex.graph, lambda st: reads(st, kernels[st.name]), skipped)
@@ -62,23 +62,62 @@ def plan_pass(
             old = reuse[i]
             plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
         else:
-            ep = epilogue_for(ex.graph, i, kernels, len(ids)) if replay is not None else None
-            ctx = partial(StageContext, ex, st, kernels[st.name], regions, cache, ids, last_logits_only, scratch, ep)
-            make = partial(_plan_stage, ex, ctx, sigs[i], st.name in skipped, textures, fused.get(st.name))
-            if i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed):
-                make = partial(_plan_logits_chunks, ex, ctx, sigs[i], textures)
-            if replay is None:
-                plans.append(make())
-            else:  # the last step's plan of this stage, when nothing it depends on changed
-                inputs = (*(regions[n] for n in st.inputs), fused.get(st.name), ep)  # ep: fused or not
-                plans.append(replay.stage(i, st, sigs[i], inputs, make))
+            chunked = i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed)
+            where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)
+            plans.append(_stage_plan(ex, sel, i, where, replay, chunked))
         regions[st.name] = plans[-1].out
         fused.update(plans[-1].also_writes)
         if scratch is not None:
             plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
     if plans and streamed:
         plans[-1].segment_end = True  # the last captures are read after the last stage
+    if replay is not None:
+        replay.flush()
     return plans
+
+
+class Where(NamedTuple):
+    """What a stage is planned within: the regions so far, the pass's tokens and pools."""
+
+    regions: dict
+    fused: dict
+    cache: Any
+    ids: list[int]
+    last_only: bool
+    scratch: Any
+    textures: TexturePool
+
+
+def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunked: bool = False) -> StagePlan:
+    """Stage i's plan: made now, or with `replay` the last step's when nothing it depends on changed."""
+    st = ex.graph[i]
+    ep = epilogue_for(ex.graph, i, sel.kernels, len(w.ids)) if replay is not None else None
+    ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
+    make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
+    if chunked:
+        make = partial(_plan_logits_chunks, ex, ctx, sel.signatures[i], w.textures)
+    if replay is None:
+        return make()
+    inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
+    return replay.stage(i, st, sel.signatures[i], inputs, make)
+
+
+def replan_for_ids(ex: Any, plans: list[StagePlan], ids: list[int], cache, last_only: bool, replay: StepReplay):
+    """A decode step planned ahead (labkit.gpu.lookahead) with a placeholder token, finished for the
+    real one: only the stages whose plan read the token ids (the embedding) are planned again.
+    None when that moved a region the other stages were planned over (then plan the step afresh)."""
+    sel = ex.selection()
+    regions = {p.stage.name: p.out for p in plans}
+    fused = {n: r for p in plans for n, r in p.also_writes.items()}
+    where = Where(regions, fused, cache, ids, last_only, None, TexturePool(ex.device))
+    out = list(plans)
+    for i, p in enumerate(plans):
+        if p.reads_ids:
+            out[i] = _stage_plan(ex, sel, i, where, replay)
+            if out[i].out != p.out or not out[i].reads_ids:
+                return None
+    replay.flush()
+    return out
 
 
 def _plan_stage(ex: Any, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
@@ -93,7 +132,7 @@ def _plan_stage(ex: Any, context, signature: tuple, skipped: bool, textures: Tex
         return StagePlan(st, fused, [], signature)
     with textures.stage():  # its operand textures serve later stages once it is recorded
         out = OPS[st.op].plan(st, ctx)
-    return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes)
+    return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes, reads_ids=ctx.reads_ids)
 
 
 def _logits_in_chunks(st: Stage, T: int, last_only: bool, streamed: set[str] | None) -> bool:

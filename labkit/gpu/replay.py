@@ -15,7 +15,8 @@ stage's plan and hands it back unchanged when
 
 Everything else is planned afresh, each stage with its own `PlanCache`, so re-planning one stage
 never moves another stage's objects: the k-th request of a stage gets the object its k-th request
-got last step, and only uniforms whose bytes changed are rewritten. A warm step therefore creates no
+got last step, and only uniforms whose bytes changed are rewritten (all of them in one write: the
+stages' uniforms are slots of one `UniformArena`). A warm step therefore creates no
 GPU objects and records one command encoder over kept dispatches. Tests check that replayed decode
 equals decode planned afresh each step, bit for bit.
 """
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from labkit.gpu.plan_cache import PlanCache
+from labkit.gpu.plan_cache import PlanCache, UniformArena
 from labkit.ops import OPS
 
 
@@ -34,10 +35,13 @@ class StepReplay:
     def __init__(self, device: Any, round_limit: int = 0):
         self.device, self.round_limit = device, int(round_limit)
         self.shared = PlanCache(device, round_limit)  # the pass's own objects: the readback's staging buffer
+        self.arena = UniformArena(device)  # every stage's uniforms, written once per step (flush)
         self._caches: dict[str, PlanCache] = {}  # stage name -> the objects of its last planning
         self._plans: dict[int, Any] = {}  # stage index -> its StagePlan, as last step planned or replayed it
         self._inputs: dict[int, tuple] = {}  # stage index -> the regions that plan reads
         self._key: tuple = ()
+        self.ahead = None  # the next step, planned while the GPU runs this one (labkit.gpu.lookahead)
+        self.ahead_taken = 0  # steps that took the plans made ahead for them (tests, profiling)
         self.replanned: list[str] = []  # stages the last step planned afresh (tests, profiling)
 
     @contextmanager
@@ -45,7 +49,7 @@ class StepReplay:
         """Build one step. `key`: what every stage plan depends on besides its own inputs (token
         count, last-logits-only); a change drops the kept plans."""
         if key != self._key:
-            self._plans, self._inputs, self._key = {}, {}, key
+            self._plans, self._inputs, self._key, self.ahead = {}, {}, key, None
         self.replanned = []
         with self.shared.active():
             yield self
@@ -55,12 +59,23 @@ class StepReplay:
         stage's own plan cache active."""
         if i in self._plans and self._replayable(i, st, signature, inputs):
             return self._plans[i]
-        cache = self._caches.setdefault(st.name, PlanCache(self.device, self.round_limit))
+        cache = self._caches.get(st.name) or self._caches.setdefault(
+            st.name, PlanCache(self.device, self.round_limit, self.arena)
+        )
         with cache.active():
             plan = make()
         self.replanned.append(st.name)
         self._plans[i], self._inputs[i] = plan, inputs
         return plan
+
+    @property
+    def key(self) -> tuple:
+        """The pass key of the steps being built (see `active`)."""
+        return self._key
+
+    def flush(self) -> None:
+        """Write the step's changed uniforms: once it is planned, before it is submitted."""
+        self.arena.flush()
 
     def _replayable(self, i: int, st: Any, signature: tuple, inputs: tuple) -> bool:
         old = self._plans[i]

@@ -41,6 +41,7 @@ class StageContext:
         self.shape = PassShape(self.T, self.n_past)
         self.dispatches: list[Dispatch] = []
         self.also_writes: dict[str, Region] = {}  # the fused epilogue stage's region
+        self.reads_ids = False  # the plan looked at the token ids (token_rows)
 
     def input(self, i: int) -> Region:
         return self.regions[self.stage.inputs[i]]
@@ -65,6 +66,7 @@ class StageContext:
         return Rows(buffer, offset, stride, width, rows)
 
     def token_rows(self, name: str) -> Region:
+        self.reads_ids = True
         return self.ex.token_rows(self.ids, name)
 
     def policy(self, family: str) -> Policy:

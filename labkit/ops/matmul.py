@@ -198,12 +198,19 @@ def block_texels(fmt: str) -> int:
     return -(-wgsl_const(wgsl_file(f"quant_{fmt}"), "BLOCK_BYTES", 0) // 16)
 
 
+# the geometry file each blocks driver is composed after: where a thread's rows and X come from
+BLOCK_GEOMETRY = {"tiled": "tile16", "matvec": "quad_rows", "splitk": "splitk_rows"}
+SPLITK_FORMATS = ("q4_k", "q5_k", "q6_k")  # formats with a split-K decode driver (for real GPUs)
+
+
 @lru_cache(maxsize=64)
 def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
-    """A driver on the blocks layout: the texture reader, the format's own driver, its store."""
+    """A driver on the blocks layout: the texture reader, its geometry, the format's own driver
+    (after the arithmetic its decode drivers share), its store."""
     before, family = BLOCK_DRIVERS[fmt]
-    files = ["repacked", "tile16" if driver == "tiled" else "quad_rows", *before, f"blocks_{family}_{driver}"]
-    if driver == "matvec":
+    dot = [f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
+    files = ["repacked", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
+    if driver != "tiled":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)
 
@@ -218,13 +225,20 @@ def blocks_repack_source(fmt: str) -> str:
     return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
 
 
-def blocks_kernel(fmt: str, **kw) -> Kernel:
-    """The format's drivers on its GGUF blocks in a texture, each block padded to whole texels."""
-    doc = "GGUF blocks in a texture, near the format's own width; 16x8 tiles for prefill, a row quad for decode"
-    return Kernel(f"matmul_{fmt}", "blocks", doc,
-                  lambda shape: blocks_source(fmt, "matvec" if shape.T <= MATVEC_MAX_T else "tiled"),
+def blocks_kernel(fmt: str, decode: str = "matvec", **kw) -> Kernel:
+    """The format's drivers on its GGUF blocks in a texture, each block padded to whole texels:
+    16x8 tiles for prefill, and for decode a row quad per thread (`matvec`, lavapipe's shape) or
+    64 threads splitting 4 rows (`splitk`, a real GPU's)."""
+    name, doc = ("blocks", BLOCKS_DOC) if decode == "matvec" else ("blocks_splitk", BLOCKS_SPLITK_DOC)
+    return Kernel(f"matmul_{fmt}", name, doc,
+                  lambda shape: blocks_source(fmt, decode if shape.T <= MATVEC_MAX_T else "tiled"),
                   repack=lambda: blocks_repack_source(fmt),
-                  epilogue=lambda op: blocks_source(fmt, "matvec", op), **kw)  # fmt: skip
+                  epilogue=lambda op: blocks_source(fmt, decode, op), **kw)  # fmt: skip
+
+
+BLOCKS_DOC = "GGUF blocks in a texture, near the format's own width; 16x8 tiles for prefill, a row quad for decode"
+BLOCKS_SPLITK_DOC = ("GGUF blocks in a texture, as `blocks`; for decode, 64 threads split each 4 rows' blocks "
+                     "(enough workgroups for a real GPU)")  # fmt: skip
 
 
 # faulty block readers (quant_<fmt>_<name>.wgsl: a whole reader, or a part's replacement), each
@@ -259,6 +273,8 @@ def _kernels() -> tuple[Kernel, ...]:
             out.append(repacked_kernel(fmt, "repacked", REPACKED_DOC, prefer=cpu.get("repacked")))
         if "blocks" in f.layouts:
             out.append(blocks_kernel(fmt, prefer=cpu.get("blocks")))
+        if fmt in SPLITK_FORMATS:
+            out.append(blocks_kernel(fmt, "splitk"))
         out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
                           lambda shape, f=fmt: source(f), prefer=cpu.get("row")))  # fmt: skip
         out.append(Kernel(fam, "wg_reduce", "one workgroup per row on the GGUF bytes, shared-memory reduction "
