@@ -438,7 +438,8 @@ class Lab:
         def step(ids: list[int]) -> np.ndarray:
             # a step replays the last one's plans where they still hold; the prefill reuses objects
             reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse, lookahead=len(ids) == 1)
+            ahead = len(ids) == 1 and ex.plans_ahead
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse, lookahead=ahead)
             return res.captures["logits"][-1]
 
         return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)

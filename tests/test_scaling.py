@@ -358,8 +358,12 @@ def test_decode_planned_ahead_equals_decode_planned_each_step(tiny_model, model)
     assert replay.ahead_taken == 2 * 28, replay.ahead_taken
     lab.use("rope", "normal_pairs")
     assert decode(lab, IDS[:4], 12, lookahead=True) == decode(lab, IDS[:4], 12, replay=False)
+    assert not lab.executor.plans_ahead  # lavapipe: the planning would take its cores
+    lab.executor.adapter_type = "DiscreteGPU"  # what an H200 reports: generate plans ahead
     steps = [int(np.argmax(np.frombuffer(b, np.float32))) for b in decode(lab, IDS[:4], 6, replay=False)]
-    assert lab.generate(IDS[:4], max_new_tokens=6).ids == steps  # generate plans ahead
+    taken = replay.ahead_taken
+    assert lab.generate(IDS[:4], max_new_tokens=6).ids == steps
+    assert replay.ahead_taken == taken + 4, replay.ahead_taken
 
 
 @pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)

@@ -297,7 +297,7 @@ def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
     lab.executor.adapter_type = "DiscreteGPU"
     kinds = lab.kernels()
     assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]
-    assert kinds["attn_norm"]["kernel"] == "wide"  # 256 threads a group on a real GPU
+    assert kinds["attn_norm"]["kernel"] == "default"
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
     assert cmp.passed, cmp.table(only_failed=True)
     lab.use("matmul_q4_k", "row")

@@ -70,7 +70,8 @@ def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, 
 
 def _blocks_variant(family: str, adapter: str) -> str:
     """The blocks layout's kernel: with the split-K decode driver on a real GPU, where it has one."""
-    return "blocks_splitk" if adapter == "gpu" and "blocks_splitk" in registered_variants().get(family, ()) else "blocks"
+    splitk = adapter == "gpu" and "blocks_splitk" in registered_variants().get(family, ())
+    return "blocks_splitk" if splitk else "blocks"
 
 
 def stage_policy(st: Stage, family: str, variants: dict[str, str]) -> Policy:

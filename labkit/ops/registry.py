@@ -55,9 +55,8 @@ def get_kernel(family: str, name: str = "default", adapter: str = "cpu") -> Kern
     named = KERNELS.get(family)
     if named is None:
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(variants())}")
-    if name == "default":  # a real GPU's own default first (rmsnorm's wide kernel), then the family's
-        own = preferred(family, adapter) if adapter != "cpu" else None
-        return own or named.get("default") or preferred(family, "cpu")
+    if name == "default" and "default" not in named:
+        return preferred(family, adapter) or preferred(family, "cpu")
     if name not in named:
         raise UnknownVariantError(f"unknown variant {name!r} of {family}; known: {', '.join(variants()[family])}")
     return named[name]

@@ -6,11 +6,9 @@ converter), which is what the `offset_twice` fault gets wrong."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, from_file, wgsl_file
+from labkit.ops.base import Kernel, Op, Params, from_file
 
 PARAMS = Params(n_groups="u32", group="u32", eps="f32")
 
@@ -25,14 +23,8 @@ def reference(stage, ref) -> np.ndarray:
 
 
 def workgroups(n_groups: int) -> int:
-    """One workgroup per group (its threads: the kernel's WG)."""
+    """One workgroup of 64 threads per group."""
     return n_groups
-
-
-@lru_cache(maxsize=4)
-def rmsnorm_source(wg: int) -> str:
-    """rmsnorm.wgsl with WG threads per group: one string object per width (caches key on it)."""
-    return f"const WG: u32 = {wg}u;\n" + wgsl_file("rmsnorm")
 
 
 def plan(stage, gpu):
@@ -78,15 +70,7 @@ OP = Op(
     shapes=shapes,
     weight="vector",
     kernels=(
-        Kernel("rmsnorm", "default", "the correct kernel: 64 threads per group", lambda shape: rmsnorm_source(64)),
-        Kernel(
-            "rmsnorm",
-            "wide",
-            "the correct kernel with 256 threads per group: on a real GPU a group's 64 threads spent 40 us "
-            "on a 4096-wide row, one load after another (the default there)",
-            lambda shape: rmsnorm_source(256),
-            prefer="gpu",
-        ),
+        Kernel("rmsnorm", "default", "the correct kernel", from_file("rmsnorm")),
         Kernel(
             "rmsnorm",
             "scale_clamp",
