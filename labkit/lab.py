@@ -25,6 +25,7 @@ from labkit.model.graph import Stage, build_graph
 from labkit.model.memory import Budget, MemoryPlan, budget_of
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
+from labkit.model.stage_kinds import role_of
 from labkit.sampling import GREEDY, Sampler
 from labkit.selection import Capture, Positions, select_heads, select_names, select_positions
 
@@ -302,7 +303,7 @@ class Lab:
                 + " and ".join(k.upper() for k in st.kv_read)
                 + " of every position"
             )
-        return Explanation(st.name, op.name, op.what, op.stage_formula(st), inputs, out, kv, op.roles.get(st.kind, ""))
+        return Explanation(st.name, op.name, op.what, op.stage_formula(st), inputs, out, kv, role_of(st.kind))
 
     def run(
         self,

@@ -50,3 +50,13 @@ def test_an_unregistered_family_is_refused(demo_path, monkeypatch):
     monkeypatch.delitem(ARCHITECTURES, "labkit-demo")
     with pytest.raises(UnsupportedArchitectureError, match="labkit-demo"):
         labkit.open(demo_path)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_every_stage_of_every_family_says_what_it_does(tiny_model, arch):
+    """Each stage kind's role comes from its row of the stage-kind table, whichever op computes it:
+    every stage of every family explains its job (BitNet's sub-norms and the MoE router included)."""
+    lab = labkit.open(tiny_model(arch, "TQ2_0" if arch == "bitnet" else "Q8_0"))
+    silent = [st.name for st in lab.graph if not lab.explain(st.name).role]
+    assert not silent, f"{arch}: stages with no role: {silent}"
+    assert lab.explain(lab.graph[-1].name).role.startswith("the unembedding")

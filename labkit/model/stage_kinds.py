@@ -2,10 +2,11 @@
 
 A kind is a stage name without its layer prefix (`blk.3.ffn_down` → `ffn_down`). Its row gives
 the order a layer computes it in (comparisons and tables sort by it, never by the order a caller
-listed names in), how its output lies (rows of floats, an attention map, or integer ids), and its
+listed names in), how its output lies (rows of floats, an attention map, or integer ids), its
 max NMSE against the float64 reference at each precision a run can have (labkit.precision says
-how each column was measured). KIND_ORDER, the precision tables and the capture layouts derive
-from it, so a family that brings new kinds adds rows here and nowhere else.
+how each column was measured), and its role in the transformer (ROLES: what lab.explain and
+the widgets say it does). KIND_ORDER, the precision tables, the capture layouts and the
+explanations derive from it, so a family that brings new kinds adds rows here and nowhere else.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class StageKind:
     layout: str = "rows"  # "rows": [positions, ...] floats; "heads": [heads, queries, keys]; "ids": integers
     top_level: bool = False  # outside the layers: no `blk.L.` prefix
     slots: bool = False  # [T, k, ...]: one entry per selected expert, in the order of the layer's ffn_topk
+    role: str = ""  # what it does in the transformer (ROLES)
 
     @property
     def exact(self) -> bool:
@@ -32,7 +34,112 @@ class StageKind:
         return self.layout == "ids"
 
 
-K = StageKind
+# what each kind does in the transformer: lab.explain's `role`, shown by every widget
+ROLES: dict[str, str] = {
+    "embed": (
+        "the first residual stream: each token id becomes a learned vector of d_model numbers (Gemma "
+        "multiplies it by √d_model)"
+    ),
+    "attn_norm": (
+        "normalizes the residual stream before attention, so the block sees inputs of a steady scale "
+        "whatever the stream's size"
+    ),
+    "q": ("the query projection: for each head, what this position is looking for in the other positions"),
+    "k": (
+        "the key projection: for each KV head, what this position offers to the queries that look for it."
+        " It is cached (the KV cache) so later tokens can attend to it"
+    ),
+    "v": (
+        "the value projection: for each KV head, what this position passes on to the queries that attend "
+        "to it. Cached with the keys"
+    ),
+    "q_norm": "normalizes each head's query (Gemma 3, Qwen 3), keeping the attention scores in range",
+    "k_norm": "normalizes each head's key (Gemma 3, Qwen 3)",
+    "q_rope": (
+        "rotary position embedding on the queries: pairs of features are rotated by angles that grow with"
+        " the position, so the dot product of a query and a key depends on how far apart they are"
+    ),
+    "k_rope": "rotary position embedding on the keys (the rotated keys are what the KV cache holds)",
+    "attn_scores": (
+        "how well each query matches each key, per head: a scaled dot product. Keys in the future (and, "
+        "for a sliding-window layer, too far in the past) are masked to −inf, so a token never sees what "
+        "comes after it"
+    ),
+    "attn_probs": (
+        "the attention pattern: each query's scores turned into probabilities over the visible keys (each"
+        " row sums to 1; masked keys get 0)"
+    ),
+    "attn_ctx": (
+        "each query's context vector, per head: the average of the value vectors of the positions it "
+        "attends to, weighted by attn_probs. This is how information moves between positions"
+    ),
+    "attn_sub_norm": (
+        "BitNet's sub-norm: the heads' context vectors normalized before the output projection, so the "
+        "ternary weights see inputs of a steady scale (post-mortem 003's cascade starts here)"
+    ),
+    "attn_out": (
+        "the output projection: the heads' context vectors, concatenated, mapped back to d_model so "
+        "attention can add them to the residual stream"
+    ),
+    "post_attn_norm": (
+        "normalizes attention's output before it is added to the residual stream (Gemma's sandwich norm)"
+    ),
+    "resid_mid": (
+        "the residual stream after attention: the layer's input plus what attention wrote. Each block "
+        "only adds to this running sum, so information from earlier layers is never overwritten"
+    ),
+    "ffn_norm": "normalizes the residual stream before the feed-forward block",
+    "ffn_gate": "the feed-forward block's gate projection up to d_ff features (the GLU's gate)",
+    "ffn_up": "the feed-forward block's up projection to d_ff features (the GLU's value)",
+    "ffn_act": (
+        "the gated linear unit: the gate projection through a nonlinearity (GELU or SiLU) multiplies the "
+        "up projection, feature by feature. The nonlinearity is what lets the feed-forward block compute "
+        "more than a linear map"
+    ),
+    "ffn_sub_norm": (
+        "BitNet's sub-norm: the gated activation normalized before the down projection, for the same "
+        "reason as attn_sub_norm"
+    ),
+    "ffn_down": ("the feed-forward block's down projection from d_ff back to d_model, added to the residual stream"),
+    "ffn_router": (
+        "the router: one logit per expert for each token, from which the layer picks the experts that "
+        "compute its feed-forward output (a linear layer; gpt-oss adds a bias)"
+    ),
+    "ffn_router_probs": "the router's probabilities: how much each expert suits this token (softmax over experts)",
+    "ffn_topk": "the experts this token is sent to: the k most probable, most probable first (integer ids)",
+    "ffn_expert_weights": (
+        "how much each selected expert's output counts: its probability, renormalized over the k (gpt-"
+        "oss: the softmax of the k selected logits)"
+    ),
+    "ffn_moe_gate": "each selected expert's gate projection, per token and slot",
+    "ffn_moe_up": "each selected expert's up projection, per token and slot",
+    "ffn_moe_act": "each selected expert's gated activation, act(gate) · up, per token and slot",
+    "ffn_moe_down": "each selected expert's down projection back to d_model, before its weight is applied",
+    "ffn_moe_out": "the mixture's output: the k experts' outputs, each times its router weight, summed",
+    "post_ffn_norm": (
+        "normalizes the feed-forward output before it is added to the residual stream (Gemma's sandwich norm)"
+    ),
+    "resid_out": (
+        "the residual stream after the layer: resid_mid plus what the feed-forward block wrote. The next "
+        "layer reads this; after the last layer, the final norm and the unembedding turn it into logits"
+    ),
+    "output_norm": "the final norm: the last residual stream normalized before the unembedding",
+    "logits_raw": (
+        "the unembedding, before the final soft-cap: the final hidden state scored against every token of"
+        " the vocabulary"
+    ),
+    "logits": (
+        "the unembedding: the final hidden state scored against every token of the vocabulary (Gemma 2 "
+        "then soft-caps the scores into (−cap, cap), so no token gets an extreme one); the highest logit "
+        "is the most likely next token (softmax turns logits into probabilities)"
+    ),
+}
+
+
+def K(name: str, *columns: float, **kw) -> StageKind:
+    return StageKind(name, *columns, role=ROLES[name], **kw)
+
+
 # int8's comments: the worst NMSE measured against llama.cpp, gemma3-270m and smollm2-135m, 8 prompts
 STAGE_KINDS: tuple[StageKind, ...] = (
     K("embed", 1e-10, 1e-10, 2e-07, 2e-05, top_level=True),  # 8.4e-16: exact dequantization on both sides
@@ -86,6 +193,12 @@ SLOT_KINDS = tuple(k.name for k in STAGE_KINDS if k.slots)
 def thresholds(column: str) -> dict[str, float]:
     """{kind: max NMSE} of one precision column ("float32", "int8", "float16", "bfloat16")."""
     return {k.name: getattr(k, column) for k in STAGE_KINDS}
+
+
+def role_of(kind: str) -> str:
+    """What a kind does in the transformer ("" for a kind no table row names: a user's own stage)."""
+    row = BY_KIND.get(kind)
+    return row.role if row else ""
 
 
 def layout_of(kind: str) -> str:

@@ -32,20 +32,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d, d], d
 
 
-ROLES = {
-    "resid_mid": (
-        "the residual stream after attention: the layer's input plus what attention wrote. Each block "
-        "only adds to this running sum, so information from earlier layers is never overwritten"
-    ),
-    "resid_out": (
-        "the residual stream after the layer: resid_mid plus what the feed-forward block wrote. The next "
-        "layer reads this; after the last layer, the final norm and the unembedding turn it into logits"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
-    roles=ROLES,
     name="add",
     what="adds the block's output to the residual stream",
     formula="y = a + b",

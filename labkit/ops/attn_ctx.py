@@ -77,16 +77,8 @@ def _tiled_workgroups(T: int, n_heads: int, size: int) -> int:
     return ceil_div(T, wgsl_const(wgsl_file("attn_tiled"), "TILE", 8)) * n_heads
 
 
-ROLES = {
-    "attn_ctx": (
-        "each query's context vector, per head: the average of the value vectors of the positions it "
-        "attends to, weighted by attn_probs. This is how information moves between positions"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["n_heads"] * st.params["head_dim"]),
-    roles=ROLES,
     name="attn_ctx",
     what="mixes the values of the visible keys, weighted by the attention probabilities",
     formula="c[t,h] = Σ_k p[h,t,k] · v[k,h/g]",

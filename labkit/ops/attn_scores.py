@@ -122,18 +122,9 @@ def _general(shape: PassShape) -> str:
     return compose(*GENERAL)
 
 
-ROLES = {
-    "attn_scores": (
-        "how well each query matches each key, per head: a scaled dot product. Keys in the future (and, "
-        "for a sliding-window layer, too far in the past) are masked to −inf, so a token never sees what "
-        "comes after it"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (st.params["n_heads"], s.T, s.n_past + s.T),
     layout="heads",
-    roles=ROLES,
     name="attn_scores",
     what="scores every (query, key) pair: scaled dot products, masked to the past (and the window)",
     formula="s[h,t,k] = scale · q[t,h] · k[k,h/g]   (−inf where k > pos(t) or pos(t) − k ≥ window)",

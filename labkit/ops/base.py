@@ -156,7 +156,7 @@ class Explanation:
     inputs: tuple[tuple[str, str], ...]  # (name, shape)
     output: str  # shape
     kv: str = ""  # its KV-cache role, if any
-    role: str = ""  # what this stage does in the transformer (the op's `roles` for its kind)
+    role: str = ""  # what this stage does in the transformer (its kind's row: labkit.model.stage_kinds)
 
     def __str__(self) -> str:
         ins = ", ".join(f"{n} {s}" for n, s in self.inputs) or "token ids"
@@ -241,8 +241,6 @@ class Op:
     # its plan reads the pass position or tokens, not only its input regions: a replayed decode
     # step plans it afresh (labkit.gpu.replay)
     per_step: bool = False
-    # stage kind → what that use of the op does in a transformer, for people (lab.explain)
-    roles: dict[str, str] = field(default_factory=dict)
     # its output's shape for a pass (the memory plan sizes both engines by it); None: its first input's
     output: Callable[[Any, PassShape], tuple[int, ...]] | None = field(default=None, repr=False)
     layout: str = "rows"  # "rows": [positions, width] float32/64; "heads": [heads, queries, keys]

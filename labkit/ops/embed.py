@@ -31,16 +31,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [f"{stage.weight} rows of the token ids"], f"[T, {stage.params['d_model']}]"
 
 
-ROLES = {
-    "embed": (
-        "the first residual stream: each token id becomes a learned vector of d_model numbers (Gemma "
-        "multiplies it by √d_model)"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["d_model"]),
-    roles=ROLES,
     name="embed",
     what="looks up each token's row of the embedding matrix and scales it",
     formula="x[t] = E[id[t]] · scale",

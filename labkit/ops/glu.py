@@ -62,18 +62,8 @@ def shapes(stage) -> tuple[list[str], str]:
 
 OAI_FORMULA = "x = min(gate, 7); y = x · σ(1.702·x) · (clamp(up, −7, 7) + 1)   (gpt-oss's clamped SwiGLU)"
 
-ROLES = {
-    "ffn_moe_act": "each selected expert's gated activation, act(gate) · up, per token and slot",
-    "ffn_act": (
-        "the gated linear unit: the gate projection through a nonlinearity (GELU or SiLU) multiplies the "
-        "up projection, feature by feature. The nonlinearity is what lets the feed-forward block compute "
-        "more than a linear map"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
-    roles=ROLES,
     name="glu",
     what="gates the up projection with the activated gate projection",
     formula="y = act(gate) · up   (act: GELU-tanh or SiLU)",

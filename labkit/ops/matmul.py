@@ -283,36 +283,8 @@ def _kernels() -> tuple[Kernel, ...]:
     return tuple(out)
 
 
-ROLES = {
-    "q": ("the query projection: for each head, what this position is looking for in the other positions"),
-    "k": (
-        "the key projection: for each KV head, what this position offers to the queries that look for it."
-        " It is cached (the KV cache) so later tokens can attend to it"
-    ),
-    "v": (
-        "the value projection: for each KV head, what this position passes on to the queries that attend "
-        "to it. Cached with the keys"
-    ),
-    "attn_out": (
-        "the output projection: the heads' context vectors, concatenated, mapped back to d_model so "
-        "attention can add them to the residual stream"
-    ),
-    "ffn_gate": ("the feed-forward block's gate projection up to d_ff features (the GLU's gate)"),
-    "ffn_up": ("the feed-forward block's up projection to d_ff features (the GLU's value)"),
-    "ffn_down": ("the feed-forward block's down projection from d_ff back to d_model, added to the residual stream"),
-    "logits": (
-        "the unembedding: the final hidden state scored against every token of the vocabulary; the "
-        "highest logit is the most likely next token (softmax turns logits into probabilities)"
-    ),
-    "logits_raw": (
-        "the unembedding, before the final soft-cap: the final hidden state scored against every token of"
-        " the vocabulary"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["out"]),
-    roles=ROLES,
     name="matmul",
     what="a linear layer: each output feature is a weighted sum of the input features",
     formula="y[t, n] = Σ_k x[t, k] · W[n, k]  (+ b[n])",

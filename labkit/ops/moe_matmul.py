@@ -108,15 +108,8 @@ def _kernels() -> tuple[Kernel, ...]:
     )  # fmt: skip
 
 
-ROLES = {
-    "ffn_moe_gate": "each selected expert's gate projection, per token and slot",
-    "ffn_moe_up": "each selected expert's up projection, per token and slot",
-    "ffn_moe_down": "each selected expert's down projection back to d_model, before its weight is applied",
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["k"], st.params["out"]),
-    roles=ROLES,
     name="moe_matmul",
     what="the linear layer of the expert each slot selected, for each token's k slots",
     formula="y[t, s, n] = Σ_c x[t, (s,) c] · W[ids[t, s], n, c]  (+ b[ids[t, s], n] where the experts have biases)",

@@ -129,18 +129,8 @@ FAULTS = (
 
 SOFTMAX_WEIGHT_FORMULA = "ids = topk(logits, k); w = softmax(logits[ids])   (softmax_weight gating: gpt-oss)"
 
-ROLES = {
-    "ffn_router_probs": "the router's probabilities: how much each expert suits this token (softmax over experts)",
-    "ffn_topk": "the experts this token is sent to: the k most probable, most probable first (integer ids)",
-    "ffn_expert_weights": (
-        "how much each selected expert's output counts: its probability, renormalized over the k (gpt-oss: "
-        "the softmax of the k selected logits)"
-    ),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["n_expert"] if st.params["out"] == "probs" else st.params["k"]),
-    roles=ROLES,
     name="moe_router",
     what="routes each token to k experts: probabilities, the top k, and their weights",
     formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does)",

@@ -32,13 +32,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [f"[T, k, {n}]", "[T, k]"], f"[T, {n}]"
 
 
-ROLES = {
-    "ffn_moe_out": "the mixture's output: the k experts' outputs, each times its router weight, summed",
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
-    roles=ROLES,
     name="moe_sum",
     what="sums each token's expert outputs, weighted by the router",
     formula="y[t, n] = Σ_s w[t, s] · x[t, s, n]",

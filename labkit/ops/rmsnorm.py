@@ -41,26 +41,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [f"[T, {width}]", f"{stage.weight} [{stage.params['group']}]"], f"[T, {width}]"
 
 
-ROLES = {
-    "attn_norm": (
-        "normalizes the residual stream before attention, so the block sees inputs of a steady scale "
-        "whatever the stream's size"
-    ),
-    "ffn_norm": ("normalizes the residual stream before the feed-forward block"),
-    "q_norm": ("normalizes each head's query (Gemma 3, Qwen 3), keeping the attention scores in range"),
-    "k_norm": ("normalizes each head's key (Gemma 3, Qwen 3)"),
-    "post_attn_norm": (
-        "normalizes attention's output before it is added to the residual stream (Gemma's sandwich norm)"
-    ),
-    "post_ffn_norm": (
-        "normalizes the feed-forward output before it is added to the residual stream (Gemma's sandwich norm)"
-    ),
-    "output_norm": ("the final norm: the last residual stream normalized before the unembedding"),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
-    roles=ROLES,
     name="rmsnorm",
     what="divides each group of values by its root mean square, then multiplies by a learned weight",
     formula="y = x / sqrt(mean(x²) + eps) · w",

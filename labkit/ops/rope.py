@@ -75,17 +75,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d], d
 
 
-ROLES = {
-    "q_rope": (
-        "rotary position embedding on the queries: pairs of features are rotated by angles that grow with"
-        " the position, so the dot product of a query and a key depends on how far apart they are"
-    ),
-    "k_rope": ("rotary position embedding on the keys (the rotated keys are what the KV cache holds)"),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["n_heads"] * st.params["head_dim"]),
-    roles=ROLES,
     name="rope",
     what="rotates pairs of features by an angle proportional to the token's position",
     formula="(a, b) → (a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d)",

@@ -36,13 +36,8 @@ def shapes(stage) -> tuple[list[str], str]:
     return [d], d
 
 
-ROLES = {
-    "logits": ("the final soft-cap (Gemma 2): logits squashed into (−cap, cap) so no token gets an extreme score"),
-}
-
 OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
-    roles=ROLES,
     name="softcap",
     what="squashes values smoothly into (-cap, cap)",
     formula="y = cap · tanh(x / cap)",

@@ -60,16 +60,8 @@ def shapes(stage) -> tuple[list[str], str]:
 
 SINK_FORMULA = "p[s] = exp(x[s] − m) / (Σ exp(x − m) + exp(sink − m)),  m = max(max x, sink)  (a sink per head)"
 
-ROLES = {
-    "attn_probs": (
-        "the attention pattern: each query's scores turned into probabilities over the visible keys (each"
-        " row sums to 1; masked keys get 0)"
-    ),
-}
-
 OP = Op(
     layout="heads",  # output: its input's shape, [heads, queries, keys]
-    roles=ROLES,
     name="softmax",
     what="turns each query's scores into probabilities over the keys",
     formula="p[s] = exp(x[s] − max x) / Σ exp(x − max x)",
