@@ -4,9 +4,11 @@ A kind is a stage name without its layer prefix (`blk.3.ffn_down` → `ffn_down`
 the order a layer computes it in (comparisons and tables sort by it, never by the order a caller
 listed names in), how its output lies (rows of floats, an attention map, or integer ids), its
 max NMSE against the float64 reference at each precision a run can have (labkit.precision says
-how each column was measured), and its role in the transformer (ROLES: what lab.explain and
-the widgets say it does). KIND_ORDER, the precision tables, the capture layouts and the
-explanations derive from it, so a family that brings new kinds adds rows here and nowhere else.
+how each column was measured), its role in the transformer (ROLES: what lab.explain and the
+widgets say it does) and the node llama.cpp's graph computes it in (LLAMACPP_NODES: the oracle's
+default mapping). KIND_ORDER, the precision tables, the capture layouts, the explanations and
+the oracle's mappings derive from it, so a family that brings new kinds adds rows here and
+nowhere else.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class StageKind:
     top_level: bool = False  # outside the layers: no `blk.L.` prefix
     slots: bool = False  # [T, k, ...]: one entry per selected expert, in the order of the layer's ffn_topk
     role: str = ""  # what it does in the transformer (ROLES)
+    llamacpp: str = ""  # llama.cpp's node for it, NAME:GGML_OP (LLAMACPP_NODES)
 
     @property
     def exact(self) -> bool:
@@ -135,9 +138,51 @@ ROLES: dict[str, str] = {
     ),
 }
 
+# the node llama.cpp's graph gives each kind, as NAME:GGML_OP ({L}: the layer), in the graph most
+# families share (llama's, build_moe_ffn's); "" where llama.cpp leaves it unnamed. A family that
+# names it otherwise says so in labkit.oracle.llamacpp.MAPPINGS
+LLAMACPP_NODES: dict[str, str] = {
+    "embed": "embd:GET_ROWS",
+    "attn_norm": "attn_norm-{L}:MUL",
+    "q": "Qcur-{L}:MUL_MAT",
+    "k": "Kcur-{L}:MUL_MAT",
+    "v": "Vcur-{L}:MUL_MAT",
+    "q_norm": "Qcur_normed-{L}:MUL",
+    "k_norm": "Kcur_normed-{L}:MUL",
+    "q_rope": "Qcur-{L}:ROPE",
+    "k_rope": "Kcur-{L}:ROPE",
+    "attn_scores": "kq-{L}:MUL_MAT",
+    "attn_probs": "kq_soft_max-{L}:SOFT_MAX",
+    "attn_ctx": "kqv_out-{L}:CONT",
+    "attn_sub_norm": "attn_sub_norm-{L}:MUL",
+    "attn_out": "",
+    "post_attn_norm": "attn_post_norm-{L}:MUL",
+    "resid_mid": "ffn_inp-{L}:ADD",
+    "ffn_norm": "ffn_norm-{L}:MUL",
+    "ffn_gate": "ffn_gate-{L}:MUL_MAT",
+    "ffn_up": "ffn_up-{L}:MUL_MAT",
+    "ffn_act": "ffn_swiglu-{L}:GLU",
+    "ffn_sub_norm": "ffn_sub_norm-{L}:MUL",
+    "ffn_down": "ffn_out-{L}:MUL_MAT",
+    "ffn_router": "ffn_moe_logits-{L}:MUL_MAT",
+    "ffn_router_probs": "ffn_moe_probs-{L}:SOFT_MAX",
+    "ffn_topk": "ffn_moe_topk-{L}:VIEW",
+    "ffn_expert_weights": "ffn_moe_weights_norm-{L}:DIV",
+    "ffn_moe_gate": "ffn_moe_gate-{L}:MUL_MAT_ID",
+    "ffn_moe_up": "ffn_moe_up-{L}:MUL_MAT_ID",
+    "ffn_moe_act": "ffn_moe_swiglu-{L}:GLU",
+    "ffn_moe_down": "ffn_moe_down-{L}:MUL_MAT_ID",
+    "ffn_moe_out": "ffn_moe_out-{L}:ADD",
+    "post_ffn_norm": "ffn_post_norm-{L}:MUL",
+    "resid_out": "l_out-{L}:ADD",
+    "output_norm": "result_norm:MUL",
+    "logits_raw": "",
+    "logits": "result_output:MUL_MAT",
+}
+
 
 def K(name: str, *columns: float, **kw) -> StageKind:
-    return StageKind(name, *columns, role=ROLES[name], **kw)
+    return StageKind(name, *columns, role=ROLES[name], llamacpp=LLAMACPP_NODES[name], **kw)
 
 
 # int8's comments: the worst NMSE measured against llama.cpp, gemma3-270m and smollm2-135m, 8 prompts

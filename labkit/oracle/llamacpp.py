@@ -41,6 +41,7 @@ from labkit import progress
 from labkit.errors import LabkitError, OracleUnavailableError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
+from labkit.model.stage_kinds import BY_KIND
 from labkit.precision import INT8_ACTIVATION_THRESHOLDS
 
 INSTALL_HINT = "install the oracle extra: pip install labkit[oracle]"
@@ -71,46 +72,60 @@ class Pick:
     part: tuple[int, int] | None = None  # (i, n): the i-th of n equal column blocks (phi3's fused gate/up)
 
 
+def default_pick(kind: str, note: str = "") -> Pick:
+    """llama.cpp's node for a stage kind in the graph most families share: the stage-kind table's
+    `llamacpp` column (labkit.model.stage_kinds), laid out as the kind's output lies."""
+    row = BY_KIND[kind]
+    name, op = row.llamacpp.split(":")
+    layout = {"attn_scores": "scores", "attn_probs": "probs"}.get(kind, "slots" if row.slots or row.exact else "vec")
+    return Pick(name, op, layout=layout, note=note)
+
+
+# what a default node holds where that is not plain [T, features]
+NOTES = {
+    "attn_norm": "rms_norm(x) * w (the norm-L node before it is unweighted)",
+    "q_rope": "same name as the matmul; the ROPE node",
+    "k_rope": "same name as the matmul; the ROPE node",
+    "attn_scores": "raw q·k; × the soft_max node's scale + its mask (0 / -inf), as soft_max_ext does",
+    "attn_ctx": "heads merged: ne [heads*head_dim, T]",
+    "ffn_act": "act(gate) * up in one GLU op",
+    "logits": "ne [vocab, T]; every position requested",
+    "ffn_topk": "I32 [k, T]: the first k of the argsort",
+    "ffn_expert_weights": "[k, T] (reshaped to [1, k, T] after)",
+    "ffn_moe_gate": "[d_ff_expert, k, T]",
+    "ffn_moe_down": "[d_model, k, T]",
+    "ffn_moe_out": "the weighted experts' views summed, slot by slot",
+}
+COMMON_KINDS = (
+    *("attn_norm", "k", "v", "q_rope", "k_rope", "attn_scores", "attn_probs", "attn_ctx", "resid_mid"),
+    *("ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_down", "resid_out", "output_norm", "logits"),
+)
+MOE_KINDS = (
+    *("ffn_router", "ffn_router_probs", "ffn_topk", "ffn_expert_weights", "ffn_moe_gate", "ffn_moe_up"),
+    *("ffn_moe_act", "ffn_moe_down", "ffn_moe_out"),
+)
+
+
+def _defaults(kinds: tuple[str, ...]) -> dict[str, Pick]:
+    return {k: default_pick(k, NOTES.get(k, "")) for k in kinds}
+
+
 def _common(resid_mid: str, act: str, attn_out_note: str) -> dict[str, Pick]:
+    """The kinds every family's llama.cpp graph names alike, with the family's residual and GLU names."""
     return {
-        "attn_norm": Pick("attn_norm-{L}", "MUL", note="rms_norm(x) * w (the norm-L node before it is unweighted)"),
-        "k": Pick("Kcur-{L}", "MUL_MAT"),
-        "v": Pick("Vcur-{L}", "MUL_MAT"),
-        "q_rope": Pick("Qcur-{L}", "ROPE", note="same name as the matmul; the ROPE node"),
-        "k_rope": Pick("Kcur-{L}", "ROPE", note="same name as the matmul; the ROPE node"),
-        "attn_scores": Pick(
-            "kq-{L}",
-            "MUL_MAT",
-            layout="scores",
-            note="raw q·k; × the soft_max node's scale + its mask (0 / -inf), as soft_max_ext does",
-        ),
-        "attn_probs": Pick("kq_soft_max-{L}", "SOFT_MAX", layout="probs"),
-        "attn_ctx": Pick("kqv_out-{L}", "CONT", note="heads merged: ne [heads*head_dim, T]"),
+        **_defaults(COMMON_KINDS),
         "attn_out": Pick("", "MUL_MAT", reads="kqv_out-{L}", note=attn_out_note),
         "resid_mid": Pick(resid_mid, "ADD"),
-        "ffn_norm": Pick("ffn_norm-{L}", "MUL"),
-        "ffn_gate": Pick("ffn_gate-{L}", "MUL_MAT"),
-        "ffn_up": Pick("ffn_up-{L}", "MUL_MAT"),
-        "ffn_act": Pick(act, "GLU", note="act(gate) * up in one GLU op"),
-        "ffn_down": Pick("ffn_out-{L}", "MUL_MAT"),
-        "resid_out": Pick("l_out-{L}", "ADD"),
-        "output_norm": Pick("result_norm", "MUL"),
-        "logits": Pick("result_output", "MUL_MAT", note="ne [vocab, T]; every position requested"),
+        "ffn_act": Pick(act, "GLU", note=NOTES["ffn_act"]),
     }
 
 
 def _moe(weights: str, weights_op: str, act: str) -> dict[str, Pick]:
     """build_moe_ffn's tensors (llama-graph.cpp). Its [features, k, T] tensors read as [T, k, features]."""
     return {
-        "ffn_router": Pick("ffn_moe_logits-{L}", "MUL_MAT"),
-        "ffn_router_probs": Pick("ffn_moe_probs-{L}", "SOFT_MAX"),
-        "ffn_topk": Pick("ffn_moe_topk-{L}", "VIEW", layout="slots", note="I32 [k, T]: the first k of the argsort"),
-        "ffn_expert_weights": Pick(weights, weights_op, layout="slots", note="[k, T] (reshaped to [1, k, T] after)"),
-        "ffn_moe_gate": Pick("ffn_moe_gate-{L}", "MUL_MAT_ID", layout="slots", note="[d_ff_expert, k, T]"),
-        "ffn_moe_up": Pick("ffn_moe_up-{L}", "MUL_MAT_ID", layout="slots"),
+        **_defaults(MOE_KINDS),
+        "ffn_expert_weights": Pick(weights, weights_op, layout="slots", note=NOTES["ffn_expert_weights"]),
         "ffn_moe_act": Pick(act, "GLU", layout="slots"),
-        "ffn_moe_down": Pick("ffn_moe_down-{L}", "MUL_MAT_ID", layout="slots", note="[d_model, k, T]"),
-        "ffn_moe_out": Pick("ffn_moe_out-{L}", "ADD", note="the weighted experts' views summed, slot by slot"),
     }
 
 
@@ -119,7 +134,7 @@ def _bitnet(scaled: bool) -> dict[str, Pick]:
     the MUL by its scale (build_lora_mm names what it returns; build_ffn names ffn_up_s, ffn_gate_s)."""
     mm = "MUL" if scaled else "MUL_MAT"
     return {
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "ffn_sub_out-{L}", "named attn_out-L"),
         **{k: Pick(f"{n}-{{L}}", mm) for k, n in (("q", "Qcur"), ("k", "Kcur"), ("v", "Vcur"))},
         "attn_sub_norm": Pick("attn_sub_norm-{L}", "MUL", note="rms_norm(kqv_out) * w, before the output projection"),
@@ -138,35 +153,35 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
     "gemma3": {
         "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
         **_common("sa_out-{L}", "ffn_geglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
-        "q": Pick("Qcur-{L}", "MUL_MAT"),
-        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
-        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
-        "post_attn_norm": Pick("attn_post_norm-{L}", "MUL"),
-        "post_ffn_norm": Pick("ffn_post_norm-{L}", "MUL"),
+        "q": default_pick("q"),
+        "q_norm": default_pick("q_norm"),
+        "k_norm": default_pick("k_norm"),
+        "post_attn_norm": default_pick("post_attn_norm"),
+        "post_ffn_norm": default_pick("post_ffn_norm"),
     },
     "llama": {
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
-        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "q": default_pick("q"),
     },
     "qwen3": {
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
-        "q": Pick("Qcur-{L}", "MUL_MAT"),
-        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
-        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
+        "q": default_pick("q"),
+        "q_norm": default_pick("q_norm"),
+        "k_norm": default_pick("k_norm"),
     },
     "gemma2": {
         "embed": Pick("inp_scaled", "SCALE", note="`embd` is the unscaled GET_ROWS; labkit's embed has the sqrt(d)"),
         **_common("sa_out-{L}", "ffn_geglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
-        "q": Pick("Qcur-{L}", "MUL_MAT"),
+        "q": default_pick("q"),
         "attn_scores": Pick(
             "kq_scaled_2-{L}",
             "SCALE",
             layout="scores",
             note="cap·tanh(kq/cap), the last of kq_scaled_1, kq_tanh, kq_scaled_2 (q was pre-scaled); + the mask",
         ),
-        "post_attn_norm": Pick("attn_post_norm-{L}", "MUL"),
+        "post_attn_norm": default_pick("post_attn_norm"),
         "post_ffn_norm": Pick(
             "", "MUL", reads="blk.{L}.post_ffw_norm.weight", note="named ffn_post_norm in every layer: found by weight"
         ),
@@ -174,7 +189,7 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "logits": Pick("result_output", "SCALE", note="cap·tanh(x/cap): the last SCALE of the final soft-cap"),
     },
     "phi3": {
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
         "q": Pick("Qcur-{L}", "VIEW", note="a view of the fused wqkv-L matmul (rows q;k;v)"),
         "k": Pick("Kcur-{L}", "VIEW", note="a view of wqkv-L"),
@@ -183,16 +198,16 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "ffn_up": Pick("ffn_up-{L}", "MUL_MAT", part=(1, 2), note="second half of the fused up matmul"),
     },
     "qwen3moe": {  # qwen3's attention; build_moe_ffn's tensors (llama-graph.cpp), softmax gating, norm_w
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
-        "q": Pick("Qcur-{L}", "MUL_MAT"),
-        "q_norm": Pick("Qcur_normed-{L}", "MUL"),
-        "k_norm": Pick("Kcur_normed-{L}", "MUL"),
+        "q": default_pick("q"),
+        "q_norm": default_pick("q_norm"),
+        "k_norm": default_pick("k_norm"),
         **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
     },
     "bitnet": _bitnet(scaled=False),
     "gpt-oss": {  # llama.cpp's openai-moe graph: biases everywhere, softmax_weight gating (no probabilities)
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "", "attn_out-L: wo's product plus wo_b"),
         **{k: Pick(f"{n}-{{L}}", "ADD", note="matmul + bias") for k, n in QKV_NODES},
         "attn_out": Pick("attn_out-{L}", "ADD", note="wo's product plus wo_b"),
@@ -204,7 +219,7 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "ffn_moe_down": Pick("ffn_moe_down_biased-{L}", "ADD_ID", layout="slots"),
     },
     "qwen2": {
-        "embed": Pick("embd", "GET_ROWS"),
+        "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "named attn_out-L; found as the MUL_MAT reading kqv_out-L"),
         # q/k/v carry a bias: llama.cpp names the ADD of the bias Qcur-L/Kcur-L/Vcur-L.
         "q": Pick("Qcur-{L}", "ADD", note="matmul + bias"),
