@@ -76,3 +76,30 @@ def test_a_failed_pass_of_the_kept_prompt_leaves_nothing_to_rerun(tiny_model):
         lab.run(IDS, patch={"blk.0.attn_norm": broken})
     again = lab.run(IDS)
     assert again["logits"].tobytes() == first["logits"].tobytes()
+
+
+def test_a_full_uniform_arena_falls_back_to_buffers_of_their_own():
+    """A step's uniforms are slots of one arena (one write per step); when it is full, the cache's
+    uniforms become buffers of their own, each at its own index, kept from pass to pass."""
+    from labkit.gpu.device import get_device
+    from labkit.gpu.plan_cache import PlanCache, UniformArena
+
+    dev = get_device().device
+    arena = UniformArena(dev, capacity=2 * UniformArena.ALIGN)  # room for two slots
+    cache = PlanCache(dev, arena=arena)
+
+    def one_pass(v: int) -> list:
+        with cache.active():
+            return [cache.uniform(bytes([v + i]) * 16) for i in range(4)]
+
+    first = one_pass(1)
+    assert [isinstance(u, tuple) for u in first] == [True, True, False, False]
+    assert (
+        arena.host[:16] == bytes([1]) * 16
+        and arena.host[UniformArena.ALIGN : UniformArena.ALIGN + 16] == bytes([2]) * 16
+    )
+    second = one_pass(2)  # the arena is left: the first two become buffers too, the last two are kept
+    assert not any(isinstance(u, tuple) for u in second) and second[2:] == first[2:]
+    created = cache.created
+    assert one_pass(3) == second and cache.created == created  # nothing new from then on
+    assert len({id(u) for u in second}) == 4 and cache.n_objects == 4

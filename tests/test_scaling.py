@@ -366,6 +366,34 @@ def test_decode_planned_ahead_equals_decode_planned_each_step(tiny_model, model)
     assert replay.ahead_taken == taken + 4, replay.ahead_taken
 
 
+def test_a_step_planned_ahead_is_taken_only_by_its_own_step(tiny_model):
+    """A look-ahead is made for one KV cache, position and kernel selection: a step of another cache
+    at the same position, or of the same cache after a variant switch, plans itself (and gives the
+    logits of a step planned afresh)."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ex, replay = lab.executor, lab.executor.step_replay()
+
+    def step(cache, token: int, ahead: bool = True) -> bytes:
+        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps(), lookahead=ahead)
+        return res.captures["logits"][-1].tobytes()
+
+    def fresh(ids: list[int], token: int) -> bytes:  # the same step in a cache of its own, planned afresh
+        cache = ex.new_cache(len(ids) + 1)
+        ex.run_pass(ids, cache, names=["logits"], reuse=Reuse.objects("prefill"))
+        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode"))
+        return res.captures["logits"][-1].tobytes()
+
+    a, b = ex.new_cache(len(IDS) + 4), ex.new_cache(len(IDS) + 4)
+    ex.run_pass(IDS, a, names=["logits"], reuse=Reuse.objects("prefill"))
+    step(a, 5)  # plans a's step at len(IDS) + 1 ahead
+    ex.run_pass([*IDS, 5], b, names=["logits"], reuse=Reuse.objects("prefill"))  # b at that position too
+    taken = replay.ahead_taken
+    assert step(b, 9) == fresh([*IDS, 5], 9) and replay.ahead_taken == taken  # not a's plans
+    assert replay.ahead is not None and replay.ahead.cache is b  # b's next step, made ahead
+    lab.use("rope", "normal_pairs")
+    assert step(b, 11) == fresh([*IDS, 5, 9], 11) and replay.ahead_taken == taken  # made before the switch
+
+
 @pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)
 def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     """A warm decode step plans afresh only the stages that read the position or token (embed, rope,

@@ -32,7 +32,7 @@ from functools import partial
 import numpy as np
 import wgpu
 
-from labkit.errors import UnknownStageError
+from labkit.errors import LabkitError, UnknownStageError
 from labkit.gpu import lookahead
 from labkit.gpu import scratch as scratch_regions
 from labkit.gpu.device import GpuDevice, get_device
@@ -338,7 +338,8 @@ class GpuExecutor(StageHost):
         if debug:
             unwritten = {n: poison_count(a) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
-        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0}
+        ahead_s = self.step_replay().ahead_s if ahead is not None else 0.0  # the next step's planning, meanwhile
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1 - ahead_s, "ahead_s": ahead_s, "total_s": t2 - t0}
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         rerunnable = keep is None and not debug and not patch and not stepped
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
@@ -359,7 +360,15 @@ class GpuExecutor(StageHost):
         return lookahead.take(ahead, self, ids, cache, last_only, replay.key)
 
     def _plan_ahead(self, ids, cache, last_only: bool, key: tuple) -> None:
-        self.step_replay().ahead = lookahead.plan_ahead(self, ids, cache, last_only, key)
+        """Plan the next step now; a step that cannot be planned (a limit one key further on) is
+        left to plan itself, and this one, already submitted, still reads its logits."""
+        t0 = time.perf_counter()
+        replay = self.step_replay()
+        try:
+            replay.ahead = lookahead.plan_ahead(self, ids, cache, last_only, key)
+        except (LabkitError, ValueError):
+            replay.ahead = None
+        replay.ahead_s = time.perf_counter() - t0
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

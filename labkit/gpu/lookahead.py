@@ -7,7 +7,8 @@ k, `plan_ahead` plans step k+1 with a placeholder token (the current one), throu
 replay (labkit.gpu.replay) the step would use anyway. When step k+1 comes with its real token,
 `take` hands those plans back with only the stages that read the token ids planned again (the
 embedding: labkit.gpu.planner.replan_for_ids). On a real GPU the planning then overlaps the GPU's
-work; on lavapipe, whose submit runs the work before it returns, it costs nothing either way.
+work. On lavapipe it takes the cores the step runs on (10% slower), so generate plans ahead only
+on a real GPU (GpuExecutor.plans_ahead).
 
 Writes the look-ahead makes (uniforms, the placeholder's embedding rows) go through the queue, so
 they land after step k's work; the plans it makes are used only by a step of the same pass key,
@@ -36,7 +37,7 @@ class Lookahead:
 
 def plan_ahead(ex: Any, ids: list[int], cache: GpuKVCache, last_only: bool, key: tuple) -> Lookahead | None:
     """The step after this one-token step, planned now with this step's token in its place; None
-    when the cache has no room for it."""
+    for a pass of more than one token, or when the cache has no room for the next."""
     if len(ids) != 1 or cache.n_past + 2 > cache.capacity:
         return None
     cache.advance(1)

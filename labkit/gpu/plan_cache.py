@@ -9,9 +9,12 @@ request got last pass, a uniform slot is rewritten only when its bytes changed, 
 over the same pipeline and resources is reused. Objects the last pass did not ask for are dropped,
 so a long-running lab holds one pass's objects per cache, not a growing pile.
 
-Reuse is safe because a pass reads its captures back to host arrays before the next pass
-runs. lab.run keeps its last pass to re-run it after a variant switch; the next run of the cache's
-role takes its buffers, and that run is the one kept from then on. When a pass uses a cache is
+Reuse is safe because a pass reads its captures back to host arrays before the next pass is
+submitted, and every write into a reused object goes through the queue: a decode step planned
+ahead (labkit.gpu.lookahead) writes its uniforms and embedding rows while the step before still
+runs, and those writes land after it. lab.run keeps its last pass to re-run it after a variant
+switch; the next run of the cache's role takes its buffers, and that run is the one kept from
+then on. When a pass uses a cache is
 decided in labkit.gpu.reuse.
 """
 
@@ -144,10 +147,11 @@ class PlanCache:
         if self.arena is not None:
             if i == len(self._slots) or self._slots[i][1] != len(data):
                 off = self.arena.alloc(len(data))
-                if off is None:  # full: this cache's later uniforms are buffers of their own
+                if off is None:  # full: this cache's uniforms are buffers of their own from now on
                     self.arena = None
                     return self.uniform_buffer(i, data)
-                self._slots[i:] = [(off, len(data))]
+                slot = (off, len(data))
+                self._slots[i : i + 1] = [slot]  # replaces slot i, or appends it
             off = self._slots[i][0]
             self.arena.write(off, data)
             return (self.arena.buffer, off, len(data))
@@ -155,7 +159,8 @@ class PlanCache:
 
     def uniform_buffer(self, i: int, data: bytes) -> Any:
         """Uniform i as a buffer of its own, rewritten only if its bytes changed."""
-        if i < len(self._uniforms) and self._uniforms[i][0].size == len(data):
+        self._uniforms += [None] * (i - len(self._uniforms))  # uniforms before i were arena slots
+        if i < len(self._uniforms) and self._uniforms[i] is not None and self._uniforms[i][0].size == len(data):
             buf, old = self._uniforms[i]
             if old != data:
                 self.device.queue.write_buffer(buf, 0, data)
@@ -188,7 +193,8 @@ class PlanCache:
     @property
     def n_objects(self) -> int:
         """Buffers, uniforms and bind groups held now."""
-        return sum(map(len, self._buffers.values())) + len(self._uniforms) + len(self._binds)
+        uniforms = sum(u is not None for u in self._uniforms)
+        return sum(map(len, self._buffers.values())) + uniforms + len(self._binds)
 
 
 def _resource_key(r: Any) -> tuple:

@@ -42,6 +42,7 @@ class StepReplay:
         self._key: tuple = ()
         self.ahead = None  # the next step, planned while the GPU runs this one (labkit.gpu.lookahead)
         self.ahead_taken = 0  # steps that took the plans made ahead for them (tests, profiling)
+        self.ahead_s = 0.0  # how long the last look-ahead planned
         self.replanned: list[str] = []  # stages the last step planned afresh (tests, profiling)
 
     @contextmanager

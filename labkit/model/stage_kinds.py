@@ -7,8 +7,8 @@ max NMSE against the float64 reference at each precision a run can have (labkit.
 how each column was measured), its role in the transformer (ROLES: what lab.explain and the
 widgets say it does) and the node llama.cpp's graph computes it in (LLAMACPP_NODES: the oracle's
 default mapping). KIND_ORDER, the precision tables, the capture layouts, the explanations and
-the oracle's mappings derive from it, so a family that brings new kinds adds rows here and
-nowhere else.
+the oracle's mappings derive from it, so a family that brings new kinds adds rows here (and only
+where llama.cpp names a node its own way, a line in its oracle mapping).
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ fn scales(h: vec4<u32>) -> Scales {
     return Scales(dd.x * vec4<f32>(sc_lo), dd.x * vec4<f32>(sc_hi), dd.y * vec4<f32>(m_lo), dd.y * vec4<f32>(m_hi));
 }
 
-// One row's sum over 64-value chunk c of a block at texel b, given its scales s (low/high sub-block).
+// One row's sum over 64-value chunk c of a block at texel b, given p = pick(its scales, c): the low and high
+// sub-blocks' scales and mins; sums: the chunk's two 32-value sums of X.
 // h: the block's 5th bits (qh)
 fn chunk_row(b: u32, c: u32, xl: X32, xh: X32, p: vec4<f32>, sums: vec2<f32>, h: array<vec4<u32>, 2>) -> f32 {
     let t0 = slot(b + QS_TEXEL + 2u * c);

@@ -76,6 +76,8 @@ def default_pick(kind: str, note: str = "") -> Pick:
     """llama.cpp's node for a stage kind in the graph most families share: the stage-kind table's
     `llamacpp` column (labkit.model.stage_kinds), laid out as the kind's output lies."""
     row = BY_KIND[kind]
+    if not row.llamacpp:
+        raise ValueError(f"llama.cpp leaves {kind} unnamed: a family's mapping must say how to find it")
     name, op = row.llamacpp.split(":")
     layout = {"attn_scores": "scores", "attn_probs": "probs"}.get(kind, "slots" if row.slots or row.exact else "vec")
     return Pick(name, op, layout=layout, note=note)
