@@ -5,7 +5,8 @@ For each shape: the GPU path's prefill (logits at every position, every stage ca
 position only), decode, the GPU time per kernel family at prefill and for one decode step, and
 llama.cpp's CPU figures on every core of the same host, in the same run. Device memory is read
 from `nvidia-smi` every 50 ms while the process runs, less what the device held before it; where
-there is no `nvidia-smi` (lavapipe) it is left out.
+there is no `nvidia-smi` (lavapipe) it is left out. Decode is 64 tokens, 3 times, after the prefills
+have brought the GPU's clocks up: 16-token decodes on an H200 swung 2x with its clock state.
 
     .venv/bin/python benchmarks/bench_gpu.py [--shapes llama-3.2-1b,llama-3.1-8b,...] [--out DIR]
 
@@ -72,7 +73,7 @@ def bench_shape(name: str, engines: str, repeats: int, timeout: int, variants: l
     path = shaped_file(name, plan.get("mix", "Q4_K_M"), plan.get("layers"))
     lengths = ",".join(str(n) for n in plan["lengths"])
     cmd = [sys.executable, "-m", "labkit.cli", "bench", str(path), "--json", "--engines", engines,
-           "--lengths", lengths, "--repeats", str(repeats), "--decode-tokens", str(max(plan["decode"], 16)),
+           "--lengths", lengths, "--repeats", str(repeats), "--decode-tokens", "64",
            *(a for v in variants for a in ("--variant", v))]  # fmt: skip
     t0 = time.perf_counter()
     with DeviceMemory() as mem:
@@ -129,7 +130,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--engines", default="gpu,llamacpp")
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=240, help="seconds per shape")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--variant", action="append", default=[], metavar="OP=NAME", help="GPU kernels, as labkit bench")
