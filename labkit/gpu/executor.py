@@ -212,7 +212,7 @@ class GpuExecutor(StageHost):
     def step_replay(self) -> StepReplay:
         """The executor's decode-step replay: generate's steps keep the stage plans that still hold."""
         if self._replay is None:
-            self._replay = StepReplay(self.device, round_limit=self.binding_limit // 4)
+            self._replay = StepReplay(self.device, round_limit=self.binding_limit // 4, n_stages=len(self.graph))
         return self._replay
 
     def plan_cache(self, role: str) -> PlanCache:

@@ -53,7 +53,7 @@ class UniformArena:
 
     ALIGN = 256  # WebGPU's largest min-uniform-buffer-offset-alignment
 
-    def __init__(self, device: Any, capacity: int = 1 << 20):
+    def __init__(self, device: Any, capacity: int = 1 << 18):
         self.device, self.capacity = device, capacity
         self.buffer = device.create_buffer(size=capacity, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
         self.host = bytearray(capacity)  # what the buffer holds once flushed

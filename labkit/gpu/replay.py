@@ -32,10 +32,12 @@ from labkit.ops import OPS
 
 
 class StepReplay:
-    def __init__(self, device: Any, round_limit: int = 0):
+    def __init__(self, device: Any, round_limit: int = 0, n_stages: int = 1024):
         self.device, self.round_limit = device, int(round_limit)
         self.shared = PlanCache(device, round_limit)  # the pass's own objects: the readback's staging buffer
-        self.arena = UniformArena(device)  # every stage's uniforms, written once per step (flush)
+        # every stage's uniforms, written once per step (flush): room for two a stage (a matmul has
+        # one per weight window); past that, a stage's uniforms are buffers of their own
+        self.arena = UniformArena(device, capacity=max(64, 2 * n_stages) * UniformArena.ALIGN)
         self._caches: dict[str, PlanCache] = {}  # stage name -> the objects of its last planning
         self._plans: dict[int, Any] = {}  # stage index -> its StagePlan, as last step planned or replayed it
         self._inputs: dict[int, tuple] = {}  # stage index -> the regions that plan reads

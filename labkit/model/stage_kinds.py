@@ -132,9 +132,8 @@ ROLES: dict[str, str] = {
         " the vocabulary"
     ),
     "logits": (
-        "the unembedding: the final hidden state scored against every token of the vocabulary (Gemma 2 "
-        "then soft-caps the scores into (−cap, cap), so no token gets an extreme one); the highest logit "
-        "is the most likely next token (softmax turns logits into probabilities)"
+        "the unembedding: the final hidden state scored against every token of the vocabulary; the "
+        "highest logit is the most likely next token (softmax turns logits into probabilities)"
     ),
 }
 
