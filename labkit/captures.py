@@ -125,6 +125,9 @@ class Run:
     explain: Callable[[str], Any] | None = field(default=None, repr=False)
     # hidden [n, d_model] → logits [n, vocab] through the final norm and unembedding (logit lens)
     unembed: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+    # ffn_topk stage → the selection-only bias its top k rank with (exp_probs_b), None where there is none:
+    # a near-tie is judged on what was ranked (labkit.compare)
+    selection_bias: Callable[[str], np.ndarray | None] | None = field(default=None, repr=False)
     n_past: int = 0  # positions before this pass (KV cache) — 0 for a prompt pass
     # "float64", "float32", "float16", "bfloat16" or "int8-activations" (labkit.precision);
     # empty: from the engine (reference float64, llamacpp int8-activations, else float32)

@@ -318,13 +318,25 @@ def _slots_in_order_of(a: Run, b: Run, name: str, pos: tuple[int, ...], x: np.nd
 
 def _router_scores(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple | None:
     """Both runs' router probabilities beside their top-k, at `pos`, where both captured them: the
-    probabilities stage, or the softmax of the logits where the top k are the logits' (gpt-oss) or
-    the probabilities were not captured (a softmax keeps the ranking: a tie in one is one in the other)."""
+    probabilities stage (plus the selection bias the top k ranked them with, ERNIE's exp_probs_b), or
+    the softmax of the logits where the top k are the logits' (gpt-oss) or the probabilities were not
+    captured (a softmax keeps the ranking: a tie in one is one in the other)."""
     for kind in ("ffn_router_probs", "ffn_router"):
         name = ids_name.replace("ffn_topk", kind)
         if name in a.captures and name in b.captures and set(pos) <= set(a.rows(name)) & set(b.rows(name)):
             pa, pb = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
-            return (pa, pb) if kind == "ffn_router_probs" else (_softmax_rows(pa), _softmax_rows(pb))
+            if kind == "ffn_router":
+                return _softmax_rows(pa), _softmax_rows(pb)
+            bias = _selection_bias(a, b, ids_name)
+            return (pa, pb) if bias is None else (as_f64(pa) + bias, as_f64(pb) + bias)
+    return None
+
+
+def _selection_bias(a: Run, b: Run, ids_name: str) -> np.ndarray | None:
+    """The bias the top k ranked the probabilities with, from whichever run knows its model."""
+    for run in (a, b):
+        if run.selection_bias is not None:
+            return run.selection_bias(ids_name)
     return None
 
 

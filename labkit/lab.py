@@ -170,8 +170,16 @@ class Lab:
             piece=self.piece,
             explain=self.explain,
             unembed=lambda hidden: self.reference_engine.unembed(hidden),
+            selection_bias=self.selection_bias,
             **kw,
         )
+
+    def selection_bias(self, stage: str) -> np.ndarray | None:
+        """The selection-only bias (exp_probs_b) the stage's top k rank with, None where it has none."""
+        st = next((s for s in self.graph if s.name == stage), None)
+        if st is None or st.op != "moe_router" or not st.bias:
+            return None
+        return self.reference_engine.weight(st.bias)
 
     def generate_reference(self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode in the float64 reference (slow; for checking the GPU path)."""

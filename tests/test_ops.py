@@ -293,6 +293,7 @@ def cases_moe_router() -> list[OpCase]:
                        params={**route, "out": "weights", "norm": norm}, layer=0)  # fmt: skip
             shows = {"no_renormalize"} if norm else {"softmax_after_topk"}
             out.append(OpCase(f"weights T{T} n{n} k{k} norm={norm}", st, [probs, ids], T, exposes=frozenset(shows)))
+        out += _biased_router_cases(r, T, n, k, probs)
         # gpt-oss's softmax_weight gating: the top k of the logits, a softmax over the k selected
         oss = {**route, "norm": False, "gating": "softmax_weight"}
         st = Stage("blk.0.ffn_topk", "moe_router", ("l",), params={**oss, "out": "ids"}, layer=0)
@@ -302,6 +303,23 @@ def cases_moe_router() -> list[OpCase]:
         out.append(OpCase(f"softmax_weight T{T} n{n} k{k}", st, [logits, lids], T,
                           exposes=frozenset({"softmax_before_topk"})))  # fmt: skip
     return out
+
+
+def _biased_router_cases(r, T: int, n: int, k: int, probs: np.ndarray) -> list[OpCase]:
+    """A selection-only bias (ERNIE's exp_probs_b, about a probability's size): it moves the top k,
+    and the weights are still the probabilities at those ids."""
+    w: dict = {}
+    bias = r.standard_normal(n) * 0.05
+    sel = _vector(w, "blk.0.exp_probs_b.bias", bias)
+    route = {"n_expert": n, "k": k, "norm": True}
+    st = Stage("blk.0.ffn_topk", "moe_router", ("p",), bias=sel, params={**route, "out": "ids"}, layer=0)
+    ids_case = OpCase(f"biased ids T{T} n{n} k{k}", st, [probs], T, weights=w,
+                      exposes=frozenset({"expert_index_off_by_one"}))  # fmt: skip
+    ids = np.argsort(-(probs + bias), axis=1, kind="stable")[:, :k].astype(np.int32)
+    st = Stage("blk.0.ffn_expert_weights", "moe_router", ("p", "i"), bias=sel, params={**route, "out": "weights"},
+               layer=0)  # fmt: skip
+    shows = frozenset({"bias_in_weights", "no_renormalize"})
+    return [ids_case, OpCase(f"biased weights T{T} n{n} k{k}", st, [probs, ids], T, weights=w, exposes=shows)]
 
 
 def cases_moe_matmul() -> list[OpCase]:

@@ -67,7 +67,8 @@ def load_dumps(
     n_past = held.first_position if n_past is None else int(n_past)
     nmap = _names(names, lab, dumped)
     run = Run(lab.name, engine, ids, lab.stages, {}, piece=lab.piece, explain=lab.explain,
-              unembed=lab.reference_engine.unembed, unmapped={}, n_past=n_past)  # fmt: skip
+              unembed=lab.reference_engine.unembed, selection_bias=lab.selection_bias, unmapped={},
+              n_past=n_past)  # fmt: skip
     stored = [_place_one(lab, run, name, d, nmap, layout) for name, d in dumped.items()]
     stored = [s for s in stored if s]
     if not run.captures:

@@ -42,6 +42,12 @@ class ArchTraits:
     # of the family's files writes (labkit.model.file_tensors)
     biases: tuple[str, ...] = ()
     scale_tensors: bool = False  # its files may carry a per-tensor `<matrix>.scale` (bitnet)
+    # moe: its files carry `exp_probs_b`, a bias added to the probabilities for the top k only, never
+    # to the weights (DeepSeek-V3's e_score_correction_bias; ERNIE 4.5)
+    selection_bias: bool = False
+    # moe: its files say which layers are MoE (`leading_dense_block_count` dense layers first, then every
+    # `interleave_moe_layer_step`-th), and may add shared experts (`expert_shared_feed_forward_length`)
+    moe_layout_keys: bool = False
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -73,6 +79,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # llama.cpp turns phi3's window off
     "phi3": ArchTraits("neox", fused_qkv=True, fused_gate_up=True, q_prescaled=True),
     "qwen3moe": ArchTraits("neox", qk_norm=True, ffn="moe"),
+    # ERNIE 4.5 MoE as llama.cpp's ernie4_5-moe graph computes it: llama's attention; leading dense
+    # layers, then MoE layers whose router adds a selection-only bias to its probabilities (softmax
+    # gating, renormalized), and whose shared experts' FFN is added to the mixture
+    "ernie4_5-moe": ArchTraits("normal", ffn="moe", selection_bias=True, moe_layout_keys=True),
     # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
     # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
     "bitnet": ArchTraits("neox", sub_norms=True, always_tied=True, scale_tensors=True),
@@ -142,6 +152,9 @@ class ModelConfig:
     biases: frozenset[str] = frozenset()
     ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
     q_prescaled: bool = False  # llama.cpp's kq-L is already scaled (ArchTraits.q_prescaled)
+    moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
+    d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
+    expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
 
     @property
     def q_dim(self) -> int:
@@ -156,6 +169,12 @@ class ModelConfig:
 
     def layer_window(self, layer: int) -> int | None:
         return self.sliding_window if self.swa_layers[layer] else None
+
+    def layer_ffn(self, layer: int) -> str:
+        """The layer's feed-forward block: "moe", or "dense" (a dense FFN, or a leading dense layer)."""
+        if self.ffn == "moe" and (not self.moe_layers or self.moe_layers[layer]):
+            return "moe"
+        return "dense"
 
 
 def _get(meta: dict[str, Any], key: str, default: Any = ...) -> Any:
@@ -220,7 +239,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
-        **_moe_fields(meta, p, traits),
+        **_moe_fields(meta, p, traits, n_layers, tensor_names),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
@@ -241,7 +260,7 @@ def _is_layer0_bias(name: str) -> bool:
     return name.startswith("blk.0.") and name.endswith(".bias")
 
 
-def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, Any]:
+def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, names: set[str]) -> dict[str, Any]:
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
     if traits.ffn != "moe":
         return {}
@@ -249,10 +268,31 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, A
         "ffn": "moe",
         "n_expert": int(_get(meta, p + "expert_count")),
         "n_expert_used": int(_get(meta, p + "expert_used_count")),
-        "d_ff_expert": int(_get(meta, p + "expert_feed_forward_length")),
+        "d_ff_expert": _one_width(_get(meta, p + "expert_feed_forward_length"), p),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
+        "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
+        "d_ff_shexp": int(meta.get(p + "expert_shared_feed_forward_length", 0)),
+        "expert_selection_bias": traits.selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
     }
+
+
+def _one_width(value: Any, p: str) -> int:
+    """The experts' width: llama.cpp reads a number or one per layer; labkit runs one width."""
+    widths = {int(v) for v in value} if isinstance(value, (list, tuple)) else {int(value)}
+    if len(widths) != 1:
+        raise UnsupportedArchitectureError(f"{p}expert_feed_forward_length differs between layers: {sorted(widths)}")
+    return widths.pop()
+
+
+def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]:
+    """Which layers are MoE, as llama.cpp's ernie4_5-moe graph decides it: past the leading dense
+    layers, every interleave_moe_layer_step-th one."""
+    lead = int(meta.get(p + "leading_dense_block_count", 0))
+    step = int(_get(meta, p + "interleave_moe_layer_step"))
+    if step < 1:
+        raise ModelFileError(f"{p}interleave_moe_layer_step is {step}: llama.cpp requires at least 1")
+    return tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
 
 
 def _refuse_rope_scaling(meta: dict[str, Any], p: str) -> None:

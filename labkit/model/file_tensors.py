@@ -39,6 +39,8 @@ def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
         return FileTensor(name, (1,), "scale")
     if role == "sinks":
         return FileTensor(name, (cfg.n_heads,), "sinks")
+    if role == "bias" and st.op == "moe_router":  # the selection-only bias (exp_probs_b), one per expert
+        return FileTensor(name, (cfg.n_expert,), "bias")
     if role == "bias":
         out = (P["out"],)
         return FileTensor(name, (cfg.n_expert, *out) if st.op == "moe_matmul" else out, "bias")

@@ -139,14 +139,28 @@ def _ffn(b: _Builder, x: str) -> str:
     if cfg.fused_gate_up:  # phi3: ffn_up holds the gate rows, then the up rows
         b.linear("ffn_gate", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(0, cfg.d_ff))
         b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(cfg.d_ff, 2 * cfg.d_ff))
+        out = _glu_down(b, "ffn", "", cfg.d_ff)
     else:
-        b.linear("ffn_gate", "ffn_norm", "ffn_gate", cfg.d_model, cfg.d_ff)
-        b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff)
-    act = b.add("ffn_act", "glu", ("ffn_gate", "ffn_up"), act=cfg.ffn_act, width=cfg.d_ff)
-    if cfg.sub_norms:  # bitnet: the gated activation normed before the down projection
-        act = b.norm("ffn_sub_norm", "ffn_act", "ffn_sub_norm", group=cfg.d_ff, width=cfg.d_ff)
-    out = b.linear("ffn_down", act, "ffn_down", cfg.d_ff, cfg.d_model)
+        out = _glu_ffn(b, "ffn", "", cfg.d_ff)
     return b.norm("post_ffn_norm", out, "post_ffw_norm") if cfg.sandwich_norms else out
+
+
+def _glu_ffn(b: _Builder, kind: str, suffix: str, d_ff: int) -> str:
+    """A gated FFN on ffn_norm: stages `<kind>_gate`, `_up`, `_act`, `_down` reading the weights
+    `ffn_gate<suffix>`, ... (a dense layer's: kind "ffn", no suffix; shared experts': "ffn_shexp", "_shexp")."""
+    d = b.cfg.d_model
+    b.linear(f"{kind}_gate", "ffn_norm", f"ffn_gate{suffix}", d, d_ff)
+    b.linear(f"{kind}_up", "ffn_norm", f"ffn_up{suffix}", d, d_ff)
+    return _glu_down(b, kind, suffix, d_ff)
+
+
+def _glu_down(b: _Builder, kind: str, suffix: str, d_ff: int) -> str:
+    """act(gate) · up, then the down projection (BitNet norms the activation first)."""
+    cfg = b.cfg
+    act = b.add(f"{kind}_act", "glu", (f"{kind}_gate", f"{kind}_up"), act=cfg.ffn_act, width=d_ff)
+    if cfg.sub_norms:  # bitnet: the gated activation normed before the down projection
+        act = b.norm("ffn_sub_norm", act, "ffn_sub_norm", group=d_ff, width=d_ff)
+    return b.linear(f"{kind}_down", act, f"ffn_down{suffix}", d_ff, cfg.d_model)
 
 
 def _moe_ffn(b: _Builder, x: str) -> str:
@@ -161,25 +175,33 @@ def _moe_ffn(b: _Builder, x: str) -> str:
     scores = "ffn_router"
     if cfg.expert_gating == "softmax":
         scores = b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
-    b.add("ffn_topk", "moe_router", (scores,), out="ids", **route)
-    b.add("ffn_expert_weights", "moe_router", (scores, "ffn_topk"), out="weights", **route)
+    # a selection-only bias (exp_probs_b): the top k rank the probabilities plus it; the weights stage
+    # binds it too, for the fault that adds it to the weights as well (moe_router=bias_in_weights)
+    sel = {"bias": b.p + "exp_probs_b.bias"} if cfg.expert_selection_bias else {}
+    b.add("ffn_topk", "moe_router", (scores,), out="ids", **route, **sel)
+    b.add("ffn_expert_weights", "moe_router", (scores, "ffn_topk"), out="weights", **route, **sel)
     for kind, w in (("ffn_moe_gate", "ffn_gate_exps"), ("ffn_moe_up", "ffn_up_exps")):
         b.add(kind, "moe_matmul", ("ffn_norm", "ffn_topk"), w, bias=b.bias(w), k=k, out=f, per_slot=False,
               **{"in": d})  # fmt: skip
     b.add("ffn_moe_act", "glu", ("ffn_moe_gate", "ffn_moe_up"), act=cfg.ffn_act, width=k * f, k=k)
     b.add("ffn_moe_down", "moe_matmul", ("ffn_moe_act", "ffn_topk"), "ffn_down_exps", bias=b.bias("ffn_down_exps"), k=k,
           out=d, per_slot=True, **{"in": f})  # fmt: skip
-    return b.add("ffn_moe_out", "moe_sum", ("ffn_moe_down", "ffn_expert_weights"), width=d)
+    moe = b.add("ffn_moe_out", "moe_sum", ("ffn_moe_down", "ffn_expert_weights"), width=d)
+    if not cfg.d_ff_shexp:
+        return moe
+    # shared experts (ERNIE 4.5, DeepSeek): a gated FFN every token runs, added to the mixture
+    shared = _glu_ffn(b, "ffn_shexp", "_shexp", cfg.d_ff_shexp)
+    return b.add("ffn_out", "add", ("ffn_moe_out", shared), width=d)
 
 
-# the feed-forward block of a layer, by ModelConfig.ffn
+# the feed-forward block of a layer, by ModelConfig.layer_ffn
 FFN_BUILDERS = {"dense": _ffn, "moe": _moe_ffn}
 
 
 def _layer(b: _Builder, x: str) -> str:
     attn = _attention(b, x)
     b.add("resid_mid", "add", (x, attn), width=b.cfg.d_model)
-    ffn = FFN_BUILDERS[b.cfg.ffn](b, b.p + "resid_mid")
+    ffn = FFN_BUILDERS[b.cfg.layer_ffn(b.layer)](b, b.p + "resid_mid")
     return b.add("resid_out", "add", ("resid_mid", ffn), width=b.cfg.d_model)
 
 

@@ -81,6 +81,13 @@ MODELS: dict[str, ModelEntry] = {
         "a random-weight BitNet b1.58 (bitnet), TQ2_0 ternary weights, 4 layers, d=256, 512 placeholder tokens",
         _written("tiny-bitnet"),
     ),
+    "tiny-ernie4_5-moe": ModelEntry(
+        "tiny-ernie4_5-moe",
+        "labkit (written on first use)",
+        "a random-weight ERNIE 4.5 MoE (ernie4_5-moe), Q8_0, 4 layers (the first dense), d=256, 16 experts (4 per "
+        "token) with shared experts and a selection-only router bias, 512 placeholder tokens",
+        _written("tiny-ernie4_5-moe"),
+    ),
     "tiny-gpt-oss": ModelEntry(
         "tiny-gpt-oss",
         "labkit (written on first use)",

@@ -119,6 +119,11 @@ ROLES: dict[str, str] = {
     "ffn_moe_act": "each selected expert's gated activation, act(gate) · up, per token and slot",
     "ffn_moe_down": "each selected expert's down projection back to d_model, before its weight is applied",
     "ffn_moe_out": "the mixture's output: the k experts' outputs, each times its router weight, summed",
+    "ffn_shexp_gate": "the shared experts' gate projection: a dense FFN every token runs beside the routed experts",
+    "ffn_shexp_up": "the shared experts' up projection",
+    "ffn_shexp_act": "the shared experts' gated activation, act(gate) · up",
+    "ffn_shexp_down": "the shared experts' down projection back to d_model",
+    "ffn_out": "the feed-forward block's output: the mixture's plus the shared experts'",
     "post_ffn_norm": (
         "normalizes the feed-forward output before it is added to the residual stream (Gemma's sandwich norm)"
     ),
@@ -172,6 +177,11 @@ LLAMACPP_NODES: dict[str, str] = {
     "ffn_moe_act": "ffn_moe_swiglu-{L}:GLU",
     "ffn_moe_down": "ffn_moe_down-{L}:MUL_MAT_ID",
     "ffn_moe_out": "ffn_moe_out-{L}:ADD",
+    "ffn_shexp_gate": "ffn_gate-{L}:MUL_MAT",
+    "ffn_shexp_up": "ffn_up-{L}:MUL_MAT",
+    "ffn_shexp_act": "ffn_swiglu-{L}:GLU",
+    "ffn_shexp_down": "ffn_shexp-{L}:MUL_MAT",
+    "ffn_out": "ffn_out-{L}:ADD",
     "post_ffn_norm": "ffn_post_norm-{L}:MUL",
     "resid_out": "l_out-{L}:ADD",
     "output_norm": "result_norm:MUL",
@@ -219,6 +229,12 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("ffn_moe_act", 1e-05, 2e-02, 5e-04, 5e-02, slots=True),
     K("ffn_moe_down", 5e-04, 2e-02, 5e-04, 5e-02, slots=True),
     K("ffn_moe_out", 5e-04, 2e-02, 5e-04, 5e-02),
+    # shared experts (ernie4_5-moe): a dense FFN's columns
+    K("ffn_shexp_gate", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ffn_shexp_up", 5e-04, 2e-02, 5e-04, 2e-02),
+    K("ffn_shexp_act", 1e-05, 2e-02, 5e-04, 5e-02),
+    K("ffn_shexp_down", 5e-04, 2e-02, 5e-04, 5e-02),
+    K("ffn_out", 5e-04, 2e-02, 5e-04, 5e-02),
     K("post_ffn_norm", 1e-05, 5e-02, 1e-05, 2e-03),  # 9.3e-3
     K("resid_out", 1e-06, 1e-02, 5e-04, 1e-02),  # 2.5e-3
     K("output_norm", 1e-06, 2e-02, 5e-05, 5e-03, top_level=True),  # 3.9e-3

@@ -52,6 +52,8 @@ class TinySpec:
     n_expert_used: int = 2  # qwen3moe, gpt-oss: experts per token
     d_ff_expert: int = 256  # qwen3moe, gpt-oss: one expert's width
     weight_scales: bool = True  # bitnet only: a per-tensor `<matrix>.scale` beside each layer matrix
+    n_dense_lead: int = 0  # ernie4_5-moe: leading dense layers (the others are MoE)
+    d_ff_shexp: int = 0  # ernie4_5-moe: the shared experts' width (0: none)
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -80,6 +82,18 @@ TINY_MODELS = {
     "tiny-qwen3moe": TinySpec(arch="qwen3moe", n_layers=4, n_expert=16, n_expert_used=4, d_ff_expert=256, seed=7),
     # ternary weights without scale tensors, as llama.cpp's converter writes BitNet
     "tiny-bitnet": TinySpec(arch="bitnet", weight_type="TQ2_0", n_layers=4, weight_scales=False, seed=11),
+    # ERNIE 4.5's MoE layout at tiny size: a leading dense layer, then MoE layers with shared experts and a
+    # selection-only router bias (exp_probs_b)
+    "tiny-ernie4_5-moe": TinySpec(
+        arch="ernie4_5-moe",
+        n_layers=4,
+        n_expert=16,
+        n_expert_used=4,
+        d_ff_expert=256,
+        n_dense_lead=1,
+        d_ff_shexp=512,
+        seed=1,
+    ),  # fmt: skip
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(
@@ -135,6 +149,10 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         w.add_expert_count(spec.n_expert)
         w.add_expert_used_count(spec.n_expert_used)
         w.add_expert_feed_forward_length(spec.d_ff_expert)
+    if traits.moe_layout_keys:
+        w.add_leading_dense_block_count(spec.n_dense_lead)
+        w.add_interleave_moe_layer_step(1)
+        w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
     if traits.softcaps:
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
         w.add_float32(f"{a}.final_logit_softcapping", spec.final_softcap)
@@ -179,6 +197,7 @@ def tiny_config(spec: TinySpec) -> ModelConfig:
     names = {f"blk.0.{matrix}.bias" for matrix in traits.biases}
     names |= {"blk.0.attn_q.scale"} if traits.scale_tensors and spec.weight_scales else set()
     names |= set() if spec.tied else {"output.weight"}
+    names |= {"blk.0.exp_probs_b.bias"} if traits.selection_bias else set()
     return config_from_metadata(meta, names)
 
 
@@ -197,7 +216,8 @@ def _matrix(t: _Tensors, ft: FileTensor) -> None:
 
 
 def _bias(t: _Tensors, ft: FileTensor) -> None:
-    # a router's bias moves its choices; q/k/v biases are qwen2's size
+    # a router's bias moves its choices (a selection bias, beside probabilities near 1/n_expert, too);
+    # q/k/v biases are qwen2's size
     scale = 0.5 if "ffn_gate_inp" in ft.name else 0.1 if ft.name.endswith(("q.bias", "k.bias", "v.bias")) else 0.05
     t.vector(ft.name, scale * t.rng.standard_normal(ft.shape))
 

@@ -3,7 +3,9 @@
 experts, integer ids, most probable first: llama.cpp's argsort of the probabilities) and
 `ffn_expert_weights` (their probabilities, gathered at the ids and renormalized to sum to 1 where the
 model does). Under softmax_weight gating (gpt-oss) there are no probabilities: the top k are the
-logits', and the weights are a softmax over the k selected logits.
+logits', and the weights are a softmax over the k selected logits. A selection-only bias (the stage's
+`bias`: ERNIE 4.5's and DeepSeek-V3's exp_probs_b) is added to the scores the top k rank, never to
+the weights.
 
 One kernel serves the three (its `what` field says which result), so the family `moe_router`
 holds the routers' real bugs as variants, bound per layer like any other. Its parts are functions
@@ -19,12 +21,12 @@ import numpy as np
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32",
-                gating="u32")  # fmt: skip
+                gating="u32", bias="u32")  # fmt: skip
 WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `out` param)
 GATING = {"softmax": 0, "softmax_weight": 1}  # llama.cpp's expert gating functions labkit computes
 MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
 SUM_FLOOR = 6.103515625e-5  # llama.cpp clamps the weights' sum to f16's smallest normal before dividing
-PARTS = ("select", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
+PARTS = ("select", "score", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
 
 
 def softmax_rows(z: np.ndarray) -> np.ndarray:
@@ -58,13 +60,15 @@ def reference(stage, ref) -> np.ndarray:
     forced = getattr(ref, "forced_ids", None) or {}
     if stage.layer in forced:
         return np.asarray(forced[stage.layer], np.int32)
-    return top_k(ref.x[0], P["k"]).astype(np.int32)
+    bias = ref.weight(stage.bias) if stage.bias else 0.0  # ranks the experts, never weighs them
+    return top_k(ref.x[0] + bias, P["k"]).astype(np.int32)
 
 
 def plan(stage, gpu):
     P = stage.params
     x = gpu.input(0)  # the logits (probs), else the probabilities
     ids = gpu.input(1) if P["out"] == "weights" else x  # the weights' ids (the others bind x there, unread)
+    bias = gpu.vector(stage.bias) if stage.bias else x.buffer  # the selection bias (x there, unread, if none)
     T = x.shape[0]
     out = gpu.output((T, P["n_expert"]) if P["out"] == "probs" else (T, P["k"]))
     values = {
@@ -76,8 +80,9 @@ def plan(stage, gpu):
         "x_offset": x.offset,
         "ids_offset": ids.offset,
         "gating": GATING[P.get("gating", "softmax")],
+        "bias": int(bool(stage.bias)),
     }
-    gpu.dispatch([x.buffer, ids.buffer, out.buffer], values, ceil_div(T, 64))
+    gpu.dispatch([x.buffer, ids.buffer, out.buffer, bias], values, ceil_div(T, 64))
     return out
 
 
@@ -125,16 +130,30 @@ FAULTS = (
      "(norm_topk_prob): every expert's output scaled down by the k probabilities' sum. pytorch/torchtitan#1448 "
      "(DeepSeek-V3's router without norm_topk_prob: a converted Moonlight checkpoint trained with a huge grad "
      "norm), sgl-project/sglang#35160 (the renormalize flag's other arm returned raw logits as weights)"),
+    ("bias_in_weights", "score",
+     "the selection bias (exp_probs_b, DeepSeek-V3's e_score_correction_bias) added to the weights too, "
+     "where it only ranks the experts: the same experts, weights that lean towards the biased ones. "
+     "vllm-project/vllm#12002 (fixes #11971: DeepSeek-V3's gate weights gathered from the biased scores), "
+     "huggingface/transformers#41647 (DeepSeek-V3's routing took its weights from the biased tensor after "
+     "#40132), huggingface/transformers#41663 (the same in dots1)"),
 )  # fmt: skip
 
 SOFTMAX_WEIGHT_FORMULA = "ids = topk(logits, k); w = softmax(logits[ids])   (softmax_weight gating: gpt-oss)"
+SELECTION_BIAS_FORMULA = "p = softmax(logits); ids = topk(p + b, k); w = p[ids] / Σ p[ids]  (b ranks only: exp_probs_b)"
+
+
+def formula_of(stage) -> str:
+    if stage.params.get("gating") == "softmax_weight":
+        return SOFTMAX_WEIGHT_FORMULA
+    return SELECTION_BIAS_FORMULA if stage.bias else OP.formula
+
 
 OP = Op(
     output=lambda st, s: (s.T, st.params["n_expert"] if st.params["out"] == "probs" else st.params["k"]),
     name="moe_router",
     what="routes each token to k experts: probabilities, the top k, and their weights",
     formula="p = softmax(logits); ids = topk(p, k); w = p[ids] / Σ p[ids]  (renormalized where the model does)",
-    formula_of=lambda st: SOFTMAX_WEIGHT_FORMULA if st.params.get("gating") == "softmax_weight" else OP.formula,
+    formula_of=formula_of,
     params=PARAMS,
     reference=reference,
     plan=plan,

@@ -2,22 +2,32 @@
 //   0  probs:   Y[t, n_expert] = softmax(X[t])                 X: the router's logits
 //   1  ids:     Y[t, k] = the k highest-scoring experts, highest first, a tie to the lower
 //               index, as u32 bits (integer ids)                X: the probabilities (the logits)
+//               The score is X plus B, the selection-only bias, where P.bias (exp_probs_b).
 //   2  weights: Y[t, k] = X[t, IDS[t, j]], renormalized to sum to 1 where P.norm
 //                                                               X: the probabilities, IDS: the ids
 // P.gating 0 is softmax gating (the scores are probabilities); 1 is softmax_weight gating (gpt-oss:
 // the scores are the logits, and the weights are a softmax over the k selected logits).
 // Composed after its parts, each a function a faulty variant replaces:
 //   moe_router_select.wgsl     expert_id(e): the id stored for selected expert e
+//   moe_router_score.wgsl      weight_score(t, j): the score selected expert j's weight starts from
 //   moe_router_weigh.wgsl      gate_weight(t, v): a selected expert's weight from its score v
 //   moe_router_normalize.wgsl  normalized(w, total): the weight after renormalization
-struct Params { T: u32, n_expert: u32, k: u32, what: u32, norm: u32, x_offset: u32, ids_offset: u32, gating: u32 }
+struct Params { T: u32, n_expert: u32, k: u32, what: u32, norm: u32, x_offset: u32, ids_offset: u32, gating: u32,
+                bias: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> IDS: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(3) var<uniform> P: Params;
+@group(0) @binding(3) var<storage, read> B: array<f32>;  // the selection bias (X's buffer, unread, where none)
+@group(0) @binding(4) var<uniform> P: Params;
 
 fn x_at(t: u32, e: u32) -> f32 {
     return X[P.x_offset + t * P.n_expert + e];
+}
+
+// expert e's selection-only bias (0 where the model has none)
+fn selection_bias(e: u32) -> f32 {
+    if (P.bias == 0u) { return 0.0; }
+    return B[e];
 }
 
 // whether (p, e) ranks before (bp, be): more probable first, then the lower index
@@ -40,7 +50,7 @@ fn select_top_k(t: u32) {
         var bp = neg_inf;
         var be = P.n_expert;
         for (var e = 0u; e < P.n_expert; e++) {
-            let p = x_at(t, e);
+            let p = x_at(t, e) + selection_bias(e);
             let after_prev = j == 0u || ranks_before(prev_p, prev_e, p, e);
             if (after_prev && (be == P.n_expert || ranks_before(p, e, bp, be))) { bp = p; be = e; }
         }
@@ -50,9 +60,13 @@ fn select_top_k(t: u32) {
     }
 }
 
-// selected expert j's score (probability, or logit under softmax_weight gating)
+fn selected_id(t: u32, j: u32) -> u32 {
+    return IDS[P.ids_offset + t * P.k + j];
+}
+
+// selected expert j's score (probability, or logit under softmax_weight gating), without the bias
 fn selected(t: u32, j: u32) -> f32 {
-    return x_at(t, IDS[P.ids_offset + t * P.k + j]);
+    return x_at(t, selected_id(t, j));
 }
 
 fn selected_sum(t: u32) -> f32 {
@@ -87,8 +101,8 @@ fn row_exp_sum(t: u32, m: f32) -> f32 {
 
 fn weigh_selected(t: u32) {
     var total = 0.0;
-    for (var j = 0u; j < P.k; j++) { total += gate_weight(t, selected(t, j)); }
-    for (var j = 0u; j < P.k; j++) { Y[t * P.k + j] = normalized(gate_weight(t, selected(t, j)), total); }
+    for (var j = 0u; j < P.k; j++) { total += gate_weight(t, weight_score(t, j)); }
+    for (var j = 0u; j < P.k; j++) { Y[t * P.k + j] = normalized(gate_weight(t, weight_score(t, j)), total); }
 }
 
 @compute @workgroup_size(64)

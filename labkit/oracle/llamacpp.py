@@ -106,6 +106,7 @@ MOE_KINDS = (
     *("ffn_router", "ffn_router_probs", "ffn_topk", "ffn_expert_weights", "ffn_moe_gate", "ffn_moe_up"),
     *("ffn_moe_act", "ffn_moe_down", "ffn_moe_out"),
 )
+SHARED_EXPERT_KINDS = ("ffn_shexp_gate", "ffn_shexp_up", "ffn_shexp_act", "ffn_shexp_down", "ffn_out")
 
 
 def _defaults(kinds: tuple[str, ...]) -> dict[str, Pick]:
@@ -208,6 +209,16 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
     },
     "bitnet": _bitnet(scaled=False),
+    # llama's attention; leading dense layers named as llama's; MoE layers: build_moe_ffn's tensors (the
+    # top k ranked on ffn_moe_probs_biased), and the shared experts through build_ffn (ffn_gate-L, ...,
+    # the down projection renamed ffn_shexp-L), added to the mixture as ffn_out-L
+    "ernie4_5-moe": {
+        "embed": default_pick("embed"),
+        **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        "q": default_pick("q"),
+        **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
+        **_defaults(SHARED_EXPERT_KINDS),
+    },
     "gpt-oss": {  # llama.cpp's openai-moe graph: biases everywhere, softmax_weight gating (no probabilities)
         "embed": default_pick("embed"),
         **_common("ffn_inp-{L}", "", "attn_out-L: wo's product plus wo_b"),
@@ -240,6 +251,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "qwen2": {},
     "qwen3": {},
     "qwen3moe": {},
+    "ernie4_5-moe": {},
     "bitnet": {},
     "gpt-oss": {},
     "gemma2": {},
