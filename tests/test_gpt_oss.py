@@ -210,14 +210,20 @@ def test_router_figures_show_the_softmax_of_the_logits(oss_runs):
     assert static.router_map(gpu, 1) is not None
 
 
-def test_rope_scaling_is_refused_not_ignored():
-    """A real gpt-oss file asks for YaRN (factor 32): labkit says it cannot, rather than run it wrong."""
+def test_rope_scaling_is_read_not_ignored():
+    """A real gpt-oss file asks for YaRN (factor 32 over 4096 positions): labkit reads it as llama.cpp
+    does (labkit.model.config.RopeScaling; tests/test_rope_scaling.py checks it against llama.cpp), and a
+    scaling it does not compute (longrope's per-dim factors) is refused, never run unscaled."""
     meta = {"general.architecture": "gpt-oss", "gpt-oss.block_count": 2, "gpt-oss.embedding_length": 64,
             "gpt-oss.attention.head_count": 2, "gpt-oss.feed_forward_length": 64, "gpt-oss.expert_count": 4,
             "gpt-oss.expert_used_count": 2, "gpt-oss.expert_feed_forward_length": 64,
             "gpt-oss.attention.sliding_window": 128, "gpt-oss.rope.scaling.type": "yarn",
-            "gpt-oss.rope.scaling.factor": 32.0}  # fmt: skip
-    with pytest.raises(UnsupportedArchitectureError, match="yarn"):
+            "gpt-oss.rope.scaling.factor": 32.0, "gpt-oss.rope.scaling.original_context_length": 4096}  # fmt: skip
+    sc = config_from_metadata(meta, set()).rope_scaling
+    assert (sc.kind, sc.freq_scale, sc.ext_factor, sc.n_ctx_orig) == ("yarn", 1 / 32, 1.0, 4096)
+    assert sc.attn_factor == pytest.approx(1.0), "get_mscale(32) cancelled: the kernel multiplies 1 + 0.1 ln 32 in"
+    meta["gpt-oss.rope.scaling.type"] = "longrope"
+    with pytest.raises(UnsupportedArchitectureError, match="longrope"):
         config_from_metadata(meta, set())
-    meta["gpt-oss.rope.scaling.factor"] = 1.0  # what BitNet's converter writes: no scaling at all
-    assert config_from_metadata(meta, set()).arch == "gpt-oss"
+    meta["gpt-oss.rope.scaling.type"], meta["gpt-oss.rope.scaling.factor"] = "linear", 1.0  # BitNet's converter
+    assert config_from_metadata(meta, set()).rope_scaling.kind == "none"

@@ -98,6 +98,11 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
             neox=int(style == "neox"),
             base=base,
             y_offset=y_off,
+            freq_scale=1.0,  # unscaled (tests/test_ops.py has the scaled cases)
+            ext_factor=0.0,
+            attn_factor=1.0,
+            corr_low=0.0,
+            corr_high=0.0,
         ),  # fmt: skip
         rope.workgroups(x.size),
     )

@@ -168,6 +168,19 @@ def cases_rope() -> list[OpCase]:
         shows = frozenset({"normal_pairs"} if style == "neox" else ())
         x = r.standard_normal((T, H * hd))
         out.append(OpCase(f"{style} T{T} pos0 {n_past}", st, [x], T, n_past, cache=cache, exposes=shows))
+    # scaled: linear (angles / 4), and YaRN as gpt-oss's files ask it (factor 32 over 4096 positions: dims
+    # 10..23 of 64 ramp from the unscaled angle to the scaled one, cos and sin times 1 + 0.1·ln 32)
+    for style, n_past, scaling in (
+        ("neox", 300, {"freq_scale": 0.25, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}),
+        ("neox", 2000, {"freq_scale": 1 / 32, "ext_factor": 1.0, "attn_factor": 1.0, "corr_dims": (10.0, 23.0)}),
+        ("normal", 9, {"freq_scale": 1 / 8, "ext_factor": 1.0, "attn_factor": 0.9, "corr_dims": (3.0, 5.0)}),
+    ):
+        params = {"n_heads": 3, "head_dim": 64, "rope_dim": 64, "base": 1.5e5, "style": style, **scaling}
+        st = Stage("r", "rope", ("x",), params=params, layer=0)
+        shows = frozenset({"normal_pairs"} if style == "neox" else ())
+        x = r.standard_normal((4, 3 * 64))
+        out.append(OpCase(f"{style} scaled x{1 / scaling['freq_scale']:g} ext {scaling['ext_factor']:g} pos0 {n_past}",
+                          st, [x], 4, n_past, exposes=shows))  # fmt: skip
     return out
 
 

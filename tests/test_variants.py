@@ -99,7 +99,7 @@ USER_VARIANTS = {
         ("Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + 0.5 * B[i % P.period];"),
         "blk.0.resid_mid",
     ),
-    "rope": (("let c = cos(theta);", "let c = cos(theta * 1.01);"), "blk.0.q_rope"),
+    "rope": (("let c = cos(theta) * m;", "let c = cos(theta * 1.01) * m;"), "blk.0.q_rope"),
     "attn_ctx": (("C[cb] = c[0];", "C[cb] = c[0] * 1.01;"), "blk.0.attn_ctx"),
     "embed": (("Y[i] = X[i] * P.scale;", "Y[i] = X[i] * P.scale + select(0.0, 1.0, i == 77u);"), "embed"),
 }

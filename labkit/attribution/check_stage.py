@@ -24,7 +24,7 @@ from labkit.ops.attn_ctx import context
 from labkit.ops.attn_scores import attention_mask, scores  # noqa: F401 (scores calls attention_mask)
 from labkit.ops.glu import gelu_tanh, silu, swiglu_oai
 from labkit.ops.rmsnorm import rmsnorm
-from labkit.ops.rope import rope
+from labkit.ops.rope import rope, scaling_of
 from labkit.ops.softcap import softcap
 from labkit.ops.softmax import softmax
 
@@ -60,7 +60,8 @@ def run_stage(st: dict, vals: dict, ctx: dict) -> np.ndarray:
         y = xs[0] @ W(st["weight"], st["weight_rows"]).T
         return y + W(st["bias"]) if st["bias"] else y
     if op == "rope":
-        return rope(xs[0], ctx["positions"], P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"])
+        rot = (P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"])
+        return rope(xs[0], ctx["positions"], *rot, scaling=scaling_of(P))
     if op == "attn_scores":
         args = (P["n_heads"], P["n_kv_heads"], P["head_dim"], P["scale"], P["window"], P["softcap"])
         return scores(xs[0], ctx["cache"](st, "k", vals), ctx["n_past"], *args)

@@ -74,7 +74,10 @@ def stage_ops(st, T: int, n_keys: int, gguf) -> list[dict]:
         return [norm, _op("MUL", [g, n, T], [f32(g, n, T), f32(g)], stage=st.name)]
     if st.op == "rope":
         hd, H = P["head_dim"], P["n_heads"]
-        params = [0, P["rope_dim"], _ROPE_MODE[P["style"]], 0, 0, _bits(P["base"]), _bits(1.0), 0, _bits(1.0)]
+        sc = {"n_ctx_orig": 0, "freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "beta_fast": 0.0,
+              "beta_slow": 0.0} | P  # fmt: skip
+        params = [0, P["rope_dim"], _ROPE_MODE[P["style"]], 0, sc["n_ctx_orig"], _bits(P["base"])]
+        params += [_bits(sc[k]) for k in ("freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow")]
         return [_op("ROPE", [hd, H, T], [f32(hd, H, T), _tensor(I32, [T])], params, st.name)]
     if st.op == "attn_scores":
         hd, H, KV = P["head_dim"], P["n_heads"], P["n_kv_heads"]

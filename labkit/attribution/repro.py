@@ -31,8 +31,9 @@ from labkit.ops import attn_ctx, attn_scores, glu, rmsnorm, rope, softcap, softm
 
 WEIGHT_BYTES = 64 << 20  # raw GGUF blocks stored in inputs.npz up to this size; larger: read from the file
 _OPS_MARK = ("# --- ops: replaced by their source when written into a reproducer ---", "# --- end of ops ---")
-_OP_FUNCTIONS = (rmsnorm.rmsnorm, rope.rope, attn_scores.attention_mask, attn_scores.scores, softmax.softmax,
-                 attn_ctx.context, glu.gelu_tanh, glu.silu, softcap.softcap)  # fmt: skip
+_OP_FUNCTIONS = (rmsnorm.rmsnorm, rope.scaling_of, rope.scaled_angles, rope.rope, attn_scores.attention_mask,
+                 attn_scores.scores, softmax.softmax, attn_ctx.context, glu.gelu_tanh, glu.silu, glu.swiglu_oai,
+                 softcap.softcap)  # fmt: skip
 
 
 @dataclass(frozen=True)

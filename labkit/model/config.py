@@ -33,6 +33,9 @@ class ArchTraits:
     attn_sinks: bool = False  # a learned per-head logit in every attention softmax (gpt-oss)
     ffn_norm: str = "ffn_norm"  # the tensor of the norm before the FFN (gpt-oss: post_attention_norm)
     default_window: int | None = None  # the sliding window when the file has none (gemma2: 4096)
+    # sliding-window layers share the file's RoPE scaling (llama.cpp sets rope_freq_scale_train_swa to it:
+    # gemma2, gpt-oss); elsewhere they are unscaled (gemma3's local layers)
+    swa_rope_scaled: bool = False
     local_rope_base: float | None = None  # the sliding-window layers' RoPE base, fixed (gemma3: 10 000)
     always_tied: bool = False  # the unembedding is token_embd even beside an output.weight (bitnet)
     # llama.cpp's graph scales q itself and calls build_attn with kq_scale 1, so its `kq-L` node is
@@ -65,6 +68,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         default_window=4096,
         q_prescaled=True,
         always_tied=True,  # llama.cpp's gemma2 reads no output.weight
+        swa_rope_scaled=True,
     ),  # fmt: skip
     "gemma3": ArchTraits(
         "neox",
@@ -98,10 +102,27 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         expert_gating="softmax_weight",
         attn_sinks=True,
         ffn_norm="post_attention_norm",
+        swa_rope_scaled=True,
         biases=(*("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp"), *GPT_OSS_EXPERT_BIASES),
     ),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE scaling as llama.cpp's context sets it up from the file: every angle times `freq_scale`
+    (1/factor: linear and YaRN), and for YaRN (`ext_factor` 1) the fast-turning dims mixed back to
+    their unscaled angle, between the corrections for beta_fast and beta_slow rotations over
+    `n_ctx_orig` (labkit.ops.rope.yarn_corr_dims), with cos and sin times 1 + 0.1·ln(factor)."""
+
+    kind: str = "none"  # "none", "linear" or "yarn"
+    freq_scale: float = 1.0
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0  # cparams.yarn_attn_factor: cos and sin times it (and YaRN's own term)
+    n_ctx_orig: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -152,6 +173,8 @@ class ModelConfig:
     biases: frozenset[str] = frozenset()
     ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
     q_prescaled: bool = False  # llama.cpp's kq-L is already scaled (ArchTraits.q_prescaled)
+    rope_scaling: RopeScaling = RopeScaling()  # global layers' (and sliding ones' where swa_rope_scaled)
+    swa_rope_scaled: bool = False  # sliding-window layers share rope_scaling (else they are unscaled)
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
@@ -166,6 +189,13 @@ class ModelConfig:
 
     def layer_rope_base(self, layer: int) -> float:
         return self.rope_base_local if self.swa_layers[layer] else self.rope_base
+
+    def layer_rope_scaling(self, layer: int) -> RopeScaling:
+        """The layer's RoPE scaling: the file's, or none on a sliding-window layer of a family whose
+        local layers llama.cpp leaves unscaled (gemma3)."""
+        if self.swa_layers[layer] and not self.swa_rope_scaled:
+            return RopeScaling(n_ctx_orig=self.rope_scaling.n_ctx_orig)
+        return self.rope_scaling
 
     def layer_window(self, layer: int) -> int | None:
         return self.sliding_window if self.swa_layers[layer] else None
@@ -202,7 +232,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     rope_base = float(_get(meta, p + "rope.freq_base", 10000.0))
     swa, window = _sliding_window(meta, p, traits, n_layers)
     local_base = traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", rope_base))
-    _refuse_rope_scaling(meta, p)
+    context = int(_get(meta, p + "context_length", 2048))
     softcap = traits.softcaps
     return ModelConfig(
         arch=arch,
@@ -214,7 +244,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         head_dim=head_dim,
         d_ff=int(_get(meta, p + "feed_forward_length", 0 if traits.ffn == "moe" else ...)),
         vocab_size=int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0)),
-        context_length=int(_get(meta, p + "context_length", 2048)),
+        context_length=context,
         rms_eps=float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-6)),
         rope_base=rope_base,
         rope_base_local=local_base,
@@ -232,6 +262,8 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
+        rope_scaling=rope_scaling_from_metadata(meta, p, context),
+        swa_rope_scaled=traits.swa_rope_scaled,
         attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
         final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
         fused_qkv=traits.fused_qkv,
@@ -295,15 +327,37 @@ def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]
     return tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
 
 
-def _refuse_rope_scaling(meta: dict[str, Any], p: str) -> None:
-    """RoPE scaling (YaRN, linear with a factor) is not computed: refuse a file that asks for it
-    rather than run it wrong (the converters write `linear` with factor 1 for BitNet: no scaling)."""
-    kind = str(meta.get(p + "rope.scaling.type", "none"))
-    factor = float(meta.get(p + "rope.scaling.factor", 1.0))
-    if kind not in ("none", "") and factor != 1.0:
+ROPE_SCALINGS = ("none", "linear", "yarn")  # what labkit computes (longrope's per-dim factors it does not)
+
+
+def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> RopeScaling:
+    """RoPE scaling as llama.cpp reads it (llama_model::load_hparams, then llama_context): the type
+    defaults to linear, the factor to none (1); YaRN's ext_factor is 1, and its attention factor is
+    1 when the file has no yarn_log_multiplier (get_mscale(f) cancelled by 1/(1 + 0.1·ln f), since the
+    kernel multiplies that term back), times the file's rope.scaling.attn_factor."""
+    kind = str(meta.get(p + "rope.scaling.type", "linear"))
+    if kind not in ROPE_SCALINGS:
         raise UnsupportedArchitectureError(
-            f"RoPE scaling {kind!r} (factor {factor:g}) is not supported: labkit computes plain RoPE only"
+            f"RoPE scaling {kind!r} is not supported (labkit computes {', '.join(ROPE_SCALINGS)})"
         )
+    factor = float(meta.get(p + "rope.scaling.factor", meta.get(p + "rope.scale_linear", 0.0)) or 0.0)
+    freq_scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
+    ext = 1.0 if kind == "yarn" else 0.0
+    attn = 1.0
+    if ext:
+        f = 1.0 / freq_scale
+        log_mul = float(meta.get(p + "rope.scaling.yarn_log_multiplier", 0.0))
+        attn = _mscale(f, 1.0) / _mscale(f, log_mul) if log_mul else _mscale(f, 1.0)
+        attn /= 1.0 + 0.1 * math.log(f)
+    attn *= float(meta.get(p + "rope.scaling.attn_factor", 1.0))
+    n_ctx_orig = int(meta.get(p + "rope.scaling.original_context_length", context))
+    if freq_scale == 1.0 and ext == 0.0 and attn == 1.0:
+        return RopeScaling(n_ctx_orig=n_ctx_orig)
+    return RopeScaling(kind, freq_scale, ext, attn, n_ctx_orig)
+
+
+def _mscale(factor: float, m: float) -> float:
+    return 1.0 if factor <= 1.0 else 0.1 * m * math.log(factor) + 1.0
 
 
 def _opt_int(v: Any) -> int | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.model.config import ModelConfig
+from labkit.model.rope_scaling import yarn_corr_dims
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def _attention(b: _Builder, x: str) -> str:
         q = b.norm("q_norm", "q", "attn_q_norm", group=cfg.head_dim, width=cfg.q_dim)
         k = b.norm("k_norm", "k", "attn_k_norm", group=cfg.head_dim, width=cfg.kv_dim)
     rope = {"base": cfg.layer_rope_base(L), "style": cfg.rope_style, "head_dim": cfg.head_dim, "rope_dim": cfg.rope_dim}
+    rope |= _rope_scaling(cfg, L, rope["base"])
     b.add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
     b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
     heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
@@ -131,6 +133,18 @@ def _attention(b: _Builder, x: str) -> str:
     bias = b.bias("attn_output")
     out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
+
+
+def _rope_scaling(cfg: ModelConfig, layer: int, base: float) -> dict[str, Any]:
+    """The rope stage's scaling params ({} without scaling): ggml_rope_ext's freq_scale, ext_factor,
+    attn_factor, and YaRN's correction dims for the layer's base."""
+    sc = cfg.layer_rope_scaling(layer)
+    if sc.kind == "none":
+        return {}
+    dims = yarn_corr_dims(cfg.rope_dim, sc.n_ctx_orig, base, sc.beta_fast, sc.beta_slow)
+    yarn = {"n_ctx_orig": sc.n_ctx_orig, "beta_fast": sc.beta_fast, "beta_slow": sc.beta_slow}
+    return {"freq_scale": sc.freq_scale, "ext_factor": sc.ext_factor, "attn_factor": sc.attn_factor, "corr_dims": dims,
+            **yarn}  # fmt: skip
 
 
 def _ffn(b: _Builder, x: str) -> str:

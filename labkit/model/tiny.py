@@ -54,6 +54,8 @@ class TinySpec:
     weight_scales: bool = True  # bitnet only: a per-tensor `<matrix>.scale` beside each layer matrix
     n_dense_lead: int = 0  # ernie4_5-moe: leading dense layers (the others are MoE)
     d_ff_shexp: int = 0  # ernie4_5-moe: the shared experts' width (0: none)
+    # RoPE scaling as the converters write it: (type, factor, original context length), () for none
+    rope_scaling: tuple = ()
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -141,6 +143,11 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_layer_norm_rms_eps(1e-6 if a.startswith("gemma") else 1e-5)
     w.add_rope_freq_base(1e6 if a == "gemma3" else 1e4)
     w.add_rope_dimension_count(spec.head_dim)
+    if spec.rope_scaling:
+        kind, factor, n_ctx_orig = spec.rope_scaling
+        w.add_string(f"{a}.rope.scaling.type", kind)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(n_ctx_orig)
     w.add_vocab_size(spec.vocab)
     if traits.swa_pattern:
         w.add_sliding_window(spec.sliding_window)

@@ -4,7 +4,9 @@ with the position.
 Neox style pairs feature i with i + rope_dim/2 (gemma, qwen, phi3); normal style pairs 2i
 with 2i+1 (llama). Running one style's kernel on the other's model is post-mortem-style
 fault `normal_pairs`. Roped keys are written straight into the KV cache (the stage's
-`kv_write`)."""
+`kv_write`). A scaled model's angles follow ggml_rope_ext: every angle times `freq_scale`
+(1/factor), and under YaRN (`ext_factor` 1) the dims below the correction range keep their
+unscaled angle, a ramp between, and cos and sin times attn_factor·(1 + 0.1·ln(1/freq_scale))."""
 
 from __future__ import annotations
 
@@ -14,13 +16,30 @@ from labkit.errors import UnsupportedArchitectureError
 from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
 
 PARAMS = Params(
-    T="u32", n_heads="u32", head_dim="u32", rope_dim="u32", pos0="u32", neox="u32", base="f32", y_offset="u32"
-)
+    T="u32", n_heads="u32", head_dim="u32", rope_dim="u32", pos0="u32", neox="u32", base="f32", y_offset="u32",
+    freq_scale="f32", ext_factor="f32", attn_factor="f32", corr_low="f32", corr_high="f32",
+)  # fmt: skip
+
+
+def scaled_angles(ang: np.ndarray, scaling: dict) -> tuple[np.ndarray, float]:
+    """ggml's rope_yarn on angles [T, rope_dim/2]: (the angles, the cos/sin magnitude); `scaling` is
+    scaling_of(params), or {} for none."""
+    if not scaling:
+        return ang, 1.0
+    s = scaling
+    interp = s["freq_scale"] * ang
+    if not s["ext_factor"]:
+        return interp, s["attn_factor"]
+    low, high = s["corr_dims"]
+    y = (np.arange(ang.shape[-1]) - low) / max(0.001, high - low)
+    mix = (1.0 - np.clip(y, 0.0, 1.0)) * s["ext_factor"]
+    return interp * (1 - mix) + ang * mix, s["attn_factor"] * (1.0 + 0.1 * np.log(1.0 / s["freq_scale"]))
 
 
 def rope(
-    x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, style: str, angle_dtype=np.float64
-) -> np.ndarray:
+    x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, style: str, angle_dtype=np.float64,
+    scaling: dict | None = None,
+) -> np.ndarray:  # fmt: skip
     """Rotate pairs by pos·base^(-2i/rope_dim): neox pairs (i, i+d/2), normal pairs (2i, 2i+1).
     angle_dtype: what the angle pos·freq is computed in. Engines compute it in f32 (labkit's WGSL,
     llama.cpp, transformers' rotary embedding), whose rounding grows with the position: at
@@ -30,7 +49,8 @@ def rope(
     half = rope_dim // 2
     inv_freq = (base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)).astype(angle_dtype)
     ang = (positions[:, None].astype(angle_dtype) * inv_freq[None, :]).astype(np.float64)
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    ang, mag = scaled_angles(ang, scaling or {})
+    cos, sin = mag * np.cos(ang)[:, None, :], mag * np.sin(ang)[:, None, :]
     if style == "neox":
         a, b = h[..., :half].copy(), h[..., half:rope_dim].copy()
         h[..., :half], h[..., half:rope_dim] = a * cos - b * sin, a * sin + b * cos
@@ -45,7 +65,20 @@ def rope(
 def reference(stage, ref) -> np.ndarray:
     P = stage.params
     angle = getattr(ref, "angle_dtype", np.float64)  # f32 where attribution emulates an engine
-    return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"], angle)
+    return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"], angle,
+                scaling_of(P))  # fmt: skip
+
+
+def scaling_of(params: dict) -> dict:
+    """A rope stage's scaling params (ModelConfig.rope_scaling through the graph), unscaled if none."""
+    unscaled = {"freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}
+    return {k: params.get(k, v) for k, v in unscaled.items()}
+
+
+SCALED_FORMULA = (
+    "(a, b) → m·(a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d) / factor "
+    "(YaRN: the fast dims ramp back to the unscaled angle, m = 1 + 0.1·ln factor)"
+)
 
 
 def workgroups(n: int) -> int:
@@ -66,6 +99,9 @@ def plan(stage, gpu):
         "base": P["base"],
         "y_offset": out.offset,
     }
+    sc = scaling_of(P)
+    values |= {k: sc[k] for k in ("freq_scale", "ext_factor", "attn_factor")}
+    values |= {"corr_low": sc["corr_dims"][0], "corr_high": sc["corr_dims"][1]}
     gpu.dispatch([x.buffer, out.buffer], values, workgroups(x.size))
     return out
 
@@ -80,6 +116,7 @@ OP = Op(
     name="rope",
     what="rotates pairs of features by an angle proportional to the token's position",
     formula="(a, b) → (a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d)",
+    formula_of=lambda st: SCALED_FORMULA if "freq_scale" in st.params else OP.formula,
     params=PARAMS,
     reference=reference,
     plan=plan,
