@@ -20,8 +20,7 @@ decided in labkit.gpu.reuse.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -96,16 +95,9 @@ class PlanCache:
         self._n_uniforms = 0
         self.created = 0  # GPU objects created through this cache (tests: a warm step creates none)
 
-    @contextmanager
-    def active(self) -> Iterator[PlanCache]:
-        """Build one pass with this cache; on exit, drop what the pass did not use."""
-        self._used_buffers, self._used_binds, self._n_uniforms = {}, set(), 0
-        token = _ACTIVE.set(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.reset(token)
-            self._trim()
+    def active(self) -> _Active:
+        """Build one pass with this cache (`with cache.active():`); on exit, drop what it did not use."""
+        return _Active(self)
 
     def buffer(self, size: int, usage: int, label: str = "") -> Any:
         """The buffer this request got last pass (same label, size, usage, order), or a new one."""
@@ -186,8 +178,12 @@ class PlanCache:
         return self._binds[key][0]
 
     def _trim(self) -> None:
-        self._buffers = {k: v[: self._used_buffers[k]] for k, v in self._buffers.items() if k in self._used_buffers}
-        self._binds = {k: v for k, v in self._binds.items() if k in self._used_binds}
+        """Drop what the pass did not ask for (nothing, in a warm step: then nothing is rebuilt)."""
+        used = self._used_buffers
+        if len(used) != len(self._buffers) or any(len(v) != used.get(k, -1) for k, v in self._buffers.items()):
+            self._buffers = {k: v[: used[k]] for k, v in self._buffers.items() if k in used}
+        if len(self._used_binds) != len(self._binds):
+            self._binds = {k: v for k, v in self._binds.items() if k in self._used_binds}
         del self._uniforms[self._n_uniforms :]
 
     @property
@@ -195,6 +191,25 @@ class PlanCache:
         """Buffers, uniforms and bind groups held now."""
         uniforms = sum(u is not None for u in self._uniforms)
         return sum(map(len, self._buffers.values())) + uniforms + len(self._binds)
+
+
+class _Active:
+    """PlanCache.active's context: a class, not a generator (entered per re-planned stage per step)."""
+
+    __slots__ = ("cache", "token")
+
+    def __init__(self, cache: PlanCache):
+        self.cache = cache
+
+    def __enter__(self) -> PlanCache:
+        c = self.cache
+        c._used_buffers, c._used_binds, c._n_uniforms = {}, set(), 0
+        self.token = _ACTIVE.set(c)
+        return c
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.reset(self.token)
+        self.cache._trim()
 
 
 def _resource_key(r: Any) -> tuple:

@@ -57,13 +57,13 @@ def plan_pass(
     regions: dict[str, Region] = {}
     fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
     plans: list[StagePlan] = []
+    where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
     for i, st in enumerate(ex.graph):
         if reuse is not None and i < start:
             old = reuse[i]
             plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
         else:
             chunked = i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed)
-            where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)
             plans.append(_stage_plan(ex, sel, i, where, replay, chunked))
         regions[st.name] = plans[-1].out
         fused.update(plans[-1].also_writes)
@@ -91,15 +91,32 @@ class Where(NamedTuple):
 def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunked: bool = False) -> StagePlan:
     """Stage i's plan: made now, or with `replay` the last step's when nothing it depends on changed."""
     st = ex.graph[i]
-    ep = epilogue_for(ex.graph, i, sel.kernels, len(w.ids)) if replay is not None else None
+    ep = inputs = None
+    if replay is not None:
+        ep = _epilogues(ex.graph, sel, len(w.ids))[i]
+        inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
+        kept = replay.kept(i, st, sel.signatures[i], inputs)
+        if kept is not None:  # most stages of a warm step: nothing to build
+            return kept
     ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
     make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
     if chunked:
         make = partial(_plan_logits_chunks, ex, ctx, sel.signatures[i], w.textures)
-    if replay is None:
-        return make()
-    inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
-    return replay.stage(i, st, sel.signatures[i], inputs, make)
+    return make() if replay is None else replay.stage(i, st, sel.signatures[i], inputs, make)
+
+
+_EPILOGUES: dict[int, tuple] = {}  # id(selection) -> (selection, T, each stage's epilogue): one per step shape
+
+
+def _epilogues(graph: list[Stage], sel, T: int) -> list:
+    """Each stage's fused epilogue (labkit.gpu.fusion) under a selection, worked out once per
+    selection and token count, not per stage per decode step."""
+    held = _EPILOGUES.get(id(sel))
+    if held is None or held[0] is not sel or held[1] != T:
+        if len(_EPILOGUES) > 8:
+            _EPILOGUES.clear()
+        held = _EPILOGUES[id(sel)] = (sel, T, [epilogue_for(graph, i, sel.kernels, T) for i in range(len(graph))])
+    return held[2]
 
 
 def replan_for_ids(ex: Any, plans: list[StagePlan], ids: list[int], cache, last_only: bool, replay: StepReplay):

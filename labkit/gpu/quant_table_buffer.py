@@ -3,6 +3,7 @@ per device and bound as group 1 by each kernel whose block reader indexes them."
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import wgpu
@@ -25,10 +26,16 @@ def table_buffer(gpu: Any) -> Any:
 _GROUPS: dict[int, tuple[Any, Any]] = {}  # id(pipeline) -> (the pipeline, kept alive; its group 1)
 
 
+@lru_cache(maxsize=4096)
+def reads_tables(source: str) -> bool:
+    """Whether a kernel source reads QUANT_TABLES (asked per dispatch: one search per source)."""
+    return "QUANT_TABLES" in source
+
+
 def tables_bind_group(gpu: Any, pipeline: Any, source: str) -> Any | None:
     """Bind group 1 for a kernel whose source reads QUANT_TABLES; None for any other. Made once per
     pipeline: every dispatch of that kernel binds the same table buffer."""
-    if "QUANT_TABLES" not in source:
+    if not reads_tables(source):
         return None
     held = _GROUPS.get(id(pipeline))
     if held is None or held[0] is not pipeline:

@@ -57,11 +57,18 @@ class StepReplay:
         with self.shared.active():
             yield self
 
+    def kept(self, i: int, st: Any, signature: tuple, inputs: tuple) -> Any:
+        """Stage i's kept plan when nothing it depends on changed, else None."""
+        if i in self._plans and self._replayable(i, st, signature, inputs):
+            return self._plans[i]
+        return None
+
     def stage(self, i: int, st: Any, signature: tuple, inputs: tuple, make: Callable[[], Any]) -> Any:
         """Stage i's plan: the kept one when nothing it depends on changed, else `make()` with the
         stage's own plan cache active."""
-        if i in self._plans and self._replayable(i, st, signature, inputs):
-            return self._plans[i]
+        old = self.kept(i, st, signature, inputs)
+        if old is not None:
+            return old
         cache = self._caches.get(st.name) or self._caches.setdefault(
             st.name, PlanCache(self.device, self.round_limit, self.arena)
         )

@@ -139,8 +139,9 @@ class StageHost:
     def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups) -> Dispatch:
         """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
         the binding limit is a BufferLimitError naming the stage."""
+        limit = self.binding_limit
         for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
-            if isinstance(b, wgpu.GPUBuffer) and b.size > self.binding_limit:
+            if isinstance(b, wgpu.GPUBuffer) and b.size > limit:
                 self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
         source = kernel.source(shape)
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")

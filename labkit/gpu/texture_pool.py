@@ -11,8 +11,6 @@ own textures instead (a decode step reuses its last step's).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -31,17 +29,16 @@ class TexturePool:
         self.taken: list[tuple[tuple, Any]] = []
         self.created = 0
 
-    @contextmanager
-    def stage(self) -> Iterator[TexturePool]:
-        """Plan one stage with this pool; on exit its textures are free for the next stages."""
-        token = _ACTIVE.set(self)
-        try:
-            yield self
-        finally:
-            _ACTIVE.reset(token)
-            for key, view in self.taken:
-                self.free.setdefault(key, []).append(view)
-            self.taken = []
+    def stage(self) -> _Stage:
+        """Plan one stage with this pool (`with pool.stage():`); on exit its textures are free for
+        the next stages."""
+        return _Stage(self)
+
+    def release(self) -> None:
+        """The stage planned: the textures it took serve the next stages."""
+        for key, view in self.taken:
+            self.free.setdefault(key, []).append(view)
+        self.taken = []
 
     def view(self, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:
         """A view of a texture a finished stage left, or of a new one."""
@@ -55,3 +52,20 @@ class TexturePool:
             self.created += 1
         self.taken.append((key, view))
         return view
+
+
+class _Stage:
+    """TexturePool.stage's context: a class, not a generator (entered per planned stage)."""
+
+    __slots__ = ("pool", "token")
+
+    def __init__(self, pool: TexturePool):
+        self.pool = pool
+
+    def __enter__(self) -> TexturePool:
+        self.token = _ACTIVE.set(self.pool)
+        return self.pool
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.reset(self.token)
+        self.pool.release()

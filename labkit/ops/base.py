@@ -89,9 +89,9 @@ class Params:
 
     def pack(self, source: str, values: dict[str, Any]) -> bytes:
         """The uniform bytes for `source`'s struct layout, each field taken from `values` by name."""
-        fmt, names = _packing(source)
-        data = struct.pack(fmt, *(0 if n.startswith("_") else values[n] for n in names))
-        return data + b"\0" * (-len(data) % 16) or b"\0" * 16
+        fmt, names, pad = _packing(source)
+        data = struct.pack(fmt, *(0 if n is None else values[n] for n in names))
+        return data + pad if data else b"\0" * 16
 
     def _want(self) -> str:
         return "expected fields: " + ", ".join(f"{n}: {t}" for n, t in self.fields.items())
@@ -278,10 +278,12 @@ def compose(*names: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def _packing(source: str) -> tuple[str, tuple[str, ...]]:
-    """The struct format and field names of a source's Params (cached: asked per dispatch)."""
+def _packing(source: str) -> tuple[str, tuple[str | None, ...], bytes]:
+    """The struct format, field names (None for padding) and the zeros that round the bytes up to 16, of
+    a source's Params (cached: asked per dispatch)."""
     layout = wgsl_params(source)
-    return "<" + "".join(_PACK[t] for _, t in layout), tuple(n for n, _ in layout)
+    fmt = "<" + "".join(_PACK[t] for _, t in layout)
+    return fmt, tuple(None if n.startswith("_") else n for n, _ in layout), b"\0" * (-struct.calcsize(fmt) % 16)
 
 
 @lru_cache(maxsize=4096)
