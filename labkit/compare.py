@@ -326,7 +326,7 @@ def _router_scores(a: Run, b: Run, ids_name: str, pos: tuple[int, ...]) -> tuple
         if name in a.captures and name in b.captures and set(pos) <= set(a.rows(name)) & set(b.rows(name)):
             pa, pb = _rows_at(a, name, a.captures[name], pos), _rows_at(b, name, b.captures[name], pos)
             if kind == "ffn_router":
-                return _softmax_rows(pa), _softmax_rows(pb)
+                pa, pb = _softmax_rows(pa), _softmax_rows(pb)
             bias = _selection_bias(a, b, ids_name)
             return (pa, pb) if bias is None else (as_f64(pa) + bias, as_f64(pb) + bias)
     return None

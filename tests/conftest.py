@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import json
 import os
 import socket
@@ -34,6 +36,28 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "failed"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.longrepr = f"skipped under LABKIT_STRICT=1: {reason}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _give_back_freed_memory():
+    """After each test module, collect its labs and hand malloc's free pages back to the OS
+    (glibc's malloc_trim): lavapipe's and numpy's freed arenas otherwise stay in the process, and
+    the suite's peak RSS crept up module by module. Once a module, not once a test (that was 30%
+    slower for the suite)."""
+    yield
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to trim
+        return None
+
+
+_LIBC = _libc()
 
 
 def free_port() -> int:

@@ -88,7 +88,7 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
     launch(
         gpu,
         "rope",
-        [buf(gpu, x), y],
+        [buf(gpu, x), y, buf(gpu, x)],  # no rope_freqs: x bound there, unread
         dict(
             T=T,
             n_heads=n_heads,
@@ -103,6 +103,7 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
             attn_factor=1.0,
             corr_low=0.0,
             corr_high=0.0,
+            has_factors=0,
         ),  # fmt: skip
         rope.workgroups(x.size),
     )

@@ -181,6 +181,13 @@ def cases_rope() -> list[OpCase]:
         x = r.standard_normal((4, 3 * 64))
         out.append(OpCase(f"{style} scaled x{1 / scaling['freq_scale']:g} ext {scaling['ext_factor']:g} pos0 {n_past}",
                           st, [x], 4, n_past, exposes=shows))  # fmt: skip
+    # llama3's per-pair factors (rope_freqs.weight), into the cache at n_past
+    w: dict = {}
+    factors = _vector(w, "rope_freqs.weight", np.where(np.arange(32) < 10, 1.0, r.uniform(1.0, 8.0, 32)))
+    params = {"n_heads": 2, "head_dim": 64, "rope_dim": 64, "base": 5e5, "style": "normal", "freq_factors": factors}
+    st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k")
+    cache = {"k": np.full((40, 2 * 64), np.nan)}
+    out.append(OpCase("normal rope_freqs T3 pos0 30", st, [r.standard_normal((3, 128))], 3, 30, weights=w, cache=cache))
     return out
 
 
@@ -332,6 +339,8 @@ def _biased_router_cases(r, T: int, n: int, k: int, probs: np.ndarray) -> list[O
     st = Stage("blk.0.ffn_expert_weights", "moe_router", ("p", "i"), bias=sel, params={**route, "out": "weights"},
                layer=0)  # fmt: skip
     shows = frozenset({"bias_in_weights", "no_renormalize"})
+    plain = np.argsort(-probs, axis=1, kind="stable")[:, :k]
+    assert not np.array_equal(plain, ids) or T == 1, "the bias moves no token's experts: a case that cannot tell"
     return [ids_case, OpCase(f"biased weights T{T} n{n} k{k}", st, [probs, ids], T, weights=w, exposes=shows)]
 
 

@@ -61,7 +61,8 @@ def run_stage(st: dict, vals: dict, ctx: dict) -> np.ndarray:
         return y + W(st["bias"]) if st["bias"] else y
     if op == "rope":
         rot = (P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"])
-        return rope(xs[0], ctx["positions"], *rot, scaling=scaling_of(P))
+        factors = W(P["freq_factors"]) if P.get("freq_factors") else None
+        return rope(xs[0], ctx["positions"], *rot, scaling=scaling_of(P), freq_factors=factors)
     if op == "attn_scores":
         args = (P["n_heads"], P["n_kv_heads"], P["head_dim"], P["scale"], P["window"], P["softcap"])
         return scores(xs[0], ctx["cache"](st, "k", vals), ctx["n_past"], *args)

@@ -72,6 +72,8 @@ def stage_ops(st, T: int, n_keys: int, gguf) -> list[dict]:
         g, n = P["group"], P["width"] // P["group"]
         norm = _op("RMS_NORM", [g, n, T], [f32(g, n, T)], [_bits(P["eps"])], st.name)
         return [norm, _op("MUL", [g, n, T], [f32(g, n, T), f32(g)], stage=st.name)]
+    if st.op == "rope" and P.get("freq_factors"):  # the factors are src[2]: not in the file form
+        return [{"op": None, "op_name": None, "name": st.name, "note": "rope with rope_freqs: src[2] factors"}]
     if st.op == "rope":
         hd, H = P["head_dim"], P["n_heads"]
         sc = {"n_ctx_orig": 0, "freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "beta_fast": 0.0,

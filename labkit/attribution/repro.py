@@ -55,7 +55,7 @@ def write_repro(att: Attribution, stage: str, out: str | Path) -> Repro:
         raise InvalidArgumentError(f"{out} exists and is not empty: a reproducer goes into a new directory")
     out.mkdir(parents=True, exist_ok=True)
     stages = [ctx.by_name[n] for n in seg.stages]
-    weights = sorted({w for st in stages for w in (st.weight, st.bias) if w})
+    weights = sorted({w for st in stages for w in st.tensors.values()})  # rope_freqs, sinks, scales too
     arrays = _arrays(run, ctx, seg, stages, weights, lab)
     np.savez_compressed(out / "inputs.npz", **arrays)
     spec = _spec(att, row, seg, stages, weights, lab, arrays)

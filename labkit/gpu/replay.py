@@ -64,11 +64,8 @@ class StepReplay:
         return None
 
     def stage(self, i: int, st: Any, signature: tuple, inputs: tuple, make: Callable[[], Any]) -> Any:
-        """Stage i's plan: the kept one when nothing it depends on changed, else `make()` with the
-        stage's own plan cache active."""
-        old = self.kept(i, st, signature, inputs)
-        if old is not None:
-            return old
+        """Stage i planned afresh (`make()`) with the stage's own plan cache active, and kept for the
+        next step; the planner asks `kept` first."""
         cache = self._caches.get(st.name) or self._caches.setdefault(
             st.name, PlanCache(self.device, self.round_limit, self.arena)
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from labkit.errors import ModelFileError, UnsupportedArchitectureError
@@ -47,7 +47,10 @@ class ArchTraits:
     scale_tensors: bool = False  # its files may carry a per-tensor `<matrix>.scale` (bitnet)
     # moe: its files carry `exp_probs_b`, a bias added to the probabilities for the top k only, never
     # to the weights (DeepSeek-V3's e_score_correction_bias; ERNIE 4.5)
-    selection_bias: bool = False
+    expert_selection_bias: bool = False
+    # its graph divides each rotary pair's angle by `rope_freqs.weight` where the file has it (llama:
+    # Llama 3.1/3.2's llama3 scaling, written as per-pair factors by the converter)
+    rope_freq_factors: bool = False
     # moe: its files say which layers are MoE (`leading_dense_block_count` dense layers first, then every
     # `interleave_moe_layer_step`-th), and may add shared experts (`expert_shared_feed_forward_length`)
     moe_layout_keys: bool = False
@@ -55,7 +58,7 @@ class ArchTraits:
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
 ARCHITECTURES: dict[str, ArchTraits] = {
-    "llama": ArchTraits("normal"),
+    "llama": ArchTraits("normal", rope_freq_factors=True),
     "qwen2": ArchTraits("neox", biases=("attn_q", "attn_k", "attn_v")),
     "qwen3": ArchTraits("neox", qk_norm=True),
     "gemma2": ArchTraits(
@@ -86,7 +89,7 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # ERNIE 4.5 MoE as llama.cpp's ernie4_5-moe graph computes it: llama's attention; leading dense
     # layers, then MoE layers whose router adds a selection-only bias to its probabilities (softmax
     # gating, renormalized), and whose shared experts' FFN is added to the mixture
-    "ernie4_5-moe": ArchTraits("normal", ffn="moe", selection_bias=True, moe_layout_keys=True),
+    "ernie4_5-moe": ArchTraits("normal", ffn="moe", expert_selection_bias=True, moe_layout_keys=True),
     # BitNet b1.58 as llama.cpp's build_bitnet computes it: SiLU, although Microsoft's 2B-4T config says
     # relu2 (llama.cpp's graph was written for 1bitLLM's 3B); the unembedding is always token_embd
     "bitnet": ArchTraits("neox", sub_norms=True, always_tied=True, scale_tensors=True),
@@ -123,6 +126,11 @@ class RopeScaling:
     n_ctx_orig: int = 0
     beta_fast: float = 32.0
     beta_slow: float = 1.0
+
+    @property
+    def scales(self) -> bool:
+        """Whether any angle or magnitude differs from plain RoPE's (decided on the values, not the type)."""
+        return self.freq_scale != 1.0 or self.ext_factor != 0.0 or self.attn_factor != 1.0
 
 
 @dataclass(frozen=True)
@@ -174,7 +182,8 @@ class ModelConfig:
     ffn_norm_tensor: str = "ffn_norm"  # the pre-FFN norm's tensor (gpt-oss: post_attention_norm)
     q_prescaled: bool = False  # llama.cpp's kq-L is already scaled (ArchTraits.q_prescaled)
     rope_scaling: RopeScaling = RopeScaling()  # global layers' (and sliding ones' where swa_rope_scaled)
-    swa_rope_scaled: bool = False  # sliding-window layers share rope_scaling (else they are unscaled)
+    swa_rope_scaled: bool = False  # sliding-window layers share rope_scaling's freq_scale (else 1)
+    rope_freq_factors: str | None = None  # the tensor each rotary pair's angle is divided by (rope_freqs.weight)
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
@@ -193,8 +202,8 @@ class ModelConfig:
     def layer_rope_scaling(self, layer: int) -> RopeScaling:
         """The layer's RoPE scaling: the file's, or none on a sliding-window layer of a family whose
         local layers llama.cpp leaves unscaled (gemma3)."""
-        if self.swa_layers[layer] and not self.swa_rope_scaled:
-            return RopeScaling(n_ctx_orig=self.rope_scaling.n_ctx_orig)
+        if self.swa_layers[layer] and not self.swa_rope_scaled:  # llama.cpp: rope_freq_scale_train_swa is 1
+            return replace(self.rope_scaling, freq_scale=1.0)
         return self.rope_scaling
 
     def layer_window(self, layer: int) -> int | None:
@@ -229,9 +238,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     n_heads = int(_get(meta, p + "attention.head_count"))
     head_dim = int(_get(meta, p + "attention.key_length", d_model // n_heads))
     tokens = meta.get("tokenizer.ggml.tokens")
-    rope_base = float(_get(meta, p + "rope.freq_base", 10000.0))
     swa, window = _sliding_window(meta, p, traits, n_layers)
-    local_base = traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", rope_base))
     context = int(_get(meta, p + "context_length", 2048))
     softcap = traits.softcaps
     return ModelConfig(
@@ -246,10 +253,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         vocab_size=int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0)),
         context_length=context,
         rms_eps=float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-6)),
-        rope_base=rope_base,
-        rope_base_local=local_base,
-        rope_style=traits.rope_style,
-        rope_dim=int(meta.get(p + "rope.dimension_count", head_dim)),
+        **_rope_fields(meta, p, traits, head_dim, context, tensor_names),
         sliding_window=int(window) if window else None,
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
@@ -262,8 +266,6 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
-        rope_scaling=rope_scaling_from_metadata(meta, p, context),
-        swa_rope_scaled=traits.swa_rope_scaled,
         attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
         final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
         fused_qkv=traits.fused_qkv,
@@ -275,6 +277,21 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
     )
+
+
+def _rope_fields(meta: dict[str, Any], p: str, traits: ArchTraits, head_dim: int, context: int,
+                 names: set[str]) -> dict[str, Any]:  # fmt: skip
+    """RoPE's numbers: bases (global and sliding-window layers'), style, rotary dims, scaling, factors."""
+    base = float(_get(meta, p + "rope.freq_base", 10000.0))
+    return {
+        "rope_base": base,
+        "rope_base_local": traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", base)),
+        "rope_style": traits.rope_style,
+        "rope_dim": int(meta.get(p + "rope.dimension_count", head_dim)),
+        "rope_scaling": rope_scaling_from_metadata(meta, p, context),
+        "swa_rope_scaled": traits.swa_rope_scaled,
+        "rope_freq_factors": _rope_freq_factors(traits, names),
+    }
 
 
 def _sliding_window(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int) -> tuple[tuple[bool, ...], Any]:
@@ -304,8 +321,8 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
         "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
-        "d_ff_shexp": int(meta.get(p + "expert_shared_feed_forward_length", 0)),
-        "expert_selection_bias": traits.selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
+        "d_ff_shexp": int(meta.get(p + "expert_shared_feed_forward_length", 0)) if traits.moe_layout_keys else 0,
+        "expert_selection_bias": traits.expert_selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
     }
 
 
@@ -324,7 +341,10 @@ def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]
     step = int(_get(meta, p + "interleave_moe_layer_step"))
     if step < 1:
         raise ModelFileError(f"{p}interleave_moe_layer_step is {step}: llama.cpp requires at least 1")
-    return tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
+    layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
+    if not all(layers) and p + "feed_forward_length" not in meta:
+        raise ModelFileError(f"GGUF metadata lacks {p}feed_forward_length, the width of its dense layers")
+    return layers
 
 
 ROPE_SCALINGS = ("none", "linear", "yarn")  # what labkit computes (longrope's per-dim factors it does not)
@@ -349,15 +369,26 @@ def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> Ro
         log_mul = float(meta.get(p + "rope.scaling.yarn_log_multiplier", 0.0))
         attn = _mscale(f, 1.0) / _mscale(f, log_mul) if log_mul else _mscale(f, 1.0)
         attn /= 1.0 + 0.1 * math.log(f)
-    attn *= float(meta.get(p + "rope.scaling.attn_factor", 1.0))
+    attn *= float(meta.get(p + "rope.scaling.attn_factor", 1.0))  # whatever the type, as llama.cpp does
     n_ctx_orig = int(meta.get(p + "rope.scaling.original_context_length", context))
-    if freq_scale == 1.0 and ext == 0.0 and attn == 1.0:
-        return RopeScaling(n_ctx_orig=n_ctx_orig)
     return RopeScaling(kind, freq_scale, ext, attn, n_ctx_orig)
 
 
 def _mscale(factor: float, m: float) -> float:
+    """llama_context's get_mscale: YaRN's magnitude for a context `factor` times longer."""
     return 1.0 if factor <= 1.0 else 0.1 * m * math.log(factor) + 1.0
+
+
+def _rope_freq_factors(traits: ArchTraits, names: set[str]) -> str | None:
+    """The per-pair factors tensor llama.cpp's graph reads, if the file has one; a file whose long-
+    context factors depend on the context size (phi3's longrope) is refused, never run unscaled."""
+    longrope = [n for n in ("rope_factors_long.weight", "rope_factors_short.weight") if n in names]
+    if longrope:
+        raise UnsupportedArchitectureError(
+            f"RoPE factors {', '.join(longrope)} (longrope) are not supported: labkit computes plain, linear and "
+            "YaRN RoPE, and llama3's rope_freqs"
+        )
+    return "rope_freqs.weight" if traits.rope_freq_factors and "rope_freqs.weight" in names else None
 
 
 def _opt_int(v: Any) -> int | None:

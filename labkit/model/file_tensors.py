@@ -18,7 +18,7 @@ class FileTensor:
 
     name: str
     shape: tuple[int, ...]
-    kind: str  # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks"
+    kind: str  # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks", "freq_factors"
 
 
 def file_tensors(cfg: ModelConfig, graph: list[Stage] | None = None) -> list[FileTensor]:
@@ -39,6 +39,8 @@ def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
         return FileTensor(name, (1,), "scale")
     if role == "sinks":
         return FileTensor(name, (cfg.n_heads,), "sinks")
+    if role == "freq_factors":
+        return FileTensor(name, (cfg.rope_dim // 2,), "freq_factors")
     if role == "bias" and st.op == "moe_router":  # the selection-only bias (exp_probs_b), one per expert
         return FileTensor(name, (cfg.n_expert,), "bias")
     if role == "bias":

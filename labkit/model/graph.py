@@ -35,9 +35,9 @@ class Stage:
 
     @property
     def tensors(self) -> dict[str, str]:
-        """The GGUF tensors it reads, by role: its weight, bias, per-tensor scale, attention sinks."""
+        """The GGUF tensors it reads, by role: its weight, bias, per-tensor scale, attention sinks, RoPE factors."""
         named = {"weight": self.weight, "bias": self.bias}
-        named |= {role: self.params.get(role) for role in ("weight_scale", "sinks")}
+        named |= {role: self.params.get(role) for role in ("weight_scale", "sinks", "freq_factors")}
         return {role: name for role, name in named.items() if name}
 
     @property
@@ -118,6 +118,7 @@ def _attention(b: _Builder, x: str) -> str:
         k = b.norm("k_norm", "k", "attn_k_norm", group=cfg.head_dim, width=cfg.kv_dim)
     rope = {"base": cfg.layer_rope_base(L), "style": cfg.rope_style, "head_dim": cfg.head_dim, "rope_dim": cfg.rope_dim}
     rope |= _rope_scaling(cfg, L, rope["base"])
+    rope |= {"freq_factors": cfg.rope_freq_factors} if cfg.rope_freq_factors else {}
     b.add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
     b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
     heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
@@ -139,7 +140,7 @@ def _rope_scaling(cfg: ModelConfig, layer: int, base: float) -> dict[str, Any]:
     """The rope stage's scaling params ({} without scaling): ggml_rope_ext's freq_scale, ext_factor,
     attn_factor, and YaRN's correction dims for the layer's base."""
     sc = cfg.layer_rope_scaling(layer)
-    if sc.kind == "none":
+    if not sc.scales:
         return {}
     dims = yarn_corr_dims(cfg.rope_dim, sc.n_ctx_orig, base, sc.beta_fast, sc.beta_slow)
     yarn = {"n_ctx_orig": sc.n_ctx_orig, "beta_fast": sc.beta_fast, "beta_slow": sc.beta_slow}

@@ -56,6 +56,7 @@ class TinySpec:
     d_ff_shexp: int = 0  # ernie4_5-moe: the shared experts' width (0: none)
     # RoPE scaling as the converters write it: (type, factor, original context length), () for none
     rope_scaling: tuple = ()
+    rope_freq_factors: bool = False  # llama only: Llama 3.1's per-pair factors, `rope_freqs.weight`
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -204,7 +205,8 @@ def tiny_config(spec: TinySpec) -> ModelConfig:
     names = {f"blk.0.{matrix}.bias" for matrix in traits.biases}
     names |= {"blk.0.attn_q.scale"} if traits.scale_tensors and spec.weight_scales else set()
     names |= set() if spec.tied else {"output.weight"}
-    names |= {"blk.0.exp_probs_b.bias"} if traits.selection_bias else set()
+    names |= {"blk.0.exp_probs_b.bias"} if traits.expert_selection_bias else set()
+    names |= {"rope_freqs.weight"} if spec.rope_freq_factors else set()
     return config_from_metadata(meta, names)
 
 
@@ -241,4 +243,17 @@ _VALUES = {
     "bias": _bias,
     "scale": lambda t, ft: t.vector(ft.name, [t.rng.uniform(0.5, 2.0)]),
     "sinks": lambda t, ft: t.vector(ft.name, 1.5 * t.rng.standard_normal(ft.shape)),
+    "freq_factors": lambda t, ft: t.vector(ft.name, llama3_freq_factors(ft.shape[0], 1e4)),
 }
+
+
+def llama3_freq_factors(n_pairs: int, base: float, factor: float = 8.0, low: float = 1.0, high: float = 4.0,
+                        n_ctx_orig: int = 64) -> np.ndarray:  # fmt: skip
+    """Meta's llama3 RoPE scaling as the converter writes it into rope_freqs.weight: 1 for the fast
+    pairs, `factor` for the slow ones, a smooth ramp between (n_ctx_orig small, so that a tiny model's
+    pairs fall on all three parts)."""
+    freqs = base ** (-np.arange(n_pairs) * 2.0 / (2 * n_pairs))
+    wavelen = 2 * np.pi / freqs
+    smooth = (n_ctx_orig / wavelen - low) / (high - low)
+    ramp = 1.0 / ((1 - smooth) / factor + smooth)
+    return np.where(wavelen < n_ctx_orig / high, 1.0, np.where(wavelen > n_ctx_orig / low, factor, ramp))

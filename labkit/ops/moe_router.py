@@ -21,7 +21,7 @@ import numpy as np
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32",
-                gating="u32", bias="u32")  # fmt: skip
+                gating="u32", has_bias="u32")  # fmt: skip
 WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `out` param)
 GATING = {"softmax": 0, "softmax_weight": 1}  # llama.cpp's expert gating functions labkit computes
 MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
@@ -80,7 +80,7 @@ def plan(stage, gpu):
         "x_offset": x.offset,
         "ids_offset": ids.offset,
         "gating": GATING[P.get("gating", "softmax")],
-        "bias": int(bool(stage.bias)),
+        "has_bias": int(bool(stage.bias)),
     }
     gpu.dispatch([x.buffer, ids.buffer, out.buffer, bias], values, ceil_div(T, 64))
     return out

@@ -2,7 +2,7 @@
 //   0  probs:   Y[t, n_expert] = softmax(X[t])                 X: the router's logits
 //   1  ids:     Y[t, k] = the k highest-scoring experts, highest first, a tie to the lower
 //               index, as u32 bits (integer ids)                X: the probabilities (the logits)
-//               The score is X plus B, the selection-only bias, where P.bias (exp_probs_b).
+//               The score is X plus B, the selection-only bias, where P.has_bias (exp_probs_b).
 //   2  weights: Y[t, k] = X[t, IDS[t, j]], renormalized to sum to 1 where P.norm
 //                                                               X: the probabilities, IDS: the ids
 // P.gating 0 is softmax gating (the scores are probabilities); 1 is softmax_weight gating (gpt-oss:
@@ -13,7 +13,7 @@
 //   moe_router_weigh.wgsl      gate_weight(t, v): a selected expert's weight from its score v
 //   moe_router_normalize.wgsl  normalized(w, total): the weight after renormalization
 struct Params { T: u32, n_expert: u32, k: u32, what: u32, norm: u32, x_offset: u32, ids_offset: u32, gating: u32,
-                bias: u32 }
+                has_bias: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> IDS: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
@@ -26,7 +26,7 @@ fn x_at(t: u32, e: u32) -> f32 {
 
 // expert e's selection-only bias (0 where the model has none)
 fn selection_bias(e: u32) -> f32 {
-    if (P.bias == 0u) { return 0.0; }
+    if (P.has_bias == 0u) { return 0.0; }
     return B[e];
 }
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from labkit.errors import UnsupportedArchitectureError
-from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(
     T="u32", n_heads="u32", head_dim="u32", rope_dim="u32", pos0="u32", neox="u32", base="f32", y_offset="u32",
-    freq_scale="f32", ext_factor="f32", attn_factor="f32", corr_low="f32", corr_high="f32",
+    freq_scale="f32", ext_factor="f32", attn_factor="f32", corr_low="f32", corr_high="f32", has_factors="u32",
 )  # fmt: skip
 
 
@@ -38,7 +38,7 @@ def scaled_angles(ang: np.ndarray, scaling: dict) -> tuple[np.ndarray, float]:
 
 def rope(
     x, positions, n_heads: int, head_dim: int, rope_dim: int, base: float, style: str, angle_dtype=np.float64,
-    scaling: dict | None = None,
+    scaling: dict | None = None, freq_factors: np.ndarray | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Rotate pairs by pos·base^(-2i/rope_dim): neox pairs (i, i+d/2), normal pairs (2i, 2i+1).
     angle_dtype: what the angle pos·freq is computed in. Engines compute it in f32 (labkit's WGSL,
@@ -49,6 +49,8 @@ def rope(
     half = rope_dim // 2
     inv_freq = (base ** (-np.arange(half, dtype=np.float64) * 2.0 / rope_dim)).astype(angle_dtype)
     ang = (positions[:, None].astype(angle_dtype) * inv_freq[None, :]).astype(np.float64)
+    if freq_factors is not None:  # llama3's per-pair factors (rope_freqs.weight), before any scaling
+        ang = ang / np.asarray(freq_factors, np.float64).reshape(-1)[None, :half]
     ang, mag = scaled_angles(ang, scaling or {})
     cos, sin = mag * np.cos(ang)[:, None, :], mag * np.sin(ang)[:, None, :]
     if style == "neox":
@@ -65,8 +67,9 @@ def rope(
 def reference(stage, ref) -> np.ndarray:
     P = stage.params
     angle = getattr(ref, "angle_dtype", np.float64)  # f32 where attribution emulates an engine
+    factors = ref.weight(P["freq_factors"]) if P.get("freq_factors") else None
     return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"], angle,
-                scaling_of(P))  # fmt: skip
+                scaling_of(P), factors)  # fmt: skip
 
 
 def scaling_of(params: dict) -> dict:
@@ -76,8 +79,9 @@ def scaling_of(params: dict) -> dict:
 
 
 SCALED_FORMULA = (
-    "(a, b) → m·(a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d) / factor "
-    "(YaRN: the fast dims ramp back to the unscaled angle, m = 1 + 0.1·ln factor)"
+    "(a, b) → m·(a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d) / f_i / factor  (f_i: the "
+    "file's per-pair rope_freqs, else 1; YaRN: the fast pairs ramp back to the unscaled angle, m = "
+    "attn_factor·(1 + 0.1·ln factor))"
 )
 
 
@@ -101,8 +105,9 @@ def plan(stage, gpu):
     }
     sc = scaling_of(P)
     values |= {k: sc[k] for k in ("freq_scale", "ext_factor", "attn_factor")}
-    values |= {"corr_low": sc["corr_dims"][0], "corr_high": sc["corr_dims"][1]}
-    gpu.dispatch([x.buffer, out.buffer], values, workgroups(x.size))
+    values |= {"corr_low": sc["corr_dims"][0], "corr_high": sc["corr_dims"][1], "has_factors": int("freq_factors" in P)}
+    factors = gpu.vector(P["freq_factors"]) if "freq_factors" in P else x.buffer  # x there, unread, if none
+    gpu.dispatch([x.buffer, out.buffer, factors], values, workgroups(x.size))
     return out
 
 
@@ -116,18 +121,23 @@ OP = Op(
     name="rope",
     what="rotates pairs of features by an angle proportional to the token's position",
     formula="(a, b) → (a·cos θ − b·sin θ, a·sin θ + b·cos θ),  θ = pos · base^(−2i/d)",
-    formula_of=lambda st: SCALED_FORMULA if "freq_scale" in st.params else OP.formula,
+    formula_of=lambda st: SCALED_FORMULA if {"freq_scale", "freq_factors"} & set(st.params) else OP.formula,
     params=PARAMS,
     reference=reference,
     plan=plan,
     shapes=shapes,
     kernels=(
-        Kernel("rope", "default", "the correct kernel (the model's own pairing)", from_file("rope")),
+        Kernel(
+            "rope",
+            "default",
+            "the correct kernel (the model's own pairing)",
+            lambda shape: compose("rope", "rope_scale"),
+        ),
         Kernel(
             "rope",
             "normal_pairs",
             "normal (2i, 2i+1) rope whatever the model's style: wrong on neox models (gemma, qwen, phi3)",
-            from_file("rope_normal_pairs"),
+            lambda shape: compose("rope_normal_pairs", "rope_scale"),
             faulty=True,
         ),
     ),

@@ -1,30 +1,18 @@
 // Rotary position embedding. Position of token t is pos0 + t.
 //   neox  (gemma3, qwen2): pairs (i, i + rope_dim/2)
 //   normal (llama):        pairs (2i, 2i + 1)
-// theta_i = pos * base^(-2i / rope_dim), scaled as scaled_angle says; dims at or past rope_dim pass through.
+// theta_i = pos * base^(-2i / rope_dim) / pair_factor(i), scaled as scaled_angle says (both in
+// rope_scale.wgsl, composed after this file); dims at or past rope_dim pass through.
 // Interface: @binding(0) X: array<f32> [T, n_heads*head_dim], @binding(1) Y: array<f32> (same shape),
-//            @binding(2) P: Params. One thread per element; Y is written from P.y_offset
+//            @binding(2) FACTORS: array<f32> [rope_dim/2], @binding(3) P: Params.
+//            One thread per element; Y is written from P.y_offset
 //            (k_rope writes straight into the layer's K cache at the first new position).
 struct Params { T: u32, n_heads: u32, head_dim: u32, rope_dim: u32, pos0: u32, neox: u32, base: f32, y_offset: u32,
-                freq_scale: f32, ext_factor: f32, attn_factor: f32, corr_low: f32, corr_high: f32 }
+                freq_scale: f32, ext_factor: f32, attn_factor: f32, corr_low: f32, corr_high: f32, has_factors: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(2) var<uniform> P: Params;
-
-// ggml's rope_yarn: (the angle, the cos/sin magnitude). The angle times freq_scale (1/factor), and
-// under YaRN (ext_factor != 0) mixed back to the unscaled angle below the correction dims, with the
-// magnitude attn_factor · (1 + 0.1·ln(1/freq_scale)). Unscaled (1, 0, 1): the angle itself, and 1.
-fn scaled_angle(theta_extrap: f32, i: u32) -> vec2<f32> {
-    var theta = P.freq_scale * theta_extrap;
-    var mscale = P.attn_factor;
-    if (P.ext_factor != 0.0) {
-        let y = (f32(i) - P.corr_low) / max(0.001, P.corr_high - P.corr_low);
-        let mix = (1.0 - clamp(y, 0.0, 1.0)) * P.ext_factor;
-        theta = theta * (1.0 - mix) + theta_extrap * mix;
-        mscale = mscale * (1.0 + 0.1 * log(1.0 / P.freq_scale));
-    }
-    return vec2<f32>(theta, mscale);
-}
+@group(0) @binding(2) var<storage, read> FACTORS: array<f32>;  // rope_freqs per pair (X, unread, where none)
+@group(0) @binding(3) var<uniform> P: Params;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -45,7 +33,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         i = j / 2u;
         partner = select(idx - 1u, idx + 1u, first);
     }
-    let theta_extrap = f32(P.pos0 + t) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim));
+    let theta_extrap = f32(P.pos0 + t) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim)) / pair_factor(i);
     let scaled = scaled_angle(theta_extrap, i);
     let theta = scaled.x;
     let m = scaled.y;
