@@ -25,6 +25,8 @@ import struct
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from labkit.ops.rope import scaling_of
+
 F32, I32 = GGMLQuantizationType.F32, GGMLQuantizationType.I32
 _GLU = {"silu": 2, "gelu_tanh": 1, "swiglu_oai": 3}  # ggml_glu_op: SWIGLU, GEGLU, SWIGLU_OAI
 _ROPE_MODE = {"normal": 0, "neox": 2}
@@ -76,10 +78,10 @@ def stage_ops(st, T: int, n_keys: int, gguf) -> list[dict]:
         return [{"op": None, "op_name": None, "name": st.name, "note": "rope with rope_freqs: src[2] factors"}]
     if st.op == "rope":
         hd, H = P["head_dim"], P["n_heads"]
-        sc = {"n_ctx_orig": 0, "freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "beta_fast": 0.0,
-              "beta_slow": 0.0} | P  # fmt: skip
-        params = [0, P["rope_dim"], _ROPE_MODE[P["style"]], 0, sc["n_ctx_orig"], _bits(P["base"])]
-        params += [_bits(sc[k]) for k in ("freq_scale", "ext_factor", "attn_factor", "beta_fast", "beta_slow")]
+        sc = scaling_of(P)  # ggml_rope_ext's op params: n_ctx_orig, base, then the scaling and YaRN's betas
+        params = [0, P["rope_dim"], _ROPE_MODE[P["style"]], 0, P.get("n_ctx_orig", 0), _bits(P["base"])]
+        params += [_bits(sc[k]) for k in ("freq_scale", "ext_factor", "attn_factor")]
+        params += [_bits(P.get(k, 0.0)) for k in ("beta_fast", "beta_slow")]
         return [_op("ROPE", [hd, H, T], [f32(hd, H, T), _tensor(I32, [T])], params, st.name)]
     if st.op == "attn_scores":
         hd, H, KV = P["head_dim"], P["n_heads"], P["n_kv_heads"]

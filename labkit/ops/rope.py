@@ -85,6 +85,11 @@ SCALED_FORMULA = (
 )
 
 
+def rope_source(pairing: str) -> str:
+    """The kernel: rope.wgsl with its pairing part (the model's, or a fault's) and the scaling part."""
+    return compose("rope", pairing, "rope_scale")
+
+
 def workgroups(n: int) -> int:
     return ceil_div(n, 64)
 
@@ -131,13 +136,13 @@ OP = Op(
             "rope",
             "default",
             "the correct kernel (the model's own pairing)",
-            lambda shape: compose("rope", "rope_scale"),
+            lambda _: rope_source("rope_pairing"),
         ),
         Kernel(
             "rope",
             "normal_pairs",
             "normal (2i, 2i+1) rope whatever the model's style: wrong on neox models (gemma, qwen, phi3)",
-            lambda shape: compose("rope_normal_pairs", "rope_scale"),
+            lambda _: rope_source("rope_normal_pairs"),
             faulty=True,
         ),
     ),

@@ -2,7 +2,8 @@
 //   neox  (gemma3, qwen2): pairs (i, i + rope_dim/2)
 //   normal (llama):        pairs (2i, 2i + 1)
 // theta_i = pos * base^(-2i / rope_dim) / pair_factor(i), scaled as scaled_angle says (both in
-// rope_scale.wgsl, composed after this file); dims at or past rope_dim pass through.
+// rope_scale.wgsl); dims at or past rope_dim pass through. Which pairing: neox_pairs() in
+// rope_pairing.wgsl (the faulty variant replaces that part). Both parts are composed after this file.
 // Interface: @binding(0) X: array<f32> [T, n_heads*head_dim], @binding(1) Y: array<f32> (same shape),
 //            @binding(2) FACTORS: array<f32> [rope_dim/2], @binding(3) P: Params.
 //            One thread per element; Y is written from P.y_offset
@@ -24,7 +25,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (j >= P.rope_dim) { Y[P.y_offset + idx] = X[idx]; return; }
     let half = P.rope_dim / 2u;
     var i: u32; var partner: u32; var first: bool;
-    if (P.neox == 1u) {
+    if (neox_pairs()) {
         first = j < half;
         i = select(j - half, j, first);
         partner = select(idx - half, idx + half, first);

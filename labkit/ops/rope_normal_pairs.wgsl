@@ -1,45 +1,5 @@
-// FAULTY: a neox-style model run with normal rope: pairs (2i, 2i+1) are rotated whatever
-// P.neox says. Rotary position embedding. Position of token t is pos0 + t.
-//   neox  (gemma3, qwen2): pairs (i, i + rope_dim/2)
-//   normal (llama):        pairs (2i, 2i + 1)
-// theta_i = pos * base^(-2i / rope_dim) / pair_factor(i), scaled as scaled_angle says (both in
-// rope_scale.wgsl, composed after this file); dims at or past rope_dim pass through.
-// Interface: @binding(0) X: array<f32> [T, n_heads*head_dim], @binding(1) Y: array<f32> (same shape),
-//            @binding(2) FACTORS: array<f32> [rope_dim/2], @binding(3) P: Params.
-//            One thread per element; Y is written from P.y_offset
-//            (k_rope writes straight into the layer's K cache at the first new position).
-struct Params { T: u32, n_heads: u32, head_dim: u32, rope_dim: u32, pos0: u32, neox: u32, base: f32, y_offset: u32,
-                freq_scale: f32, ext_factor: f32, attn_factor: f32, corr_low: f32, corr_high: f32, has_factors: u32 }
-@group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(2) var<storage, read> FACTORS: array<f32>;  // rope_freqs per pair (X, unread, where none)
-@group(0) @binding(3) var<uniform> P: Params;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 64u;
-    let row = P.n_heads * P.head_dim;
-    if (idx >= P.T * row) { return; }
-    let t = idx / row;
-    let j = idx % P.head_dim;
-    if (j >= P.rope_dim) { Y[P.y_offset + idx] = X[idx]; return; }
-    let half = P.rope_dim / 2u;
-    var i: u32; var partner: u32; var first: bool;
-    if (false) {  // the bug: P.neox ignored
-        first = j < half;
-        i = select(j - half, j, first);
-        partner = select(idx - half, idx + half, first);
-    } else {
-        first = (j & 1u) == 0u;
-        i = j / 2u;
-        partner = select(idx - 1u, idx + 1u, first);
-    }
-    let theta_extrap = f32(P.pos0 + t) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim)) / pair_factor(i);
-    let scaled = scaled_angle(theta_extrap, i);
-    let theta = scaled.x;
-    let m = scaled.y;
-    let c = cos(theta) * m;
-    let s = sin(theta) * m;
-    if (first) { Y[P.y_offset + idx] = X[idx] * c - X[partner] * s; }
-    else { Y[P.y_offset + idx] = X[partner] * s + X[idx] * c; }
+// FAULTY (rope=normal_pairs), rope's pairing part: a neox-style model run with normal rope, pairs
+// (2i, 2i + 1) rotated whatever P.neox says.
+fn neox_pairs() -> bool {
+    return false;  // the bug: P.neox ignored
 }
