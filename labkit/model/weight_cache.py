@@ -78,17 +78,31 @@ class WeightCache:
         if name in self._held:
             self._held.move_to_end(name)
             return self._held[name]
-        t = self.gguf.tensors[name]
         keep = self.fits(name)
         if keep:  # room first: the cache never holds more than its capacity, even while this one decodes
             self._make_room(self.held_bytes(name))
-        w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape).astype(self.dtype, copy=False)
+        w = self._dequantize(name).astype(self.dtype, copy=False)
         w.flags.writeable = False
         self._loaded(name)
-        self.gguf.release(name)  # the mapped pages were read once; the dequantized copy is what stays
         if keep:
             self._held[name] = w
         return w
+
+    def _dequantize(self, name: str) -> np.ndarray:
+        """The whole weight in float32, decoded a row chunk at a time with each chunk's mapped pages
+        dropped once read: the file's pages never add a whole weight to the peak (an 8B output
+        matrix is 0.43 GB of them)."""
+        t = self.gguf.tensors[name]
+        if len(t.shape) < 2 or 4 * n_values(self.gguf, name) <= CHUNK_BYTES:
+            w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape)
+            self.gguf.release(name)
+            return w
+        out = np.empty((t.n_rows, t.n_cols), dtype=np.float32)
+        step = max(1, CHUNK_BYTES // (8 * t.n_cols))
+        for a in range(0, t.n_rows, step):
+            out[a : a + step] = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, slice(a, a + step))
+            self.gguf.release(name)
+        return out.reshape(t.shape)
 
     def rows(self, name: str, ids: np.ndarray | slice) -> np.ndarray:
         """Some rows of a 2-D weight (an embedding lookup, a row chunk): from the held copy, else
