@@ -293,6 +293,54 @@ def test_blocks_from_the_host_equal_the_gpu_repack(gpu, qtype):
         assert ys[0].tobytes() == ys[1].tobytes(), f"{qtype.name} T={T} seed={SEED + 3600}"
 
 
+TEXTURE_READER = """
+@group(0) @binding(0) var W: texture_2d<u32>;
+@group(0) @binding(1) var<storage, read_write> Out: array<vec4<u32>>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3<u32>) {
+    let width = textureDimensions(W).x;
+    Out[g.x] = textureLoad(W, vec2<u32>(g.x % width, g.x / width), 0);
+}
+"""
+
+
+def texture_bytes(gpu, view) -> np.ndarray:
+    """A weight window's texture read back whole, through textureLoad (weight textures have no copy-out usage)."""
+    width, height = view.texture.size[0], view.texture.size[1]
+    out = storage(gpu, np.zeros(4 * width * height, np.uint32))
+    pipeline = compile_pipeline(gpu, TEXTURE_READER, label="read texture")
+    submit(gpu, [Dispatch(pipeline, bind(gpu, pipeline, [view, out]), grid(width * height // 64), "read texture")])
+    return np.frombuffer(gpu.queue.read_buffer(out), np.uint8)
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q4_K], ids=lambda q: q.name)
+def test_blocks_layout_puts_a_quads_rows_side_by_side(gpu, qtype):
+    """Block k of rows 4q .. 4q + 3 is one run of 4 padded blocks (blocks_quads.wgsl), and the
+    window's last quad is filled up with zero rows: 7 rows of 3 blocks, read back from the texture
+    the host writes (upload_blocks) and the one the GPU repack writes."""
+    rng = np.random.default_rng(SEED + 3700)
+    n_rows, blocks = 7, 3
+    raw = random_weight(rng, qtype, n_rows, 256 * blocks)
+    size = GGML_QUANT_SIZES[qtype][1]
+    unit = -(-size // 16) * 16  # a block padded to whole texels
+    want = np.zeros(8 * blocks * unit, np.uint8)  # 2 quads
+    for q in range(2):
+        for k in range(blocks):
+            for j in range(4):
+                if 4 * q + j < n_rows:
+                    at = ((q * blocks + k) * 4 + j) * unit
+                    want[at : at + size] = raw.reshape(n_rows, blocks, size)[4 * q + j, k]
+    kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks", "cpu")
+    layout = layout_of(kernel.repack())
+    on_host = upload_blocks(gpu, "w", raw, int(qtype), n_rows, 256 * blocks, layout)
+    on_gpu = repack_weight(gpu, upload_weight(gpu, "w", raw, int(qtype), n_rows, 256 * blocks), kernel.repack())
+    for weight in (on_host, on_gpu):
+        assert len(weight.windows) == 1
+        got = texture_bytes(gpu, weight.windows[0].buffer)
+        assert np.array_equal(got[: want.size], want), np.flatnonzero(got[: want.size] != want)[:8]
+        assert not got[want.size :].any()  # the texture row's rest stays zero
+
+
 def test_repacked_matmul_row_groups(gpu):
     """1031 rows: eight full 128-row groups of the tiled driver plus a 7-row remainder (a partial
     quad), and 1031 = 4 x 257 + 3 for the matvec driver; 33 tokens = two full tiles and one token."""

@@ -110,6 +110,7 @@ def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
         fixed = plan.total() - next(p.nbytes for p in plan.parts if p.part == "weight cache")
         weights = sum(4 * np.prod(t.shape) for t in open_gguf(tiny).tensors.values())
         from labkit.memory_fit import UNPLANNED_SHARE as share  # the budget's share the cache leaves unplanned
+
         budget = -(-(fixed + weights // 3) * share // (share - 1))  # a third of the float32 weights fits
         lab.budget = replace(lab.budget, nbytes=int(budget))
         cache = lab.reference_engine.weights = WeightCache(lab.gguf)  # its own, not the file's shared one

@@ -20,6 +20,8 @@ Two layouts, told apart by the repack source (`layout_of`):
   (BLOCK_TEXELS): Q4_K 144 bytes, Q5_K 176, Q6_K 224 for 210. Near the format's own width; read
   by the format's own drivers (labkit.ops.matmul.BLOCK_DRIVERS). The legacy formats (Q8_0, Q4_0,
   Q4_1, Q5_0) group 8 blocks by field instead (`group_by_field`, written from the host only).
+  Rows go in quads, a quad's 4 rows side by side block by block (blocks_quads.wgsl, `by_quads`):
+  a decode thread's 4 rows are read from one run of texels.
 The windows are re-cut to fit one storage binding. Each new window remembers the GGUF window it came from (`part_of`): a
 dispatch policy that leaves out "the last window" (post-mortem 002) leaves out the same rows
 on either layout.
@@ -50,6 +52,7 @@ REPACK_BUFFER = 16 << 20  # the most bytes of one window: the staging buffer eve
 SLOT_ROW = wgsl_const(wgsl_file("repacked"), "SLOT_ROW", 0)  # texels per texture row
 SLOT_BYTES = 16  # one rgba32uint texel: one vec4<u32> slot
 MAX_TEXTURE_ROWS = 8192  # WebGPU's guaranteed max-texture-dimension-2d
+QUAD = wgsl_const(wgsl_file("blocks_quads"), "QUAD", 0)  # rows side by side in the blocks layout
 
 
 def repacked_bytes(n_rows: int, n_cols: int, group: int) -> int:
@@ -69,8 +72,8 @@ class RepackLayout:
     per_unit: int = 1  # blocks: GGUF blocks per unit (8: the legacy formats' groups, blocks_group.wgsl)
 
     @property
-    def identity(self) -> bool:
-        """Blocks that fill whole texels (Q4_K, Q5_K): the layout is the GGUF bytes, copied as they are."""
+    def whole_texels(self) -> bool:
+        """Blocks that fill whole texels (Q4_K, Q5_K): no padding after each."""
         return self.per_unit == 1 and self.block_texels > 0 and self.block_texels * SLOT_BYTES == self.block_bytes
 
     def row_bytes(self, K: int) -> int:
@@ -79,13 +82,13 @@ class RepackLayout:
         return K + 8 * (K // self.group)
 
     def window_bytes(self, n_rows: int, K: int) -> int:
-        if self.block_texels:
-            return n_rows * self.row_bytes(K)
+        if self.block_texels:  # whole quads
+            return -(-n_rows // QUAD) * QUAD * self.row_bytes(K)
         return repacked_bytes(n_rows, K, self.group)
 
     def invocations(self, n_rows: int, K: int) -> int:
         """int8: one per (row, word of quants); blocks: one per word written."""
-        return n_rows * (self.row_bytes(K) // 4 if self.block_texels else K // 4)
+        return self.window_bytes(n_rows, K) // 4 if self.block_texels else n_rows * K // 4
 
     def check(self, name: str, type_name: str, K: int) -> None:
         if self.block_texels and K % self.group == 0:
@@ -129,8 +132,6 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
     if quad > limit:
         raise GpuLimitError(f"{weight.name}: four repacked rows ({quad} bytes) do not fit a binding ({limit} bytes)")
     per_window = min(limit, REPACK_BUFFER) // quad * 4
-    if layout.identity:
-        return _copy_weight(gpu, weight, layout, per_window)
     if layout.per_unit > 1:
         raise UnsupportedTensorTypeError(
             f"{weight.name}: the grouped blocks layout of {weight.type_name} is written from the host (upload_blocks)"
@@ -179,11 +180,12 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
             part = blocks[first * row_blocks : (first + n) * row_blocks]
             if layout.per_unit > 1:  # 8 blocks at a time, by field
                 part = group_by_field(part, n, row_blocks, int(ggml_type), layout)
-            elif not layout.identity:  # pad each block to whole texels
+            elif not layout.whole_texels:  # pad each block to whole texels
                 padded = np.zeros((part.shape[0], layout.block_texels * SLOT_BYTES), np.uint8)
                 padded[:, : part.shape[1]] = part
                 part = padded
-            nbytes = _padded(n * layout.row_bytes(K))
+            part = by_quads(part.reshape(n, -1, layout.block_texels * SLOT_BYTES))
+            nbytes = _padded(layout.window_bytes(n, K))
             label = f"{name}[{first}:{first + n}] blocks"
             texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
                                                 format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
@@ -192,6 +194,15 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
             windows.append(WeightWindow(texture.create_view(), first, n, index, nbytes))
     count = -(-n_rows // gguf_rows)
     return GpuWeight(name, int(ggml_type), n_rows, K, layout.row_bytes(K), windows, count)
+
+
+def by_quads(units: np.ndarray) -> np.ndarray:
+    """A window's rows of units ([rows, units a row, unit bytes]) in the blocks layout's order: rows in
+    quads, the last filled up with zero rows, a quad's rows side by side unit by unit (blocks_quads.wgsl)."""
+    n_rows, per_row, unit = units.shape
+    quads = np.zeros((-(-n_rows // QUAD) * QUAD, per_row, unit), np.uint8)
+    quads[:n_rows] = units
+    return quads.reshape(-1, QUAD, per_row, unit).transpose(0, 2, 1, 3).reshape(-1)
 
 
 # the legacy formats' block fields, (first byte, end) in a GGUF block: the quants, then the fields
@@ -236,38 +247,6 @@ def _write_rows(gpu: Any, data: np.ndarray, texture: Any) -> None:
     if tail.size:
         origin = {"texture": texture, "origin": (0, full, 0)}
         gpu.queue.write_texture(origin, tail, {"bytes_per_row": row}, (tail.size // SLOT_BYTES, 1, 1))
-
-
-def _copy_weight(gpu: Any, weight: GpuWeight, layout: RepackLayout, per_window: int) -> GpuWeight:
-    """The weight's GGUF bytes copied into textures as they are: no kernel, no staging buffer.
-    A window's last texture row is copied short; the rest of it stays zero."""
-    windows, K = [], weight.n_cols
-    row_bytes = layout.row_bytes(K)
-    enc = gpu.device.create_command_encoder(label=f"copy {weight.name}")
-    for index, src in enumerate(weight.windows):
-        for first in range(0, src.n_rows, per_window):
-            n = min(per_window, src.n_rows - first)
-            label = f"{weight.name}[{src.first_row + first}:{src.first_row + first + n}] blocks"
-            nbytes = _padded(n * row_bytes)
-            texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
-                                                format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
-            _copy_rows(enc, src.buffer, first * row_bytes, n * row_bytes, texture)
-            windows.append(WeightWindow(texture.create_view(), src.first_row + first, n, index, nbytes))
-    gpu.queue.submit([enc.finish()])
-    return GpuWeight(weight.name, weight.ggml_type, weight.n_rows, K, row_bytes, windows, len(weight.windows))
-
-
-def _copy_rows(enc: Any, buffer: Any, offset: int, nbytes: int, texture: Any) -> None:
-    """`nbytes` of `buffer` from `offset` into the texture's first texels: whole texture rows, then
-    the texels left over in the next row."""
-    row = SLOT_ROW * SLOT_BYTES
-    full, tail = divmod(nbytes, row)
-    if full:
-        layout = {"buffer": buffer, "offset": offset, "bytes_per_row": row, "rows_per_image": full}
-        enc.copy_buffer_to_texture(layout, {"texture": texture}, (SLOT_ROW, full, 1))
-    if tail:
-        layout = {"buffer": buffer, "offset": offset + full * row, "bytes_per_row": row}
-        enc.copy_buffer_to_texture(layout, {"texture": texture, "origin": (0, full, 0)}, (tail // SLOT_BYTES, 1, 1))
 
 
 def _padded(nbytes: int) -> int:

@@ -14,7 +14,7 @@ fn block_dot(b: Block, x: X32, sx: f32) -> f32 {
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, row_texels(P.K));
+    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, row_texels(P.K), GROUP_TEXELS);
     if (!q.live) {
         return;  // uniform per workgroup
     }
@@ -22,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let groups = (blocks + GROUP_BLOCKS - 1u) / GROUP_BLOCKS;
     var acc = vec4<f32>();
     for (var gi = 0u; gi < groups; gi++) {
-        let o = gi * GROUP_TEXELS;
+        let o = gi * QUAD * GROUP_TEXELS;
         let a0 = aux_of(q.b0 + o);
         let a1 = aux_of(q.b1 + o);
         let a2 = aux_of(q.b2 + o);

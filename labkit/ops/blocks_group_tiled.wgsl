@@ -17,13 +17,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let rt = row_texels(P.K);
     var base: array<u32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        base[j] = tile_row(t, j) * rt;
+        base[j] = row_start(tile_row(t, j), rt, GROUP_TEXELS);
     }
     let blocks = P.K / BLOCK_VALUES;
     let groups = (blocks + GROUP_BLOCKS - 1u) / GROUP_BLOCKS;
     var acc: array<vec4<f32>, 32>;
     for (var gi = 0u; gi < groups; gi++) {
-        let o = gi * GROUP_TEXELS;
+        let o = gi * QUAD * GROUP_TEXELS;
         let a0 = aux_of(base[0] + o); let a1 = aux_of(base[1] + o);
         let a2 = aux_of(base[2] + o); let a3 = aux_of(base[3] + o);
         let a4 = aux_of(base[4] + o); let a5 = aux_of(base[5] + o);

@@ -8,7 +8,7 @@
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, P.K / 256u * BLOCK_TEXELS);
+    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
     if (!q.live) {
         return;  // uniform per workgroup
     }
@@ -20,7 +20,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let blocks = P.K / 256u;
     var acc = vec4<f32>();
     for (var k = 0u; k < blocks; k++) {
-        let o = k * BLOCK_TEXELS;
+        let o = k * QUAD * BLOCK_TEXELS;
         let s0 = scales(slot(b0 + o));
         let s1 = scales(slot(b1 + o));
         let s2 = scales(slot(b2 + o));

@@ -6,13 +6,13 @@
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS);
+    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
     if (!s.live) {
         return;  // uniform per workgroup
     }
     var acc = vec4<f32>();
     for (var i = li; i < P.K / 64u; i += SPLIT) {
-        let o = (i / 4u) * BLOCK_TEXELS;
+        let o = (i / 4u) * QUAD * BLOCK_TEXELS;
         let c = i % 4u;
         let xl = x32_at(s.xb + 16u * i);
         let xh = x32_at(s.xb + 16u * i + 8u);

@@ -50,12 +50,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row_texels = P.K / 256u * BLOCK_TEXELS;
     var base: array<u32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        base[j] = tile_row(t, j) * row_texels;
+        base[j] = row_start(tile_row(t, j), row_texels, BLOCK_TEXELS);
     }
     var acc: array<vec4<f32>, 32>;
     for (var k = 0u; k < P.K / 256u; k++) {
         for (var c = 0u; c < 4u; c++) {
-            let o = k * BLOCK_TEXELS;
+            let o = k * QUAD * BLOCK_TEXELS;
             let r0 = chunk_of(base[0] + o, c); let r1 = chunk_of(base[1] + o, c);
             let r2 = chunk_of(base[2] + o, c); let r3 = chunk_of(base[3] + o, c);
             let r4 = chunk_of(base[4] + o, c); let r5 = chunk_of(base[5] + o, c);

@@ -29,7 +29,7 @@ fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, P.K / 256u * BLOCK_TEXELS);
+    let q = quad_rows(wid.x + wid.y * nwg.x, li, lane, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
     if (!q.live) {
         return;  // uniform per workgroup
     }
@@ -41,7 +41,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let blocks = P.K / 256u;
     var acc = vec4<f32>();
     for (var k = 0u; k < blocks; k++) {
-        let o = k * BLOCK_TEXELS;
+        let o = k * QUAD * BLOCK_TEXELS;
         for (var n = 0u; n < 2u; n++) {
             let xi = xl0 + 64u * k + 32u * n;
             let x0 = X[xi];

@@ -22,13 +22,13 @@ fn pair_row(b: u32, n: u32, p: u32, xa: X32, xb: X32) -> f32 {
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS);
+    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
     if (!s.live) {
         return;  // uniform per workgroup
     }
     var acc = vec4<f32>();
     for (var i = li; i < P.K / 64u; i += SPLIT) {
-        let o = (i / 4u) * BLOCK_TEXELS;
+        let o = (i / 4u) * QUAD * BLOCK_TEXELS;
         let n = (i / 2u) % 2u;
         let p = i % 2u;
         let xq = s.xb + 64u * (i / 4u) + 32u * n + 8u * p;  // quarter p's first vec4; quarter p + 2 is 16 on

@@ -39,13 +39,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row_texels = P.K / 256u * BLOCK_TEXELS;
     var base: array<u32, 8>;
     for (var j = 0u; j < 8u; j++) {
-        base[j] = tile_row(t, j) * row_texels;
+        base[j] = row_start(tile_row(t, j), row_texels, BLOCK_TEXELS);
     }
     var acc: array<vec4<f32>, 32>;
     for (var k = 0u; k < P.K / 256u; k++) {
         for (var n = 0u; n < 2u; n++) {
             for (var g = 0u; g < 4u; g++) {
-                let o = k * BLOCK_TEXELS;
+                let o = k * QUAD * BLOCK_TEXELS;
                 let a0 = quarter_of(base[0] + o, n, g); let a1 = quarter_of(base[1] + o, n, g);
                 let a2 = quarter_of(base[2] + o, n, g); let a3 = quarter_of(base[3] + o, n, g);
                 let a4 = quarter_of(base[4] + o, n, g); let a5 = quarter_of(base[5] + o, n, g);

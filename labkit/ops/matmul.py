@@ -45,6 +45,7 @@ FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
 # what a driver file is composed after: the row drivers share their X, W and Y access
 DRIVER_HELPERS = {d: ("matmul_row_io",) for d in ("matmul", "moe_matmul", "moe_matmul_gathered")}
+DRIVER_HELPERS["blocks_repack"] = ("blocks_quads",)  # where the layout puts each block
 INTEGER_FORMATS = tuple(f.name for f in FORMATS_LIST if f.repacks)  # quants in int8 range: repackable
 # formats with drivers on the blocks layout: format -> (files composed before the driver, the
 # driver family: blocks_<family>_matvec.wgsl / _tiled.wgsl)
@@ -209,7 +210,7 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     (after the arithmetic its decode drivers share), its store."""
     before, family = BLOCK_DRIVERS[fmt]
     dot = [f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
-    files = ["repacked", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
+    files = ["repacked", "blocks_quads", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
     if driver != "tiled":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)
@@ -221,7 +222,7 @@ def blocks_repack_source(fmt: str) -> str:
     grouped legacy formats only the layout's constants (written from the host, never on the GPU)."""
     if BLOCK_DRIVERS[fmt][1] == "group":  # no GPU kernel: the host groups the fields (repack.group_by_field)
         head = f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\nconst BLOCKS_PER_UNIT: u32 = {GROUP_BLOCKS}u;\n"
-        return head + compose("common", f"quant_{fmt}")
+        return head + compose("common", f"quant_{fmt}", "blocks_quads")
     return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
 
 

@@ -1,7 +1,7 @@
 // What the decode drivers on the blocks layout share (blocks_<fmt>_matvec.wgsl): X as vec4 in a
 // storage buffer (read once per subgroup), the geometry of matmul_matvec.wgsl (each thread owns
 // 4 rows of one token, a workgroup 128 rows), 32 values of X shared through the subgroup, and
-// where a thread's rows start in the weight's texture.
+// where a thread's rows start in the weight's texture (blocks_quads.wgsl).
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 
 const ROWS_PER_THREAD: u32 = 4u;
@@ -21,12 +21,12 @@ fn x32(v: vec4<f32>) -> X32 {
 // of X. `live` is false past the last token (uniform per workgroup).
 struct QuadRows { live: bool, t: u32, r: u32, b0: u32, b1: u32, b2: u32, b3: u32, xl: u32 }
 
-fn quad_rows(lin: u32, li: u32, lane: u32, row_texels: u32) -> QuadRows {
+fn quad_rows(lin: u32, li: u32, lane: u32, row_texels: u32, unit: u32) -> QuadRows {
     let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
     let t = lin / row_groups;
     let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
     let last = P.rows - 1u;
-    return QuadRows(t < P.T, t, r, min(r, last) * row_texels, min(r + 1u, last) * row_texels,
-                    min(r + 2u, last) * row_texels, min(r + 3u, last) * row_texels,
+    return QuadRows(t < P.T, t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
+                    row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit),
                     (P.x_offset + t * P.x_stride) / 4u + (lane & 7u));
 }

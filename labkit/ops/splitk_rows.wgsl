@@ -22,13 +22,13 @@ fn x32_at(i: u32) -> X32 {
 // false past the last token (uniform per workgroup).
 struct SplitRows { live: bool, t: u32, r: u32, b0: u32, b1: u32, b2: u32, b3: u32, xb: u32 }
 
-fn split_rows(lin: u32, row_texels: u32) -> SplitRows {
+fn split_rows(lin: u32, row_texels: u32, unit: u32) -> SplitRows {
     let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
     let t = lin / row_groups;
     let r = (lin % row_groups) * ROWS_PER_WG;
     let last = P.rows - 1u;
-    return SplitRows(t < P.T, t, r, min(r, last) * row_texels, min(r + 1u, last) * row_texels,
-                     min(r + 2u, last) * row_texels, min(r + 3u, last) * row_texels,
+    return SplitRows(t < P.T, t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
+                     row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit),
                      (P.x_offset + t * P.x_stride) / 4u);
 }
 
