@@ -15,6 +15,22 @@ fn q4(lo: u32, hi: u32, g: u32) -> vec4<f32> {
     return vec4<f32>(unpack4xU8((lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u)));
 }
 
+// A block's 16 scales times d: half n's quarters 0, 1 (scales 8n .. 8n + 3) and 2, 3 (8n + 4 ..).
+// Read once per block: its texels 12 and 13 serve both halves.
+struct Scales6 { lo0: vec4<f32>, hi0: vec4<f32>, lo1: vec4<f32>, hi1: vec4<f32> }
+
+fn scales6(b: u32) -> Scales6 {
+    let d = unpack2x16float(slot(b + 13u).x).x;
+    let sw = slot(b + 12u);
+    return Scales6(d * vec4<f32>(unpack4xI8(sw.x)), d * vec4<f32>(unpack4xI8(sw.y)),
+                   d * vec4<f32>(unpack4xI8(sw.z)), d * vec4<f32>(unpack4xI8(sw.w)));
+}
+
+// half n's (quarters 0, 1 scales, quarters 2, 3 scales)
+fn half_scales(s: Scales6, n: u32) -> array<vec4<f32>, 2> {
+    return array<vec4<f32>, 2>(select(s.lo1, s.lo0, n == 0u), select(s.hi1, s.hi0, n == 0u));
+}
+
 // One row's sum over quarter g, from the half's low-bit texels (l0, l1: already picked and
 // shifted for g) and high-bit texels (h0, h1), with the quarter's two scales and 16-value X sums.
 fn quarter(x: X32, l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, g: u32, sc: vec2<f32>) -> f32 {

@@ -6,21 +6,19 @@
 // The block's layout and a quarter's arithmetic are blocks_q6_k_dot.wgsl's.
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); each row's half is read once,
-// 6 quant texels for 128 values, and serves its 4 quarters.
+// 6 quant texels for 128 values, and serves its 4 quarters; its scales and d once per block.
 
-// One row's sum over half n of the block at texel b: its 6 quant texels, its scales and d read
-// once, for the 4 quarters; xv[g] is this lane's share of quarter g's X.
-fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+// One row's sum over half n of the block at texel b: its 6 quant texels, for the 4 quarters, with
+// the half's scales (half_scales); xv[g] is this lane's share of quarter g's X.
+fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, sc: array<vec4<f32>, 2>) -> f32 {
     let a0 = slot(b + 4u * n);
     let a1 = slot(b + 4u * n + 1u);
     let c0 = slot(b + 4u * n + 2u);
     let c1 = slot(b + 4u * n + 3u);
     let h0 = slot(b + 8u + 2u * n);
     let h1 = slot(b + 9u + 2u * n);
-    let d = unpack2x16float(slot(b + 13u).x).x;
-    let sw = slot(b + 12u);
-    let lo = d * vec4<f32>(unpack4xI8(sw[2u * n]));  // quarters 0, 1: scales 8n .. 8n + 3
-    let hi = d * vec4<f32>(unpack4xI8(sw[2u * n + 1u]));  // quarters 2, 3
+    let lo = sc[0];
+    let hi = sc[1];
     let four = vec4<u32>(4u);
     return quarter(x32(x0), a0, a1, h0, h1, 0u, lo.xy) + quarter(x32(x1), c0, c1, h0, h1, 1u, lo.zw)
          + quarter(x32(x2), a0 >> four, a1 >> four, h0, h1, 2u, hi.xy) + quarter(x32(x3), c0 >> four, c1 >> four, h0, h1, 3u, hi.zw);
@@ -42,14 +40,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc = vec4<f32>();
     for (var k = 0u; k < blocks; k++) {
         let o = k * QUAD * BLOCK_TEXELS;
+        let s0 = scales6(b0 + o);
+        let s1 = scales6(b1 + o);
+        let s2 = scales6(b2 + o);
+        let s3 = scales6(b3 + o);
         for (var n = 0u; n < 2u; n++) {
             let xi = xl0 + 64u * k + 32u * n;
             let x0 = X[xi];
             let x1 = X[xi + 8u];
             let x2 = X[xi + 16u];
             let x3 = X[xi + 24u];
-            acc += vec4<f32>(half_row(b0 + o, n, x0, x1, x2, x3), half_row(b1 + o, n, x0, x1, x2, x3),
-                             half_row(b2 + o, n, x0, x1, x2, x3), half_row(b3 + o, n, x0, x1, x2, x3));
+            acc += vec4<f32>(half_row(b0 + o, n, x0, x1, x2, x3, half_scales(s0, n)),
+                             half_row(b1 + o, n, x0, x1, x2, x3, half_scales(s1, n)),
+                             half_row(b2 + o, n, x0, x1, x2, x3, half_scales(s2, n)),
+                             half_row(b3 + o, n, x0, x1, x2, x3, half_scales(s3, n)));
         }
     }
     store4(q.t * P.y_stride + P.row0 + q.r, q.r, acc);

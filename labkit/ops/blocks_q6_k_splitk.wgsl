@@ -9,10 +9,9 @@ fn pair_row(b: u32, n: u32, p: u32, xa: X32, xb: X32) -> f32 {
     let l1 = slot(b + 4u * n + 2u * p + 1u);
     let h0 = slot(b + 8u + 2u * n);
     let h1 = slot(b + 9u + 2u * n);
-    let d = unpack2x16float(slot(b + 13u).x).x;
-    let sw = slot(b + 12u);
-    let lo = d * vec4<f32>(unpack4xI8(sw[2u * n]));  // quarters 0, 1: scales 8n .. 8n + 3
-    let hi = d * vec4<f32>(unpack4xI8(sw[2u * n + 1u]));  // quarters 2, 3
+    let sc = half_scales(scales6(b), n);
+    let lo = sc[0];  // quarters 0, 1
+    let hi = sc[1];  // quarters 2, 3
     let s_lo = select(lo.xy, lo.zw, p == 1u);
     let s_hi = select(hi.xy, hi.zw, p == 1u);
     let four = vec4<u32>(4u);
