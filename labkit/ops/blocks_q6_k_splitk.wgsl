@@ -1,5 +1,5 @@
 // Matmul driver for decode (T = 1) on Q6_K weights in the blocks layout, for real GPUs: the
-// geometry is splitk_rows.wgsl's (64 threads share 4 rows), a quarter's arithmetic
+// geometry and the entry point are splitk_rows.wgsl's (64 threads share 4 rows), a quarter's arithmetic
 // blocks_q6_k_dot.wgsl's. A thread's part is 64 values of block k's half n: quarters p and
 // p + 2, which share their low-bit texels (low and high nibbles), for each of the 4 rows.
 
@@ -18,23 +18,13 @@ fn pair_row(b: u32, n: u32, p: u32, xa: X32, xb: X32) -> f32 {
     return quarter(xa, l0, l1, h0, h1, p, s_lo) + quarter(xb, l0 >> four, l1 >> four, h0, h1, p + 2u, s_hi);
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
-    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
-    if (!s.live) {
-        return;  // uniform per workgroup
-    }
-    var acc = vec4<f32>();
-    for (var i = li; i < P.K / 64u; i += SPLIT) {
-        let o = (i / 4u) * QUAD * BLOCK_TEXELS;
-        let n = (i / 2u) % 2u;
-        let p = i % 2u;
-        let xq = s.xb + 64u * (i / 4u) + 32u * n + 8u * p;  // quarter p's first vec4; quarter p + 2 is 16 on
-        let xa = x32_at(xq);
-        let xb = x32_at(xq + 16u);
-        acc += vec4<f32>(pair_row(s.b0 + o, n, p, xa, xb), pair_row(s.b1 + o, n, p, xa, xb),
-                         pair_row(s.b2 + o, n, p, xa, xb), pair_row(s.b3 + o, n, p, xa, xb));
-    }
-    reduce_store(li, acc, s);
+// The 4 rows' sums over part i (block i / 4, at texel offset o): quarters p and p + 2 of half n.
+fn part_sum(s: SplitRows, i: u32, o: u32) -> vec4<f32> {
+    let n = (i / 2u) % 2u;
+    let p = i % 2u;
+    let xq = s.xb + 64u * (i / 4u) + 32u * n + 8u * p;  // quarter p's first vec4; quarter p + 2 is 16 on
+    let xa = x32_at(xq);
+    let xb = x32_at(xq + 16u);
+    return vec4<f32>(pair_row(s.b0 + o, n, p, xa, xb), pair_row(s.b1 + o, n, p, xa, xb),
+                     pair_row(s.b2 + o, n, p, xa, xb), pair_row(s.b3 + o, n, p, xa, xb));
 }

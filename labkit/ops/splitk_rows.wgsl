@@ -48,3 +48,19 @@ fn reduce_store(li: u32, acc: vec4<f32>, s: SplitRows) {
         store4(s.t * P.y_stride + P.row0 + s.r, s.r, part[0]);
     }
 }
+
+// The driver: part i of the rows (64 values of a block, at texel offset o) is the format's
+// `part_sum` (blocks_k_splitk.wgsl, blocks_q6_k_splitk.wgsl); thread li takes parts li, li + SPLIT, ...
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let s = split_rows(wid.x + wid.y * nwg.x, P.K / 256u * BLOCK_TEXELS, BLOCK_TEXELS);
+    if (!s.live) {
+        return;  // uniform per workgroup
+    }
+    var acc = vec4<f32>();
+    for (var i = li; i < P.K / 64u; i += SPLIT) {
+        acc += part_sum(s, i, (i / 4u) * QUAD * BLOCK_TEXELS);
+    }
+    reduce_store(li, acc, s);
+}
