@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from labkit.errors import ModelFileError, UnsupportedArchitectureError
+from labkit.ops.rope import UNSCALED
 
 
 @dataclass(frozen=True)
@@ -120,9 +121,9 @@ class RopeScaling:
     `n_ctx_orig` (labkit.ops.rope.yarn_corr_dims), with cos and sin times 1 + 0.1·ln(factor)."""
 
     kind: str = "none"  # "none", "linear" or "yarn"
-    freq_scale: float = 1.0
-    ext_factor: float = 0.0
-    attn_factor: float = 1.0  # cparams.yarn_attn_factor: cos and sin times it (and YaRN's own term)
+    freq_scale: float = UNSCALED["freq_scale"]
+    ext_factor: float = UNSCALED["ext_factor"]
+    attn_factor: float = UNSCALED["attn_factor"]  # cparams.yarn_attn_factor: cos and sin times it (and YaRN's own term)
     n_ctx_orig: int = 0
     beta_fast: float = 32.0
     beta_slow: float = 1.0
@@ -130,7 +131,7 @@ class RopeScaling:
     @property
     def scales(self) -> bool:
         """Whether any angle or magnitude differs from plain RoPE's (decided on the values, not the type)."""
-        return self.freq_scale != 1.0 or self.ext_factor != 0.0 or self.attn_factor != 1.0
+        return any(getattr(self, k) != UNSCALED[k] for k in ("freq_scale", "ext_factor", "attn_factor"))
 
 
 @dataclass(frozen=True)

@@ -72,10 +72,14 @@ def reference(stage, ref) -> np.ndarray:
                 scaling_of(P), factors)  # fmt: skip
 
 
+# plain RoPE's scaling params: what ggml_rope_ext leaves every angle and magnitude as (and what
+# labkit.model.config.RopeScaling defaults to)
+UNSCALED = {"freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}
+
+
 def scaling_of(params: dict) -> dict:
     """A rope stage's scaling params (ModelConfig.rope_scaling through the graph), unscaled if none."""
-    unscaled = {"freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}
-    return {k: params.get(k, v) for k, v in unscaled.items()}
+    return {k: params.get(k, v) for k, v in UNSCALED.items()}
 
 
 SCALED_FORMULA = (
