@@ -1,8 +1,8 @@
 // Matmul driver for prefill (T > 1) on Q4_K and Q5_K weights in the blocks layout (the format's
 // file, blocks_q4_k.wgsl or blocks_q5_k.wgsl, composed before this one, says where each field
-// lives): 8 rows x 16 tokens per thread (tile16.wgsl). Per 64-value chunk each row's two quant
-// texels, its header and its 5th bits are read once, and each word of 4 values is decoded for
-// the 8 rows into two mat4x4 that serve all 16 tokens.
+// lives): 8 rows x 16 tokens per thread (tile16.wgsl). Per block each row's header is read once,
+// per 64-value chunk its two quant texels and its 5th bits, and each word of 4 values is decoded
+// for the 8 rows into two mat4x4 that serve all 16 tokens.
 const LOW: u32 = 0x0f0f0f0fu;
 
 // (d * sc, dmin * m) of sub-block `is` from a block's header texel (ggml get_scale_min_k4)
@@ -22,8 +22,8 @@ fn scale_min(h: vec4<u32>, is: u32) -> vec2<f32> {
 // for Q4_K).
 struct Chunk { q0: vec4<u32>, q1: vec4<u32>, head: vec4<u32>, h0: vec4<u32>, h1: vec4<u32> }
 
-fn chunk_of(b: u32, c: u32) -> Chunk {
-    var out = Chunk(slot(b + QS_TEXEL + 2u * c), slot(b + QS_TEXEL + 1u + 2u * c), slot(b), vec4<u32>(), vec4<u32>());
+fn chunk_of(b: u32, c: u32, head: vec4<u32>) -> Chunk {
+    var out = Chunk(slot(b + QS_TEXEL + 2u * c), slot(b + QS_TEXEL + 1u + 2u * c), head, vec4<u32>(), vec4<u32>());
     if (HAS_QH) {
         out.h0 = slot(b + 1u);
         out.h1 = slot(b + 2u);
@@ -54,12 +54,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var acc: array<vec4<f32>, 32>;
     for (var k = 0u; k < P.K / 256u; k++) {
+        let o = k * QUAD * BLOCK_TEXELS;
+        var head: array<vec4<u32>, 8>;  // each row's header texel, read once per block
+        for (var j = 0u; j < 8u; j++) {
+            head[j] = slot(base[j] + o);
+        }
         for (var c = 0u; c < 4u; c++) {
-            let o = k * QUAD * BLOCK_TEXELS;
-            let r0 = chunk_of(base[0] + o, c); let r1 = chunk_of(base[1] + o, c);
-            let r2 = chunk_of(base[2] + o, c); let r3 = chunk_of(base[3] + o, c);
-            let r4 = chunk_of(base[4] + o, c); let r5 = chunk_of(base[5] + o, c);
-            let r6 = chunk_of(base[6] + o, c); let r7 = chunk_of(base[7] + o, c);
+            let r0 = chunk_of(base[0] + o, c, head[0]); let r1 = chunk_of(base[1] + o, c, head[1]);
+            let r2 = chunk_of(base[2] + o, c, head[2]); let r3 = chunk_of(base[3] + o, c, head[3]);
+            let r4 = chunk_of(base[4] + o, c, head[4]); let r5 = chunk_of(base[5] + o, c, head[5]);
+            let r6 = chunk_of(base[6] + o, c, head[6]); let r7 = chunk_of(base[7] + o, c, head[7]);
             for (var half = 0u; half < 2u; half++) {
                 let is = 2u * c + half;
                 let s0 = scale_min(r0.head, is); let s1 = scale_min(r1.head, is);
