@@ -98,9 +98,8 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
             neox=int(style == "neox"),
             base=base,
             y_offset=y_off,
-            freq_scale=1.0,  # unscaled (tests/test_ops.py has the scaled cases)
-            ext_factor=0.0,
-            attn_factor=1.0,
+            # unscaled (tests/test_ops.py has the scaled cases)
+            **{k: rope.UNSCALED[k] for k in ("freq_scale", "ext_factor", "attn_factor")},
             corr_low=0.0,
             corr_high=0.0,
             has_factors=0,

@@ -118,7 +118,7 @@ class RopeScaling:
     """RoPE scaling as llama.cpp's context sets it up from the file: every angle times `freq_scale`
     (1/factor: linear and YaRN), and for YaRN (`ext_factor` 1) the fast-turning dims mixed back to
     their unscaled angle, between the corrections for beta_fast and beta_slow rotations over
-    `n_ctx_orig` (labkit.ops.rope.yarn_corr_dims), with cos and sin times 1 + 0.1·ln(factor)."""
+    `n_ctx_orig` (labkit.model.rope_scaling.yarn_corr_dims), with cos and sin times 1 + 0.1·ln(factor)."""
 
     kind: str = "none"  # "none", "linear" or "yarn"
     freq_scale: float = UNSCALED["freq_scale"]
@@ -204,7 +204,7 @@ class ModelConfig:
         """The layer's RoPE scaling: the file's, or none on a sliding-window layer of a family whose
         local layers llama.cpp leaves unscaled (gemma3)."""
         if self.swa_layers[layer] and not self.swa_rope_scaled:  # llama.cpp: rope_freq_scale_train_swa is 1
-            return replace(self.rope_scaling, freq_scale=1.0)
+            return replace(self.rope_scaling, freq_scale=UNSCALED["freq_scale"])
         return self.rope_scaling
 
     def layer_window(self, layer: int) -> int | None:

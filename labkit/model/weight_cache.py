@@ -100,7 +100,7 @@ class WeightCache:
         out = np.empty((t.n_rows, t.n_cols), dtype=np.float32)
         step = max(1, CHUNK_BYTES // (8 * t.n_cols))
         for a in range(0, t.n_rows, step):
-            out[a : a + step] = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, slice(a, a + step))
+            out[a : a + step] = self.rows(name, slice(a, a + step))
             self.gguf.release(name)
         return out.reshape(t.shape)
 

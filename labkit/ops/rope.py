@@ -21,6 +21,16 @@ PARAMS = Params(
 )  # fmt: skip
 
 
+# plain RoPE's scaling params: what ggml_rope_ext leaves every angle and magnitude as (and what
+# labkit.model.config.RopeScaling defaults to)
+UNSCALED = {"freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}
+
+
+def scaling_of(params: dict) -> dict:
+    """A rope stage's scaling params (ModelConfig.rope_scaling through the graph), unscaled if none."""
+    return {k: params.get(k, v) for k, v in UNSCALED.items()}
+
+
 def scaled_angles(ang: np.ndarray, scaling: dict) -> tuple[np.ndarray, float]:
     """ggml's rope_yarn on angles [T, rope_dim/2]: (the angles, the cos/sin magnitude); `scaling` is
     scaling_of(params), or {} for none."""
@@ -70,16 +80,6 @@ def reference(stage, ref) -> np.ndarray:
     factors = ref.weight(P["freq_factors"]) if P.get("freq_factors") else None
     return rope(ref.x[0], ref.positions, P["n_heads"], P["head_dim"], P["rope_dim"], P["base"], P["style"], angle,
                 scaling_of(P), factors)  # fmt: skip
-
-
-# plain RoPE's scaling params: what ggml_rope_ext leaves every angle and magnitude as (and what
-# labkit.model.config.RopeScaling defaults to)
-UNSCALED = {"freq_scale": 1.0, "ext_factor": 0.0, "attn_factor": 1.0, "corr_dims": (0.0, 0.0)}
-
-
-def scaling_of(params: dict) -> dict:
-    """A rope stage's scaling params (ModelConfig.rope_scaling through the graph), unscaled if none."""
-    return {k: params.get(k, v) for k, v in UNSCALED.items()}
 
 
 SCALED_FORMULA = (
