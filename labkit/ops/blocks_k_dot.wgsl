@@ -1,15 +1,15 @@
 // What the decode drivers on Q4_K and Q5_K blocks share (blocks_k_matvec.wgsl, blocks_k_splitk.wgsl):
 // one row's sum over a 64-value chunk of a block, given 32 + 32 values of X (X32, defined by the
-// driver's geometry file), and the block's scales and 5th bits.
+// driver's geometry file, placed by byte_place.wgsl), and the block's scales and 5th bits.
 const LOW: u32 = 0x0f0f0f0fu;
 
 fn x32_sum(x: X32) -> f32 {
-    return dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, vec4<f32>(1.0));
+    return dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, BYTE_VALUE);  // x is placed
 }
 
-// 4 quants: the nibbles of word u (shifted by `shift`), with bit `is` of the qh word h as 5th bit
+// 4 quants in place: the nibbles of word u (shifted by `shift`), with bit `is` of the qh word h as 5th bit
 fn q5(u: u32, h: u32, shift: u32, is: u32) -> vec4<f32> {
-    return vec4<f32>(unpack4xU8(((u >> shift) & LOW) | (((h >> is) & 0x01010101u) << 4u)));
+    return in_place(((u >> shift) & LOW) | (((h >> is) & 0x01010101u) << 4u));
 }
 
 // sum of x[l] * q[l] over 32 quants: nibbles of texels t0 (l < 16) and t1, 5th bits from h0, h1

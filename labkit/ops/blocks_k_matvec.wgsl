@@ -31,8 +31,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let h3 = qh(b3 + o);
         for (var c = 0u; c < 4u; c++) {
             let xi = xl0 + 64u * k + 16u * c;
-            let xl = x32(X[xi]);
-            let xh = x32(X[xi + 8u]);
+            let xl = x32(X[xi] * BYTE_PLACE);
+            let xh = x32(X[xi + 8u] * BYTE_PLACE);
             let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
             acc += vec4<f32>(chunk_row(b0 + o, c, xl, xh, pick(s0, c), sums, h0),
                              chunk_row(b1 + o, c, xl, xh, pick(s1, c), sums, h1),

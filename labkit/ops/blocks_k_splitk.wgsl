@@ -5,8 +5,8 @@
 // X read once for the 4 rows.
 fn part_sum(s: SplitRows, i: u32, o: u32) -> vec4<f32> {
     let c = i % 4u;
-    let xl = x32_at(s.xb + 16u * i);
-    let xh = x32_at(s.xb + 16u * i + 8u);
+    let xl = placed(x32_at(s.xb + 16u * i));
+    let xh = placed(x32_at(s.xb + 16u * i + 8u));
     let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
     return vec4<f32>(chunk_row(s.b0 + o, c, xl, xh, pick(scales(slot(s.b0 + o)), c), sums, qh(s.b0 + o)),
                      chunk_row(s.b1 + o, c, xl, xh, pick(scales(slot(s.b1 + o)), c), sums, qh(s.b1 + o)),

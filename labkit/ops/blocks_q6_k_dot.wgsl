@@ -10,9 +10,9 @@
 //   g >= 2) | ((qh[32n + l] >> 2g) & 3) << 4;  value = d * scales[8n + 2g + l / 16] * (q - 32)
 const BLOCK_TEXELS: u32 = 14u;
 
-// the 6-bit quants of quarter g from its low-bit word `lo` (already shifted) and high-bit word `hi`
+// the 6-bit quants of quarter g, in place, from its low-bit word `lo` (already shifted) and high-bit word `hi`
 fn q4(lo: u32, hi: u32, g: u32) -> vec4<f32> {
-    return vec4<f32>(unpack4xU8((lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u)));
+    return in_place((lo & 0x0f0f0f0fu) | (((hi >> (2u * g)) & 0x03030303u) << 4u));
 }
 
 // A block's 16 scales times d: half n's quarters 0, 1 (scales 8n .. 8n + 3) and 2, 3 (8n + 4 ..).
@@ -32,12 +32,13 @@ fn half_scales(s: Scales6, n: u32) -> array<vec4<f32>, 2> {
 }
 
 // One row's sum over quarter g, from the half's low-bit texels (l0, l1: already picked and
-// shifted for g) and high-bit texels (h0, h1), with the quarter's two scales and 16-value X sums.
+// shifted for g) and high-bit texels (h0, h1), with the quarter's two scales and 16-value X sums;
+// x is placed (byte_place.wgsl).
 fn quarter(x: X32, l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, g: u32, sc: vec2<f32>) -> f32 {
     let first = dot(x.a, q4(l0.x, h0.x, g)) + dot(x.b, q4(l0.y, h0.y, g)) + dot(x.c, q4(l0.z, h0.z, g)) + dot(x.d, q4(l0.w, h0.w, g));
     let last = dot(x.e, q4(l1.x, h1.x, g)) + dot(x.f, q4(l1.y, h1.y, g)) + dot(x.g, q4(l1.z, h1.z, g)) + dot(x.h, q4(l1.w, h1.w, g));
-    let s1 = dot(x.a + x.b + x.c + x.d, vec4<f32>(1.0));
-    let s2 = dot(x.e + x.f + x.g + x.h, vec4<f32>(1.0));
+    let s1 = dot(x.a + x.b + x.c + x.d, BYTE_VALUE);
+    let s2 = dot(x.e + x.f + x.g + x.h, BYTE_VALUE);
     return dot(sc, vec2<f32>(first, last) - 32.0 * vec2<f32>(s1, s2));
 }
 

@@ -46,10 +46,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let s3 = scales6(b3 + o);
         for (var n = 0u; n < 2u; n++) {
             let xi = xl0 + 64u * k + 32u * n;
-            let x0 = X[xi];
-            let x1 = X[xi + 8u];
-            let x2 = X[xi + 16u];
-            let x3 = X[xi + 24u];
+            let x0 = X[xi] * BYTE_PLACE;
+            let x1 = X[xi + 8u] * BYTE_PLACE;
+            let x2 = X[xi + 16u] * BYTE_PLACE;
+            let x3 = X[xi + 24u] * BYTE_PLACE;
             acc += vec4<f32>(half_row(b0 + o, n, x0, x1, x2, x3, half_scales(s0, n)),
                              half_row(b1 + o, n, x0, x1, x2, x3, half_scales(s1, n)),
                              half_row(b2 + o, n, x0, x1, x2, x3, half_scales(s2, n)),

@@ -23,8 +23,8 @@ fn part_sum(s: SplitRows, i: u32, o: u32) -> vec4<f32> {
     let n = (i / 2u) % 2u;
     let p = i % 2u;
     let xq = s.xb + 64u * (i / 4u) + 32u * n + 8u * p;  // quarter p's first vec4; quarter p + 2 is 16 on
-    let xa = x32_at(xq);
-    let xb = x32_at(xq + 16u);
+    let xa = placed(x32_at(xq));
+    let xb = placed(x32_at(xq + 16u));
     return vec4<f32>(pair_row(s.b0 + o, n, p, xa, xb), pair_row(s.b1 + o, n, p, xa, xb),
                      pair_row(s.b2 + o, n, p, xa, xb), pair_row(s.b3 + o, n, p, xa, xb));
 }

@@ -209,7 +209,7 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     """A driver on the blocks layout: the texture reader, its geometry, the format's own driver
     (after the arithmetic its decode drivers share), its store."""
     before, family = BLOCK_DRIVERS[fmt]
-    dot = [f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
+    dot = ["byte_place", f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
     files = ["repacked", "blocks_quads", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
     if driver != "tiled":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
