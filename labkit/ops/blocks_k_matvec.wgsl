@@ -5,6 +5,31 @@
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); a sub-block's sum of X serves the - dmin * m term of all 4 rows.
 // The chunk arithmetic is blocks_k_dot.wgsl's.
+// A block's 4 chunks are written out, not a loop over c: llvmpipe keeps a loop's carried values
+// under an execution mask, a masked store per value per turn, and a constant c folds pick() and
+// the texel offsets. Measured on lavapipe (2 cores, Intel Xeon model 207, one run, alternating):
+// 4.23 -> 4.75 GB/s at 14336 x 4096, 3.90 -> 4.32 at 8192 x 2048; unrolling k as well was slower.
+// A block's scales and 5th bits for each of a quad's 4 rows, read once per block.
+struct QuadBlock { s0: Scales, s1: Scales, s2: Scales, s3: Scales,
+                   h0: array<vec4<u32>, 2>, h1: array<vec4<u32>, 2>, h2: array<vec4<u32>, 2>, h3: array<vec4<u32>, 2> }
+
+fn quad_block(q: QuadRows, o: u32) -> QuadBlock {
+    return QuadBlock(scales(slot(q.b0 + o)), scales(slot(q.b1 + o)), scales(slot(q.b2 + o)), scales(slot(q.b3 + o)),
+                     qh(q.b0 + o), qh(q.b1 + o), qh(q.b2 + o), qh(q.b3 + o));
+}
+
+// The quad's 4 sums over 64-value chunk c of the block at texel offset o; xi: this lane's first
+// vec4 of the chunk's X.
+fn chunk_quad(q: QuadRows, o: u32, c: u32, xi: u32, qb: QuadBlock) -> vec4<f32> {
+    let xl = x32(X[xi] * BYTE_PLACE);
+    let xh = x32(X[xi + 8u] * BYTE_PLACE);
+    let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
+    return vec4<f32>(chunk_row(q.b0 + o, c, xl, xh, pick(qb.s0, c), sums, qb.h0),
+                     chunk_row(q.b1 + o, c, xl, xh, pick(qb.s1, c), sums, qb.h1),
+                     chunk_row(q.b2 + o, c, xl, xh, pick(qb.s2, c), sums, qb.h2),
+                     chunk_row(q.b3 + o, c, xl, xh, pick(qb.s3, c), sums, qb.h3));
+}
+
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
@@ -12,33 +37,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (!q.live) {
         return;  // uniform per workgroup
     }
-    let b0 = q.b0;
-    let b1 = q.b1;
-    let b2 = q.b2;
-    let b3 = q.b3;
-    let xl0 = q.xl;
-    let blocks = P.K / 256u;
     var acc = vec4<f32>();
-    for (var k = 0u; k < blocks; k++) {
+    for (var k = 0u; k < P.K / 256u; k++) {
         let o = k * QUAD * BLOCK_TEXELS;
-        let s0 = scales(slot(b0 + o));
-        let s1 = scales(slot(b1 + o));
-        let s2 = scales(slot(b2 + o));
-        let s3 = scales(slot(b3 + o));
-        let h0 = qh(b0 + o);
-        let h1 = qh(b1 + o);
-        let h2 = qh(b2 + o);
-        let h3 = qh(b3 + o);
-        for (var c = 0u; c < 4u; c++) {
-            let xi = xl0 + 64u * k + 16u * c;
-            let xl = x32(X[xi] * BYTE_PLACE);
-            let xh = x32(X[xi + 8u] * BYTE_PLACE);
-            let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
-            acc += vec4<f32>(chunk_row(b0 + o, c, xl, xh, pick(s0, c), sums, h0),
-                             chunk_row(b1 + o, c, xl, xh, pick(s1, c), sums, h1),
-                             chunk_row(b2 + o, c, xl, xh, pick(s2, c), sums, h2),
-                             chunk_row(b3 + o, c, xl, xh, pick(s3, c), sums, h3));
-        }
+        let qb = quad_block(q, o);
+        let xi = q.xl + 64u * k;
+        // the 4 chunks written out, not looped (see the header)
+        acc += chunk_quad(q, o, 0u, xi, qb);
+        acc += chunk_quad(q, o, 1u, xi + 16u, qb);
+        acc += chunk_quad(q, o, 2u, xi + 32u, qb);
+        acc += chunk_quad(q, o, 3u, xi + 48u, qb);
     }
     store4(q.t * P.y_stride + P.row0 + q.r, q.r, acc);
 }

@@ -7,6 +7,10 @@
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); each row's half is read once,
 // 6 quant texels for 128 values, and serves its 4 quarters; its scales and d once per block.
+// A block's 2 halves are written out, not a loop over n: llvmpipe keeps a loop's carried values
+// under an execution mask, and a constant n folds the texel offsets and half_scales' selects.
+// Measured on lavapipe (2 cores, Intel Xeon model 207, one run, alternating): 4.40 -> 5.55 GB/s
+// at 2048 x 8192, 4.09 -> 4.98 at 8192 x 2048.
 
 // One row's sum over half n of the block at texel b: its 6 quant texels, for the 4 quarters, with
 // the half's scales (half_scales); xv[g] is this lane's share of quarter g's X.
@@ -24,6 +28,19 @@ fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec
          + quarter(x32(x2), a0 >> four, a1 >> four, h0, h1, 2u, hi.xy) + quarter(x32(x3), c0 >> four, c1 >> four, h0, h1, 3u, hi.zw);
 }
 
+// The quad's 4 sums over half n of the block at texel offset o, with each row's scales (s[j] for
+// row j); xi: this lane's first vec4 of the half's X.
+fn half_quad(q: QuadRows, o: u32, n: u32, xi: u32, s: array<Scales6, 4>) -> vec4<f32> {
+    let x0 = X[xi] * BYTE_PLACE;
+    let x1 = X[xi + 8u] * BYTE_PLACE;
+    let x2 = X[xi + 16u] * BYTE_PLACE;
+    let x3 = X[xi + 24u] * BYTE_PLACE;
+    return vec4<f32>(half_row(q.b0 + o, n, x0, x1, x2, x3, half_scales(s[0], n)),
+                     half_row(q.b1 + o, n, x0, x1, x2, x3, half_scales(s[1], n)),
+                     half_row(q.b2 + o, n, x0, x1, x2, x3, half_scales(s[2], n)),
+                     half_row(q.b3 + o, n, x0, x1, x2, x3, half_scales(s[3], n)));
+}
+
 @compute @workgroup_size(32)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
@@ -31,30 +48,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (!q.live) {
         return;  // uniform per workgroup
     }
-    let b0 = q.b0;
-    let b1 = q.b1;
-    let b2 = q.b2;
-    let b3 = q.b3;
-    let xl0 = q.xl;
-    let blocks = P.K / 256u;
     var acc = vec4<f32>();
-    for (var k = 0u; k < blocks; k++) {
+    for (var k = 0u; k < P.K / 256u; k++) {
         let o = k * QUAD * BLOCK_TEXELS;
-        let s0 = scales6(b0 + o);
-        let s1 = scales6(b1 + o);
-        let s2 = scales6(b2 + o);
-        let s3 = scales6(b3 + o);
-        for (var n = 0u; n < 2u; n++) {
-            let xi = xl0 + 64u * k + 32u * n;
-            let x0 = X[xi] * BYTE_PLACE;
-            let x1 = X[xi + 8u] * BYTE_PLACE;
-            let x2 = X[xi + 16u] * BYTE_PLACE;
-            let x3 = X[xi + 24u] * BYTE_PLACE;
-            acc += vec4<f32>(half_row(b0 + o, n, x0, x1, x2, x3, half_scales(s0, n)),
-                             half_row(b1 + o, n, x0, x1, x2, x3, half_scales(s1, n)),
-                             half_row(b2 + o, n, x0, x1, x2, x3, half_scales(s2, n)),
-                             half_row(b3 + o, n, x0, x1, x2, x3, half_scales(s3, n)));
-        }
+        let s = array<Scales6, 4>(scales6(q.b0 + o), scales6(q.b1 + o), scales6(q.b2 + o), scales6(q.b3 + o));
+        let xi = q.xl + 64u * k;
+        acc += half_quad(q, o, 0u, xi, s);  // the 2 halves written out, not looped (see the header)
+        acc += half_quad(q, o, 1u, xi + 32u, s);
     }
     store4(q.t * P.y_stride + P.row0 + q.r, q.r, acc);
 }
