@@ -2,7 +2,9 @@
 // file, blocks_q4_k.wgsl or blocks_q5_k.wgsl, composed before this one, says where each field
 // lives): 8 rows x 16 tokens per thread (tile16.wgsl). Per block each row's header is read once,
 // per 64-value chunk its two quant texels and its 5th bits, and each word of 4 values is decoded
-// for the 8 rows into two mat4x4 that serve all 16 tokens.
+// for the 8 rows into two mat4x4 that serve all 16 tokens. A chunk's 2 sub-blocks are written out,
+// not looped (llvmpipe keeps a loop's carried values under an execution mask): T = 64, 8192 x 2048,
+// 46.1 -> 43.2 ms on lavapipe (Intel Xeon model 207, one run, alternating).
 const LOW: u32 = 0x0f0f0f0fu;
 
 // (d * sc, dmin * m) of sub-block `is` from a block's header texel (ggml get_scale_min_k4)
@@ -40,6 +42,19 @@ fn col(r: Chunk, i: u32, is: u32, sm: vec2<f32>) -> vec4<f32> {
     return sm.x * vec4<f32>(unpack4xU8((u & LOW) | ((h & 0x01010101u) << 4u))) - sm.y;
 }
 
+// The 8 rows' sub-block `is` (a chunk's low or high nibbles) into the tile; w0: its first word of X.
+fn sub_block_tiles(acc: ptr<function, array<vec4<f32>, 32>>, t: Tile, r: array<Chunk, 8>, is: u32, w0: u32) {
+    let s0 = scale_min(r[0].head, is); let s1 = scale_min(r[1].head, is);
+    let s2 = scale_min(r[2].head, is); let s3 = scale_min(r[3].head, is);
+    let s4 = scale_min(r[4].head, is); let s5 = scale_min(r[5].head, is);
+    let s6 = scale_min(r[6].head, is); let s7 = scale_min(r[7].head, is);
+    for (var i = 0u; i < 8u; i++) {
+        let ma = mat4x4<f32>(col(r[0], i, is, s0), col(r[1], i, is, s1), col(r[2], i, is, s2), col(r[3], i, is, s3));
+        let mb = mat4x4<f32>(col(r[4], i, is, s4), col(r[5], i, is, s5), col(r[6], i, is, s6), col(r[7], i, is, s7));
+        tile_step(acc, t, w0 + i, ma, mb);
+    }
+}
+
 @compute @workgroup_size(16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
@@ -64,18 +79,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let r2 = chunk_of(base[2] + o, c, head[2]); let r3 = chunk_of(base[3] + o, c, head[3]);
             let r4 = chunk_of(base[4] + o, c, head[4]); let r5 = chunk_of(base[5] + o, c, head[5]);
             let r6 = chunk_of(base[6] + o, c, head[6]); let r7 = chunk_of(base[7] + o, c, head[7]);
-            for (var half = 0u; half < 2u; half++) {
-                let is = 2u * c + half;
-                let s0 = scale_min(r0.head, is); let s1 = scale_min(r1.head, is);
-                let s2 = scale_min(r2.head, is); let s3 = scale_min(r3.head, is);
-                let s4 = scale_min(r4.head, is); let s5 = scale_min(r5.head, is);
-                let s6 = scale_min(r6.head, is); let s7 = scale_min(r7.head, is);
-                for (var i = 0u; i < 8u; i++) {
-                    let ma = mat4x4<f32>(col(r0, i, is, s0), col(r1, i, is, s1), col(r2, i, is, s2), col(r3, i, is, s3));
-                    let mb = mat4x4<f32>(col(r4, i, is, s4), col(r5, i, is, s5), col(r6, i, is, s6), col(r7, i, is, s7));
-                    tile_step(&acc, t, 64u * k + 16u * c + 8u * half + i, ma, mb);
-                }
-            }
+            let rs = array<Chunk, 8>(r0, r1, r2, r3, r4, r5, r6, r7);
+            sub_block_tiles(&acc, t, rs, 2u * c, 64u * k + 16u * c);  // the 2 halves written out (see the header)
+            sub_block_tiles(&acc, t, rs, 2u * c + 1u, 64u * k + 16u * c + 8u);
         }
     }
     tile_store(&acc, t);
