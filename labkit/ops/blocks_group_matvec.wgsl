@@ -4,6 +4,9 @@
 // and subgroupBroadcast hands all 32 to every lane; each of a thread's 4 rows reads its block's
 // quant texels once, and its group's other fields once per 8 blocks.
 
+const ROWS_PER_THREAD: u32 = 4u;
+const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
+
 // one row's block against the block's 32 values of X (sx: their sum, for the offset)
 fn block_dot(b: Block, x: X32, sx: f32) -> f32 {
     let lo = dot(x.a, word(b, 0u)) + dot(x.b, word(b, 1u)) + dot(x.c, word(b, 2u)) + dot(x.d, word(b, 3u));

@@ -1,11 +1,10 @@
 // What the decode drivers on the blocks layout share (blocks_<fmt>_matvec.wgsl): X as vec4 in a
 // storage buffer (read once per subgroup), the geometry of matmul_matvec.wgsl (each thread owns
-// 4 rows of one token, a workgroup 128 rows), 32 values of X shared through the subgroup, and
-// where a thread's rows start in the weight's texture (blocks_quads.wgsl).
+// one or two quads of rows of one token: the driver declares ROWS_PER_THREAD, 4 or 8, and
+// ROWS_PER_WG, 32 threads' rows), 32 values of X shared through the subgroup, and where a thread's
+// rows start in the weight's texture (blocks_quads.wgsl).
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 
-const ROWS_PER_THREAD: u32 = 4u;
-const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
 const TOKENS_PER_WG: u32 = 1u;
 
 // 32 values of X: lane l loaded values 4l..4l+3, subgroupBroadcast hands them to every lane.
@@ -29,4 +28,13 @@ fn quad_rows(lin: u32, li: u32, lane: u32, row_texels: u32, unit: u32) -> QuadRo
     return QuadRows(t < P.T, t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
                     row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit),
                     (P.x_offset + t * P.x_stride) / 4u + (lane & 7u));
+}
+
+// The thread's second quad (rows r + 4 .. r + 7, clamped as quad_rows clamps), for a driver with 8
+// rows a thread.
+fn next_quad(q: QuadRows, row_texels: u32, unit: u32) -> QuadRows {
+    let last = P.rows - 1u;
+    let r = q.r + QUAD;
+    return QuadRows(q.live, q.t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
+                    row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit), q.xl);
 }
