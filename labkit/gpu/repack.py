@@ -53,6 +53,11 @@ SLOT_ROW = wgsl_const(wgsl_file("repacked"), "SLOT_ROW", 0)  # texels per textur
 SLOT_BYTES = 16  # one rgba32uint texel: one vec4<u32> slot
 MAX_TEXTURE_ROWS = 8192  # WebGPU's guaranteed max-texture-dimension-2d
 QUAD = wgsl_const(wgsl_file("blocks_quads"), "QUAD", 0)  # rows side by side in the blocks layout
+# Windows are cut at multiples of this many rows where that many fit: the most rows a workgroup of
+# any driver on repacked weights covers (blocks decode: 256, tiles: 128), so only a weight's last
+# window leaves a workgroup computing rows past its end. Cut at 4 rows, an 8B ffn_down's 1336-row
+# windows left a sixth of their last workgroup's rows real.
+WINDOW_ROWS = 256
 
 
 def repacked_bytes(n_rows: int, n_cols: int, group: int) -> int:
@@ -112,11 +117,18 @@ def layout_of(source: str) -> RepackLayout:
     return RepackLayout("int8", wgsl_const(source, "GROUP", 0), 0)
 
 
+def window_rows(layout: RepackLayout, K: int, limit: int) -> int:
+    """Rows of a repacked window: as many as fit the repack buffer and one binding (`limit`), in
+    WINDOW_ROWS where those fit, else in quads (at least one)."""
+    room = min(limit, SLOT_ROW * MAX_TEXTURE_ROWS * SLOT_BYTES, REPACK_BUFFER)
+    step = WINDOW_ROWS if layout.window_bytes(WINDOW_ROWS, K) <= room else QUAD
+    return max(QUAD, room // layout.window_bytes(step, K) * step)
+
+
 def stored_bytes(layout: RepackLayout, n_rows: int, K: int, limit: int) -> int:
     """Bytes a repacked weight takes in its textures (each window padded to whole texture rows),
     for a weight uploaded in one GGUF window: what the memory plan counts."""
-    limit = min(limit, SLOT_ROW * MAX_TEXTURE_ROWS * SLOT_BYTES)
-    per_window = max(4, min(limit, REPACK_BUFFER) // layout.window_bytes(4, K) * 4)
+    per_window = window_rows(layout, K, limit)
     full, rest = divmod(n_rows, per_window)
     return full * _padded(layout.window_bytes(per_window, K)) + (_padded(layout.window_bytes(rest, K)) if rest else 0)
 
@@ -131,7 +143,7 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
     quad = layout.window_bytes(4, K)
     if quad > limit:
         raise GpuLimitError(f"{weight.name}: four repacked rows ({quad} bytes) do not fit a binding ({limit} bytes)")
-    per_window = min(limit, REPACK_BUFFER) // quad * 4
+    per_window = window_rows(layout, K, limit)
     if layout.per_unit > 1:
         raise UnsupportedTensorTypeError(
             f"{weight.name}: the grouped blocks layout of {weight.type_name} is written from the host (upload_blocks)"
@@ -169,7 +181,7 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
     GGUF bytes would have (`part_of`), as repack_weight's are."""
     layout.check(name, GGMLQuantizationType(ggml_type).name, K)
     limit = gpu.max_binding if max_binding is None else min(gpu.max_binding, int(max_binding))
-    per_window = max(4, min(limit, REPACK_BUFFER) // layout.window_bytes(4, K) * 4)
+    per_window = window_rows(layout, K, limit)
     blocks = np.asarray(raw).reshape(n_rows * (K // layout.group), -1)  # one GGUF block a row
     row_blocks = K // layout.group
     gguf_rows = _gguf_window_rows(gpu, blocks.shape[1] * row_blocks, gguf_window_bytes)
