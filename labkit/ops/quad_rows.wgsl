@@ -24,17 +24,17 @@ fn quad_rows(lin: u32, li: u32, lane: u32, row_texels: u32, unit: u32) -> QuadRo
     let row_groups = (P.rows + ROWS_PER_WG - 1u) / ROWS_PER_WG;
     let t = lin / row_groups;
     let r = (lin % row_groups) * ROWS_PER_WG + li * ROWS_PER_THREAD;
-    let last = P.rows - 1u;
-    return QuadRows(t < P.T, t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
-                    row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit),
-                    (P.x_offset + t * P.x_stride) / 4u + (lane & 7u));
+    return quad_at(QuadRows(t < P.T, t, r, 0u, 0u, 0u, 0u, (P.x_offset + t * P.x_stride) / 4u + (lane & 7u)), r, row_texels, unit);
 }
 
-// The thread's second quad (rows r + 4 .. r + 7, clamped as quad_rows clamps), for a driver with 8
-// rows a thread.
+// The thread's second quad (rows r + 4 .. r + 7), for a driver with 8 rows a thread.
 fn next_quad(q: QuadRows, row_texels: u32, unit: u32) -> QuadRows {
+    return quad_at(q, q.r + QUAD, row_texels, unit);
+}
+
+// q's work moved to the quad of rows r .. r + 3: their first texels, rows past the end clamped to the last
+fn quad_at(q: QuadRows, r: u32, row_texels: u32, unit: u32) -> QuadRows {
     let last = P.rows - 1u;
-    let r = q.r + QUAD;
     return QuadRows(q.live, q.t, r, row_start(min(r, last), row_texels, unit), row_start(min(r + 1u, last), row_texels, unit),
                     row_start(min(r + 2u, last), row_texels, unit), row_start(min(r + 3u, last), row_texels, unit), q.xl);
 }
