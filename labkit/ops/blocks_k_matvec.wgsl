@@ -21,7 +21,8 @@ fn quad_block(q: QuadRows, o: u32) -> QuadBlock {
 }
 
 const ROWS_PER_THREAD: u32 = 8u;  // two quads: X's loads, broadcasts and sums serve 8 rows
-const ROWS_PER_WG: u32 = 256u;  // 32 threads x ROWS_PER_THREAD
+const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD: as many workgroups as with one quad
+// a thread, so a 640-row weight keeps 5 (with 32 threads, 3: 640 x 2048 0.22 -> 0.31 ms)
 
 // One quad's 4 sums over 64-value chunk c of the block at texel offset o, given the chunk's X
 // (xl, xh) and its two 32-value sums.
@@ -42,7 +43,7 @@ fn chunk_quads(acc: ptr<function, array<vec4<f32>, 2>>, q: array<QuadRows, 2>, o
     (*acc)[1] += chunk_quad(q[1], o, c, xl, xh, sums, qb[1]);
 }
 
-@compute @workgroup_size(32)
+@compute @workgroup_size(16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
     let row_texels = P.K / 256u * BLOCK_TEXELS;

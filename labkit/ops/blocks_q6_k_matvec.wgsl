@@ -31,7 +31,8 @@ fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec
 }
 
 const ROWS_PER_THREAD: u32 = 8u;  // two quads: X's loads and broadcasts serve 8 rows
-const ROWS_PER_WG: u32 = 256u;  // 32 threads x ROWS_PER_THREAD
+const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD: as many workgroups as with one quad
+// a thread, so a 640-row weight keeps 5 (with 32 threads, 3: 640 x 2048 0.22 -> 0.31 ms)
 
 // One quad's 4 sums over half n of the block at texel offset o, with each row's scales (s[j] for
 // row j), given this lane's share of the half's X (x0 .. x3).
@@ -47,7 +48,7 @@ fn quad_scales(q: QuadRows, o: u32) -> array<Scales6, 4> {
     return array<Scales6, 4>(scales6(q.b0 + o), scales6(q.b1 + o), scales6(q.b2 + o), scales6(q.b3 + o));
 }
 
-@compute @workgroup_size(32)
+@compute @workgroup_size(16)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
     let row_texels = P.K / 256u * BLOCK_TEXELS;

@@ -1,7 +1,7 @@
 // What the decode drivers on the blocks layout share (blocks_<fmt>_matvec.wgsl): X as vec4 in a
 // storage buffer (read once per subgroup), the geometry of matmul_matvec.wgsl (each thread owns
 // one or two quads of rows of one token: the driver declares ROWS_PER_THREAD, 4 or 8, and
-// ROWS_PER_WG, 32 threads' rows), 32 values of X shared through the subgroup, and where a thread's
+// ROWS_PER_WG, its workgroup's threads' rows), 32 values of X shared through the subgroup, and where a thread's
 // rows start in the weight's texture (blocks_quads.wgsl).
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 
