@@ -53,10 +53,10 @@ SLOT_ROW = wgsl_const(wgsl_file("repacked"), "SLOT_ROW", 0)  # texels per textur
 SLOT_BYTES = 16  # one rgba32uint texel: one vec4<u32> slot
 MAX_TEXTURE_ROWS = 8192  # WebGPU's guaranteed max-texture-dimension-2d
 QUAD = wgsl_const(wgsl_file("blocks_quads"), "QUAD", 0)  # rows side by side in the blocks layout
-# Windows are cut at multiples of this many rows where that many fit: the most rows a workgroup of
-# any driver on repacked weights covers (blocks decode: 256, tiles: 128), so only a weight's last
-# window leaves a workgroup computing rows past its end. Cut at 4 rows, an 8B ffn_down's 1336-row
-# windows left a sixth of their last workgroup's rows real.
+# Windows are cut at multiples of this many rows where that many fit: a multiple of every driver's
+# rows per workgroup on repacked weights (128), so only a weight's last window leaves a workgroup
+# computing rows past its end. Cut at 4 rows, an 8B ffn_down's 1336-row windows left most of their
+# last workgroup's rows copies.
 WINDOW_ROWS = 256
 
 
