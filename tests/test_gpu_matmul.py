@@ -22,7 +22,16 @@ from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
 from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
-from labkit.gpu.repack import GROUP_FIELDS, layout_of, repack_weight, repacked_bytes, upload_blocks
+from labkit.gpu.repack import (
+    GROUP_FIELDS,
+    REPACK_BUFFER,
+    WINDOW_ROWS,
+    layout_of,
+    repack_weight,
+    repacked_bytes,
+    upload_blocks,
+    window_rows,
+)
 from labkit.gpu.shader import compile_pipeline, compose, load_kernel
 from labkit.gpu.weights import upload_weight
 from labkit.ops.base import PassShape, wgsl_const
@@ -311,6 +320,27 @@ def texture_bytes(gpu, view) -> np.ndarray:
     pipeline = compile_pipeline(gpu, TEXTURE_READER, label="read texture")
     submit(gpu, [Dispatch(pipeline, bind(gpu, pipeline, [view, out]), grid(width * height // 64), "read texture")])
     return np.frombuffer(gpu.queue.read_buffer(out), np.uint8)
+
+
+
+def test_repacked_windows_are_whole_workgroups():
+    """Every driver on repacked weights covers a divisor of WINDOW_ROWS rows a workgroup, and windows
+    take WINDOW_ROWS at a time where they fit (else quads): only a weight's last window leaves a
+    workgroup computing rows past its end."""
+    sources = [repacked_source(fmt, T) for fmt in INTEGER_FORMATS for T in (1, 64)]
+    for fmt in BLOCK_FORMATS:
+        kernel = get_kernel(f"matmul_{fmt}", "blocks", "cpu")
+        sources += [kernel.source(PassShape(T, 0)) for T in (1, 64)]
+    for src in sources:
+        rows_per_wg = driver_geometry(src)[0]
+        assert WINDOW_ROWS % rows_per_wg == 0, (rows_per_wg, src[:200])
+    layout = layout_of(get_kernel("matmul_q6_k", "blocks", "cpu").repack())
+    K = 14336  # Llama-3.1-8B's ffn_down: 12544 bytes a row
+    rows = window_rows(layout, K, 1 << 27)
+    assert rows == 1280, rows  # 1337 rows fit 16 MiB
+    assert layout.window_bytes(rows, K) <= REPACK_BUFFER < layout.window_bytes(rows + WINDOW_ROWS, K)
+    small = layout.window_bytes(12, K)  # a binding that holds 12 rows: quads, not WINDOW_ROWS
+    assert window_rows(layout, K, small) == 12
 
 
 @pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q6_K, GGMLQuantizationType.Q4_K], ids=lambda q: q.name)

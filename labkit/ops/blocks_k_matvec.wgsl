@@ -3,7 +3,7 @@
 // blocks_q5_k.wgsl, composed before this one, says where each field lives). Same bindings and
 // Params as matmul_matvec.wgsl; the geometry and X's sharing are quad_rows.wgsl's.
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
-// matmul_matvec.wgsl); a sub-block's sum of X serves the - dmin * m term of all 4 rows.
+// matmul_matvec.wgsl); a sub-block's sum of X serves the - dmin * m term of all 8 rows.
 // The chunk arithmetic is blocks_k_dot.wgsl's.
 // A block's 4 chunks are written out, not a loop over c: llvmpipe keeps a loop's carried values
 // under an execution mask, a masked store per value per turn, and a constant c folds pick() and
@@ -11,6 +11,7 @@
 // 4.23 -> 4.75 GB/s at 14336 x 4096, 3.90 -> 4.32 at 8192 x 2048; unrolling k as well was slower.
 // A thread owns two quads (8 rows), so a chunk's X loads, broadcasts and sums serve 8 rows, not 4:
 // 4.78 -> 5.22 GB/s at 4096 x 4096, 3.99 -> 4.30 at 2048 x 2048, 4.27 -> 4.68 at 1024 x 4096.
+
 // A block's scales and 5th bits for each of a quad's 4 rows, read once per block.
 struct QuadBlock { s0: Scales, s1: Scales, s2: Scales, s3: Scales,
                    h0: array<vec4<u32>, 2>, h1: array<vec4<u32>, 2>, h2: array<vec4<u32>, 2>, h3: array<vec4<u32>, 2> }
