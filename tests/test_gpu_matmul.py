@@ -322,7 +322,6 @@ def texture_bytes(gpu, view) -> np.ndarray:
     return np.frombuffer(gpu.queue.read_buffer(out), np.uint8)
 
 
-
 def test_repacked_windows_are_whole_workgroups():
     """Every driver on repacked weights covers a divisor of WINDOW_ROWS rows a workgroup, and windows
     take WINDOW_ROWS at a time where they fit (else quads): only a weight's last window leaves a
