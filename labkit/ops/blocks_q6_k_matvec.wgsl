@@ -15,8 +15,8 @@
 // 1024 x 4096 (same machine; VM noise up to 20% between runs).
 
 // One row's sum over half n of the block at texel b: its 6 quant texels, for the 4 quarters, with
-// the half's scales (half_scales); xv[g] is this lane's share of quarter g's X.
-fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, sc: array<vec4<f32>, 2>) -> f32 {
+// the half's scales (half_scales); x[g]: quarter g's X, shared through the subgroup.
+fn half_row(b: u32, n: u32, x: array<X32, 4>, sc: array<vec4<f32>, 2>) -> f32 {
     let a0 = slot(b + 4u * n);
     let a1 = slot(b + 4u * n + 1u);
     let c0 = slot(b + 4u * n + 2u);
@@ -26,8 +26,8 @@ fn half_row(b: u32, n: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec
     let lo = sc[0];
     let hi = sc[1];
     let four = vec4<u32>(4u);
-    return quarter(x32(x0), a0, a1, h0, h1, 0u, lo.xy) + quarter(x32(x1), c0, c1, h0, h1, 1u, lo.zw)
-         + quarter(x32(x2), a0 >> four, a1 >> four, h0, h1, 2u, hi.xy) + quarter(x32(x3), c0 >> four, c1 >> four, h0, h1, 3u, hi.zw);
+    return quarter(x[0], a0, a1, h0, h1, 0u, lo.xy) + quarter(x[1], c0, c1, h0, h1, 1u, lo.zw)
+         + quarter(x[2], a0 >> four, a1 >> four, h0, h1, 2u, hi.xy) + quarter(x[3], c0 >> four, c1 >> four, h0, h1, 3u, hi.zw);
 }
 
 const ROWS_PER_THREAD: u32 = 8u;  // two quads: X's loads and broadcasts serve 8 rows
@@ -35,12 +35,16 @@ const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD: as many workgro
 // a thread, so a 640-row weight keeps 5 (with 32 threads, 3: 640 x 2048 0.22 -> 0.31 ms)
 
 // One quad's 4 sums over half n of the block at texel offset o, with each row's scales (s[j] for
-// row j), given this lane's share of the half's X (x0 .. x3).
-fn half_quad(q: QuadRows, o: u32, n: u32, x: array<vec4<f32>, 4>, s: array<Scales6, 4>) -> vec4<f32> {
-    return vec4<f32>(half_row(q.b0 + o, n, x[0], x[1], x[2], x[3], half_scales(s[0], n)),
-                     half_row(q.b1 + o, n, x[0], x[1], x[2], x[3], half_scales(s[1], n)),
-                     half_row(q.b2 + o, n, x[0], x[1], x[2], x[3], half_scales(s[2], n)),
-                     half_row(q.b3 + o, n, x[0], x[1], x[2], x[3], half_scales(s[3], n)));
+// row j), given the half's X (its 4 quarters', shared through the subgroup).
+fn half_quad(q: QuadRows, o: u32, n: u32, x: array<X32, 4>, s: array<Scales6, 4>) -> vec4<f32> {
+    return vec4<f32>(half_row(q.b0 + o, n, x, half_scales(s[0], n)), half_row(q.b1 + o, n, x, half_scales(s[1], n)),
+                     half_row(q.b2 + o, n, x, half_scales(s[2], n)), half_row(q.b3 + o, n, x, half_scales(s[3], n)));
+}
+
+// A half's X, placed and shared once for the 8 rows: its 4 quarters, lane l's share from X[xi + 8 g]
+fn half_x(xi: u32) -> array<X32, 4> {
+    return array<X32, 4>(x32(X[xi] * BYTE_PLACE), x32(X[xi + 8u] * BYTE_PLACE), x32(X[xi + 16u] * BYTE_PLACE),
+                         x32(X[xi + 24u] * BYTE_PLACE));
 }
 
 // A quad's 4 rows' scales for the block at texel offset o, read once per block.
@@ -63,10 +67,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let s = array<array<Scales6, 4>, 2>(quad_scales(first, o), quad_scales(second, o));
         let xi = first.xl + 64u * k;
         // the 2 halves written out, not looped (see the header)
-        let xa = array<vec4<f32>, 4>(X[xi] * BYTE_PLACE, X[xi + 8u] * BYTE_PLACE, X[xi + 16u] * BYTE_PLACE, X[xi + 24u] * BYTE_PLACE);
+        let xa = half_x(xi);
         acc[0] += half_quad(first, o, 0u, xa, s[0]);
         acc[1] += half_quad(second, o, 0u, xa, s[1]);
-        let xb = array<vec4<f32>, 4>(X[xi + 32u] * BYTE_PLACE, X[xi + 40u] * BYTE_PLACE, X[xi + 48u] * BYTE_PLACE, X[xi + 56u] * BYTE_PLACE);
+        let xb = half_x(xi + 32u);
         acc[0] += half_quad(first, o, 1u, xb, s[0]);
         acc[1] += half_quad(second, o, 1u, xb, s[1]);
     }
