@@ -33,25 +33,35 @@ fn tile_row(t: Tile, j: u32) -> u32 {
 }
 
 // acc[2t] += token t0+t's values 4w..4w+3 times ma (rows r..r+3); acc[2t+1] the same with mb.
+// One quad of rows at a time, over all 16 tokens (each token's X broadcast twice): its 16 weights
+// stay in registers, where the 32 of both quads, live across the 16 tokens, were reloaded from the
+// stack. On lavapipe (Intel Xeon model 207, one run, alternating): T = 64, 4096 x 2048, Q4_K
+// 22.5 -> 21.9 ms, Q6_K 25.5 -> 25.0 ms.
 fn tile_step(acc: ptr<function, array<vec4<f32>, 32>>, t: Tile, w: u32, ma: mat4x4<f32>, mb: mat4x4<f32>) {
     let va = textureLoad(X, vec2<u32>(w, t.xa), 0);
     let vb = textureLoad(X, vec2<u32>(w, t.xb), 0);
-    var x = subgroupBroadcast(va, 0u); (*acc)[0] += x * ma; (*acc)[1] += x * mb;
-    x = subgroupBroadcast(va, 1u); (*acc)[2] += x * ma; (*acc)[3] += x * mb;
-    x = subgroupBroadcast(va, 2u); (*acc)[4] += x * ma; (*acc)[5] += x * mb;
-    x = subgroupBroadcast(va, 3u); (*acc)[6] += x * ma; (*acc)[7] += x * mb;
-    x = subgroupBroadcast(va, 4u); (*acc)[8] += x * ma; (*acc)[9] += x * mb;
-    x = subgroupBroadcast(va, 5u); (*acc)[10] += x * ma; (*acc)[11] += x * mb;
-    x = subgroupBroadcast(va, 6u); (*acc)[12] += x * ma; (*acc)[13] += x * mb;
-    x = subgroupBroadcast(va, 7u); (*acc)[14] += x * ma; (*acc)[15] += x * mb;
-    x = subgroupBroadcast(vb, 0u); (*acc)[16] += x * ma; (*acc)[17] += x * mb;
-    x = subgroupBroadcast(vb, 1u); (*acc)[18] += x * ma; (*acc)[19] += x * mb;
-    x = subgroupBroadcast(vb, 2u); (*acc)[20] += x * ma; (*acc)[21] += x * mb;
-    x = subgroupBroadcast(vb, 3u); (*acc)[22] += x * ma; (*acc)[23] += x * mb;
-    x = subgroupBroadcast(vb, 4u); (*acc)[24] += x * ma; (*acc)[25] += x * mb;
-    x = subgroupBroadcast(vb, 5u); (*acc)[26] += x * ma; (*acc)[27] += x * mb;
-    x = subgroupBroadcast(vb, 6u); (*acc)[28] += x * ma; (*acc)[29] += x * mb;
-    x = subgroupBroadcast(vb, 7u); (*acc)[30] += x * ma; (*acc)[31] += x * mb;
+    quad_step(acc, 0u, va, vb, ma);  // h a constant (Mesa inlines the call): acc's indices fold
+    quad_step(acc, 1u, va, vb, mb);
+}
+
+// acc[2t + h] += token t's 4 values (lane t & 7 of va for t < 8, of vb after) times m
+fn quad_step(acc: ptr<function, array<vec4<f32>, 32>>, h: u32, va: vec4<f32>, vb: vec4<f32>, m: mat4x4<f32>) {
+    (*acc)[0u + h] += subgroupBroadcast(va, 0u) * m;
+    (*acc)[2u + h] += subgroupBroadcast(va, 1u) * m;
+    (*acc)[4u + h] += subgroupBroadcast(va, 2u) * m;
+    (*acc)[6u + h] += subgroupBroadcast(va, 3u) * m;
+    (*acc)[8u + h] += subgroupBroadcast(va, 4u) * m;
+    (*acc)[10u + h] += subgroupBroadcast(va, 5u) * m;
+    (*acc)[12u + h] += subgroupBroadcast(va, 6u) * m;
+    (*acc)[14u + h] += subgroupBroadcast(va, 7u) * m;
+    (*acc)[16u + h] += subgroupBroadcast(vb, 0u) * m;
+    (*acc)[18u + h] += subgroupBroadcast(vb, 1u) * m;
+    (*acc)[20u + h] += subgroupBroadcast(vb, 2u) * m;
+    (*acc)[22u + h] += subgroupBroadcast(vb, 3u) * m;
+    (*acc)[24u + h] += subgroupBroadcast(vb, 4u) * m;
+    (*acc)[26u + h] += subgroupBroadcast(vb, 5u) * m;
+    (*acc)[28u + h] += subgroupBroadcast(vb, 6u) * m;
+    (*acc)[30u + h] += subgroupBroadcast(vb, 7u) * m;
 }
 
 // Y row for one token: the 8 rows r.. that exist
