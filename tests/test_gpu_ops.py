@@ -236,6 +236,23 @@ def test_softmax_large_row_and_fully_masked_row(gpu):
     assert np.all(got[1] == 0), "an all-masked row must give zeros, not NaN"
 
 
+@pytest.mark.parametrize("n", [35, 43, 50, 57])
+def test_softmax_writes_only_its_rows(gpu, n):
+    """Rows that fill no whole workgroup (11 rows, 8 a workgroup) and row lengths that end in each
+    quarter of a loop turn (32 values, 4 a thread 8 apart): each row's values, and nothing after
+    the last row."""
+    r = rng()
+    rows = 11
+    x = r.standard_normal((rows, n)) * 4
+    x[3, 20:] = -np.inf
+    y = empty(gpu, rows * n + 64)
+    values = {"n_rows": rows, "n": n, "rows_per_head": rows, "sinks": 0}
+    launch(gpu, "softmax", [buf(gpu, x), y, buf(gpu, x[0, :4])], values, softmax.workgroups(rows))
+    got = read(gpu, y, rows * n + 64)
+    assert_close(got[: rows * n].reshape(rows, n), softmax.softmax(x), 1e-11, f"softmax 11 x {n}")
+    assert np.isnan(got[rows * n :]).all(), "softmax wrote past its last row"
+
+
 def swiglu_oai_ggml(g: np.ndarray, u: np.ndarray) -> np.ndarray:
     """ggml-cpu's swiglu_oai, written from its source: x = min(g, limit), y = clamp(u, ±limit),
     out = x · sigmoid(alpha · x) · (y + 1), alpha 1.702, limit 7 (llama.cpp's gpt-oss graph)."""

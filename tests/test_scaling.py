@@ -494,9 +494,10 @@ def test_a_user_matmul_driver_runs_in_decode_steps(tiny_model):
     matvec in every decode step.)"""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     driver = kernel_source("matmul_q8_0")  # the tiled driver: the family's interface
-    old = "(*acc)[0] += x * ma;"
+    old = "(*acc)[0u + h] += subgroupBroadcast(va, 0u) * m;"
     assert old in driver, "tile16.wgsl changed: update this test's edit"
-    k = labkit.register_variant("matmul_q8_0", "test_decode_x2", driver.replace(old, "(*acc)[0] += 2.0 * x * ma;"))
+    new = "(*acc)[0u + h] += 2.0 * subgroupBroadcast(va, 0u) * m;"
+    k = labkit.register_variant("matmul_q8_0", "test_decode_x2", driver.replace(old, new))
     assert k.epilogue is None and k.repack is not None
     before = decode(lab, IDS, 3)
     lab.use("matmul_q8_0", "test_decode_x2")

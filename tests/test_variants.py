@@ -127,9 +127,10 @@ def test_user_matmul_variant_for_one_format(tiny_model):
     lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit"})
     assert first_div(lab) == "blk.0.q"
     driver = kernel_source("matmul_q5_0")
-    old = "(*acc)[0] += x * ma;"
+    old = "(*acc)[0u + h] += subgroupBroadcast(va, 0u) * m;"
     assert old in driver and "texture_2d<u32>" in driver, "tile16.wgsl changed: update this test's edit"
-    k = labkit.register_variant("matmul_q5_0", "test_edit_tiled", driver.replace(old, "(*acc)[0] += 2.0 * x * ma;"))
+    new = "(*acc)[0u + h] += 2.0 * subgroupBroadcast(va, 0u) * m;"
+    k = labkit.register_variant("matmul_q5_0", "test_edit_tiled", driver.replace(old, new))
     assert k.repack is not None  # bound to the repacked weights, like the shipped driver it edits
     lab = labkit.open(tiny_model("llama", "Q5_0"), variants={"matmul_q5_0": "test_edit_tiled"})
     assert first_div(lab) == "blk.0.q"

@@ -36,9 +36,11 @@ def reference(stage, ref) -> np.ndarray:
     return with_sinks(ref.x[0], ref.weight(sinks)) if sinks else softmax(ref.x[0])
 
 
+ROWS_PER_WG = 8  # softmax.wgsl: 8 threads a row, 64 a workgroup
+
+
 def workgroups(n_rows: int) -> int:
-    """One workgroup of 64 threads per row."""
-    return n_rows
+    return -(-n_rows // ROWS_PER_WG)
 
 
 def plan(stage, gpu):
