@@ -84,6 +84,11 @@ class GpuDevice:
         return self.adapter_type == "CPU"
 
     @property
+    def loop_turn_cap(self) -> int | None:
+        """llvmpipe ends an invocation's loops after this many turns in all (labkit.ops.attn_loop_turns)."""
+        return LLVMPIPE_LOOP_TURNS if "llvmpipe" in self.name else None
+
+    @property
     def max_binding(self) -> int:
         """max-storage-buffer-binding-size: the largest window of one storage binding."""
         return int(self.limits["max-storage-buffer-binding-size"])
@@ -92,6 +97,8 @@ class GpuDevice:
     def max_workgroups(self) -> int:
         return int(self.limits["max-compute-workgroups-per-dimension"])
 
+
+LLVMPIPE_LOOP_TURNS = 65535  # measured on Mesa 22.3: labkit.ops.attn_loop_turns
 
 _DEVICE: GpuDevice | None = None
 

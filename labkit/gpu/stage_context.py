@@ -69,6 +69,11 @@ class StageContext:
         self.reads_ids = True
         return self.ex.token_rows(self.ids, name)
 
+    @property
+    def loop_turn_cap(self) -> int | None:
+        """The device's cap on one invocation's loop turns (llvmpipe's), or None."""
+        return self.ex.gpu.loop_turn_cap
+
     def policy(self, family: str) -> Policy:
         return self.ex.policy(self.stage, family)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops import attn_scores
+from labkit.ops import attn_loop_turns, attn_scores
 from labkit.ops.base import Kernel, Op, PassShape, Policy, ceil_div, compose, from_file, wgsl_const, wgsl_file
 
 PARAMS = attn_scores.PARAMS  # the fused tiers need every field; the unfused kernel reads a few
@@ -46,6 +46,7 @@ def plan(stage, gpu):
         v = gpu.rows(gpu.cache("v"), 0, vw, vw, gpu.n_past + gpu.T)  # a buffer, or a texture where the kernel reads one
         gpu.dispatch([gpu.input(0).buffer, v, out.buffer], values, workgroups(tiles))
         return out
+    attn_loop_turns.check(stage.name, kernel.name, gpu.n_past + gpu.T, P["head_dim"], gpu.loop_turn_cap)
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)
     q = gpu.input(2).buffer

@@ -8,6 +8,10 @@
 // Dispatch: ceil(T / TILE) * n_heads workgroups, linear id w -> tile w % n_tiles, head
 // w / n_tiles; workgroups past the last head return at once.
 // Limits: head_dim <= 256 (4 lanes of 64), TILE * head_dim floats of workgroup memory.
+// llvmpipe ends an invocation's loops after 65535 turns in all (softmax.wgsl): the score's dot over
+// head_dim is written out in 16-value steps, so a chunk costs a thread about TILE x 2 x CHUNK turns
+// (its two loops over the chunk's keys), not TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_ctx
+// refuses a context past the bound on a CPU adapter.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
@@ -60,8 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let visible = t0 + i < P.T && s <= qpos && !(P.window > 0u && qpos - s >= P.window);
             if (visible) {
                 let kb = s * stride + kvh * hd;
-                var dot = 0.0;
-                for (var e = 0u; e < hd; e++) { dot += q_tile[i * hd + e] * K[kb + e]; }
+                let dot = tile_dot(i * hd, kb, hd);
                 x = softcap(dot * P.scale, P.softcap);
             }
             scores[i * CHUNK + lid] = x;
@@ -69,23 +72,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
         let n_here = min(CHUNK, n_keys - c0);
         for (var i = 0u; i < TILE; i++) {
-            var cmax = NEG_INF;
-            for (var j = 0u; j < n_here; j++) { cmax = max(cmax, scores[i * CHUNK + j]); }
+            var cmax = NEG_INF;  // 4 keys a turn: past n_here a chunk's scores are -inf
+            for (var j = 0u; j < n_here; j += 4u) { cmax = max(cmax, max4(i * CHUNK + j)); }
             if (cmax == NEG_INF) { continue; }  // nothing visible to this query in this chunk
             let m_new = max(m[i], cmax);
             let corr = exp(m[i] - m_new);
             l[i] *= corr;
             for (var r = 0u; r < LANES; r++) { acc[i * LANES + r] *= corr; }
-            for (var j = 0u; j < n_here; j++) {
-                let x = scores[i * CHUNK + j];
-                if (x == NEG_INF) { continue; }
-                let p = exp(x - m_new);
-                l[i] += p;
+            for (var j = 0u; j < n_here; j += 4u) {  // 4 keys a turn, as above
+                let sj = i * CHUNK + j;
                 let vb = (c0 + j) * stride + kvh * hd;
-                for (var r = 0u; r < LANES; r++) {
-                    let d = lid + 64u * r;
-                    if (d < hd) { acc[i * LANES + r] += p * V[vb + d]; }
-                }
+                l[i] += fold(&acc, i, scores[sj], m_new, vb, lid, hd) + fold(&acc, i, scores[sj + 1u], m_new, vb + stride, lid, hd)
+                      + fold(&acc, i, scores[sj + 2u], m_new, vb + 2u * stride, lid, hd)
+                      + fold(&acc, i, scores[sj + 3u], m_new, vb + 3u * stride, lid, hd);
             }
             m[i] = m_new;
         }
@@ -105,4 +104,50 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 fn softcap(x: f32, cap: f32) -> f32 {
     if (cap > 0.0) { return cap * tanh(clamp(x / cap, -15.0, 15.0)); }
     return x;
+}
+
+// 16 products of the tile's q (from qt) and K (from kb), from e on (e + 16 <= head_dim)
+fn dot16(qt: u32, kb: u32, e: u32) -> f32 {
+    var x = 0.0;
+    for (var i = 0u; i < 16u; i++) { x += q_tile[qt + e + i] * K[kb + e + i]; }  // constant: unrolled
+    return x;
+}
+
+// a query of the tile (its q from qt) . key kb over head_dim <= 256: 16-value steps written out
+fn tile_dot(qt: u32, kb: u32, hd: u32) -> f32 {
+    var x = 0.0;
+    if (hd >= 16u) { x += dot16(qt, kb, 0u); }
+    if (hd >= 32u) { x += dot16(qt, kb, 16u); }
+    if (hd >= 48u) { x += dot16(qt, kb, 32u); }
+    if (hd >= 64u) { x += dot16(qt, kb, 48u); }
+    if (hd >= 80u) { x += dot16(qt, kb, 64u); }
+    if (hd >= 96u) { x += dot16(qt, kb, 80u); }
+    if (hd >= 112u) { x += dot16(qt, kb, 96u); }
+    if (hd >= 128u) { x += dot16(qt, kb, 112u); }
+    if (hd >= 144u) { x += dot16(qt, kb, 128u); }
+    if (hd >= 160u) { x += dot16(qt, kb, 144u); }
+    if (hd >= 176u) { x += dot16(qt, kb, 160u); }
+    if (hd >= 192u) { x += dot16(qt, kb, 176u); }
+    if (hd >= 208u) { x += dot16(qt, kb, 192u); }
+    if (hd >= 224u) { x += dot16(qt, kb, 208u); }
+    if (hd >= 240u) { x += dot16(qt, kb, 224u); }
+    if (hd >= 256u) { x += dot16(qt, kb, 240u); }
+    for (var e = hd / 16u * 16u; e < hd; e++) { x += q_tile[qt + e] * K[kb + e]; }
+    return x;
+}
+
+fn max4(j: u32) -> f32 {
+    return max(max(scores[j], scores[j + 1u]), max(scores[j + 2u], scores[j + 3u]));
+}
+
+// One key's share of query i's context: p = exp(x - m) onto this thread's output lanes from the
+// key's V row at vb; a masked key (x = -inf) adds nothing and reads no V. Returns p.
+fn fold(acc: ptr<function, array<f32, 32>>, i: u32, x: f32, m: f32, vb: u32, lid: u32, hd: u32) -> f32 {
+    if (x == NEG_INF) { return 0.0; }
+    let p = exp(x - m);
+    for (var r = 0u; r < LANES; r++) {  // constant: unrolled
+        let d = lid + 64u * r;
+        if (d < hd) { (*acc)[i * LANES + r] += p * V[vb + d]; }
+    }
+    return p;
 }

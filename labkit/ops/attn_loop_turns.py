@@ -1,0 +1,71 @@
+"""How many loop turns one invocation of a fused attention tier takes, for llvmpipe's cap.
+
+llvmpipe (lavapipe) ends an invocation's loops after 65535 turns in all: every loop whose trip
+count is not a small constant counts, nested ones turn by turn, and past the cap the loops just
+stop, so the output is wrong with no error (softmax.wgsl has the measurement). The fused tiers
+loop over every key a query sees, so their turns grow with the context; their WGSL writes the
+inner loops out to keep the count near two a key (streaming) or 300 a chunk of 64 keys (tiled),
+and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are upper
+bounds read off the WGSL's loops; tests check both sides of each tier's bound on lavapipe."""
+
+from __future__ import annotations
+
+from labkit.errors import GpuLimitError
+from labkit.ops.base import ceil_div, wgsl_const, wgsl_file
+
+
+def loop(trips: int) -> int:
+    """Turns a loop takes: one a trip, and one more for the test that ends it."""
+    return trips + 1
+
+
+def tail_turns(head_dim: int) -> int:
+    """Turns of a dot over head_dim written out in 16-value steps up to 256: its loop over the rest
+    (a loop counts its ending test even when it makes no trip, and even under an if not taken)."""
+    return loop(head_dim - min(head_dim, 256) // 16 * 16)
+
+
+def streaming_turns(n_keys: int, head_dim: int) -> int:
+    """attn_streaming.wgsl: its loop over the keys, and each key's dot's tail."""
+    return loop(n_keys) + n_keys * tail_turns(head_dim)
+
+
+def tiled_turns(n_keys: int, head_dim: int) -> int:
+    """attn_tiled.wgsl, a tile whose every query sees the keys: per chunk of keys, two loops over the
+    tile's queries (scores, then folding: a loop of TILE constant trips may stay a loop) and, per
+    query, its dot's tail and two loops over the chunk, 4 keys a trip; the q load, the start and the
+    final store around them."""
+    src = wgsl_file("attn_tiled")
+    tile, chunk = wgsl_const(src, "TILE", 8), wgsl_const(src, "CHUNK", 64)
+    n_chunks = ceil_div(n_keys, chunk)
+    per_chunk = 2 * loop(tile) + tile * (tail_turns(head_dim) + 2 * loop(ceil_div(chunk, 4))) + UNMODELED
+    return loop(n_chunks) + n_chunks * per_chunk + loop(ceil_div(tile * head_dim, 64)) + 4 * loop(tile)
+
+
+UNMODELED = 8  # turns a chunk takes that the loops above do not show: 299-303 measured against 298
+
+
+TURNS = {"streaming": streaming_turns, "tiled": tiled_turns}
+
+
+def max_keys(kernel: str, head_dim: int, cap: int) -> int:
+    """The longest context (keys a query sees) a tier stays within `cap` turns for."""
+    lo, hi = 0, 1 << 22
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if TURNS[kernel](mid, head_dim) <= cap else (lo, mid - 1)
+    return lo
+
+
+def check(stage_name: str, kernel: str, n_keys: int, head_dim: int, cap: int | None) -> None:
+    """GpuLimitError when a shipped fused tier would pass the device's loop-turn cap (None: no cap)."""
+    if cap is None or kernel not in TURNS or TURNS[kernel](n_keys, head_dim) <= cap:
+        return
+    longest = {k: max_keys(k, head_dim, cap) for k in TURNS}
+    raise GpuLimitError(
+        f"{stage_name}: the {kernel} attention tier over {n_keys} keys (head_dim {head_dim}) would take one "
+        f"invocation past llvmpipe's {cap} loop turns, where its loops stop and the output is wrong. On this "
+        f"device it reaches {longest[kernel]} keys; "
+        + ", ".join(f"{k} {n}" for k, n in longest.items() if k != kernel)
+        + ". Use fewer tokens, or another tier: lab.use('attn_ctx', name)."
+    )
