@@ -275,3 +275,28 @@ def test_the_kv_cache_owns_its_position():
     with pytest.raises(ValueError, match="cannot rewind 9"):
         cache.rewind(9)
     assert cache.n_past == 8
+
+
+def test_stage_times_run_from_the_stage_before_to_their_own_end():
+    """lavapipe may write a small dispatch's begin timestamp after it ran: its time is the gap
+    before its window, and must be charged to it, not lost (nor to the stage before)."""
+    from labkit.gpu.submitter import stage_times_ms
+
+    ticks = np.array([[0, 5_000_000], [9_000_000, 9_100_000], [9_200_000, 12_200_000]], dtype=np.uint64)
+    assert stage_times_ms(ticks) == [5.0, 4.1, 3.1]
+    assert stage_times_ms(np.zeros((0, 2), np.uint64)) == []
+
+
+def test_a_timed_pass_charges_every_stage_its_time(tiny_model):
+    """No stage's time is negative, and together they are no more than the pass's wall time (the
+    times tile the GPU's span: nothing is charged twice)."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ids = list(range(1, 41))
+    lab.run(ids, names=["logits"])
+    lab.forget_last_pass()
+    t = lab.run(ids, names=["logits"], timestamps=True).timings
+    if "stage_ms" not in t:
+        pytest.skip("no timestamp queries on this adapter")
+    ms = t["stage_ms"]
+    assert all(v >= 0 for v in ms.values()), ms
+    assert sum(ms.values()) <= 1e3 * t["gpu_s"] * 1.05
