@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, compose
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const, wgsl_file
 
 PARAMS = Params(n_rows="u32", n="u32", rows_per_head="u32", sinks="u32")
 
@@ -36,11 +36,10 @@ def reference(stage, ref) -> np.ndarray:
     return with_sinks(ref.x[0], ref.weight(sinks)) if sinks else softmax(ref.x[0])
 
 
-ROWS_PER_WG = 8  # softmax.wgsl: 8 threads a row, 64 a workgroup
-
-
-def workgroups(n_rows: int) -> int:
-    return -(-n_rows // ROWS_PER_WG)
+def workgroups(n_rows: int, source: str | None = None) -> int:
+    """ROWS_PER_WG rows a workgroup, as the kernel's source declares (softmax.wgsl: 8 threads a row,
+    64 a workgroup); a user's kernel without the constant gets a workgroup a row."""
+    return ceil_div(n_rows, wgsl_const(source or wgsl_file("softmax"), "ROWS_PER_WG", 1))
 
 
 def plan(stage, gpu):
@@ -50,7 +49,7 @@ def plan(stage, gpu):
     n_rows = x.size // n
     sink_buffer = gpu.vector(sinks) if sinks else x.buffer  # bound, unread, without sinks
     values = {"n_rows": n_rows, "n": n, "rows_per_head": n_rows // stage.params["n_heads"], "sinks": int(bool(sinks))}
-    gpu.dispatch([x.buffer, out.buffer, sink_buffer], values, workgroups(n_rows))
+    gpu.dispatch([x.buffer, out.buffer, sink_buffer], values, workgroups(n_rows, gpu.kernel.source(gpu.shape)))
     return out
 
 
