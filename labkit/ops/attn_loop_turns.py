@@ -2,11 +2,12 @@
 
 llvmpipe (lavapipe) ends an invocation's loops after 65535 turns in all: every loop whose trip
 count is not a small constant counts, nested ones turn by turn, and past the cap the loops just
-stop, so the output is wrong with no error (softmax.wgsl has the measurement). The fused tiers
+stop, so the output is wrong with no error (tests/test_loop_turns.py measures it). The fused tiers
 loop over every key a query sees, so their turns grow with the context; their WGSL writes the
 inner loops out to keep the count near two a key (streaming) or 300 a chunk of 64 keys (tiled),
-and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are upper
-bounds read off the WGSL's loops; tests check both sides of each tier's bound on lavapipe."""
+and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are read off
+the WGSL's loops, with a measured margin for the tiled tier (UNMODELED); tests check each tier
+right at its bound on lavapipe, and docs/architecture.md gives where each went wrong past it."""
 
 from __future__ import annotations
 
