@@ -151,3 +151,16 @@ def test_the_memory_plan_counts_the_experts(moe):
     experts = [t for n, t in moe.gguf.tensors.items() if n.endswith("_exps.weight")]
     assert part["gpu", "weights"] >= sum(t.nbytes for t in experts)
     assert part["reference", "weight cache"] >= 4 * sum(np.prod(t.shape) for t in experts)
+
+
+def test_a_gather_past_the_loop_turn_cap_is_a_typed_error(moe_path, monkeypatch):
+    """The prefill gather walks T x k slots in one thread: 11 tokens x 2 experts take 23 loop turns
+    (22 trips and the ending test). Under a cap of 22 the pass is refused, typed; under 23 it runs."""
+    from labkit.errors import GpuLimitError
+    from labkit.gpu.device import GpuDevice
+
+    monkeypatch.setattr(GpuDevice, "loop_turn_cap", property(lambda self: 22))
+    with pytest.raises(GpuLimitError, match="22 slots in one thread"):
+        labkit.open(moe_path).run(IDS, names=["logits"])
+    monkeypatch.setattr(GpuDevice, "loop_turn_cap", property(lambda self: 23))
+    assert np.isfinite(labkit.open(moe_path).run(IDS, names=["logits"]).logits()).all()

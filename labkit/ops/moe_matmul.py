@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from labkit.errors import GpuLimitError
 from labkit.ops.add_id import add_expert_bias
 from labkit.ops.base import Kernel, Op, Params, ceil_div, wgsl_const
 from labkit.ops.matmul import FORMATS, format_name, source
@@ -48,6 +49,18 @@ def reference(stage, ref) -> np.ndarray:
     return add_expert_bias(out, ref.weight(stage.bias), ids) if stage.bias else out
 
 
+def check_gather_turns(stage_name: str, T: int, k: int, cap: int | None) -> None:
+    """GpuLimitError where the gather (one thread per expert walks all T x k slots) would pass the
+    device's cap on an invocation's loop turns: llvmpipe stops the loop there, silently, and the
+    experts' slot lists come out short (labkit.ops.attn_loop_turns)."""
+    if cap is not None and T * k + 1 > cap:
+        raise GpuLimitError(
+            f"{stage_name}: gathering {T} tokens x {k} experts = {T * k} slots in one thread would pass "
+            f"llvmpipe's {cap} loop turns, where the loop stops and the expert lists come out short. "
+            f"Use at most {(cap - 1) // k} tokens a pass on this device."
+        )
+
+
 def plan(stage, gpu):
     P = stage.params
     x, ids = gpu.input(0), gpu.input(1)
@@ -62,6 +75,7 @@ def plan(stage, gpu):
               "n_expert": n_expert, "mode": 1}  # fmt: skip
     tile = wgsl_const(gpu.kernel.source(gpu.shape), "GATHER_TILE", 0)
     if tile:  # the slots listed per expert first: LIST[e * (T + 1)] holds expert e's count, then its slots
+        check_gather_turns(stage.name, T, k, gpu.loop_turn_cap)
         slots = gpu.temp((n_expert * (T + 1),), "slots by expert")
         bind = lambda win: [win.buffer, x.buffer, y.buffer, ids.buffer, slots.buffer]  # noqa: E731
         gpu.dispatch(bind(w.windows[0]), {**values, "e0": 0, "n_e": 0, "mode": 0}, ceil_div(n_expert, 64))
