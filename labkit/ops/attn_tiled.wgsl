@@ -8,10 +8,11 @@
 // Dispatch: ceil(T / TILE) * n_heads workgroups, linear id w -> tile w % n_tiles, head
 // w / n_tiles; workgroups past the last head return at once.
 // Limits: head_dim <= 256 (4 lanes of 64), TILE * head_dim floats of workgroup memory.
-// llvmpipe ends an invocation's loops after 65535 turns in all (softmax.wgsl): the score's dot over
-// head_dim is written out in 16-value steps, so a chunk costs a thread about TILE x 2 x CHUNK turns
-// (its two loops over the chunk's keys), not TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_ctx
-// refuses a context past the bound on a CPU adapter.
+// llvmpipe ends an invocation's loops after 65535 turns in all (tests/test_loop_turns.py): the
+// score's dot over head_dim is written out in 16-value steps and the two loops over a chunk's keys
+// take 4 keys a turn, so a chunk costs a thread about TILE x 2 x CHUNK / 4 turns, not
+// TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_loop_turns counts them and attn_ctx.plan refuses
+// a context past the bound on llvmpipe.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
