@@ -3,7 +3,8 @@
 llvmpipe (lavapipe) stops all of an invocation's loops after 65535 turns in total, with no error:
 the streaming tier over a 3000-key context (head_dim 128) came out wrong. The tiers write their
 inner loops out, labkit.ops.attn_loop_turns counts what remains, and attn_ctx.plan refuses a
-context past it. On a real GPU there is no cap and nothing is refused."""
+context past it; the unfused kernels, a key a turn, are refused past 65534 keys. On a real GPU
+there is no cap and nothing is refused."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import labkit
 from labkit.errors import GpuLimitError
 from labkit.gpu.device import LLVMPIPE_LOOP_TURNS, GpuDevice, get_device
 from labkit.ops import attn_ctx, attn_loop_turns, attn_scores, softmax
+from labkit.ops.base import PassShape
 from labkit.ops.registry import get_kernel
 
 TWO_LOOPS = """@group(0) @binding(0) var<storage, read_write> Y: array<u32>;
@@ -93,12 +95,31 @@ def test_fused_tier_is_right_at_its_longest_context(gpu, tier, hd):
     assert err < 1e-5, f"{tier} over {keys} keys, head_dim {hd}: max|diff| {err:.2e}"
 
 
+def test_unfused_decode_is_right_at_its_longest_context(gpu):
+    """The unfused decode kernel (V a buffer, so no 16384-row texture bound) loops a key a turn: at
+    65534 keys, the most the cap allows, one head of 16 dims against numpy; on a GPU, 70000."""
+    cap = gpu.loop_turn_cap
+    keys = attn_loop_turns.max_keys("default", 16, cap) if cap else 70000
+    assert not cap or keys == cap - 1
+    r = np.random.default_rng(11)
+    p = softmax.softmax(r.standard_normal((1, 1, keys)) * 3)
+    v = r.standard_normal((keys, 16))
+    vals = dict(T=1, n_keys=keys, n_past=keys - 1, n_heads=1, n_kv_heads=1, head_dim=16, window=0, scale=0.25,
+                softcap=0.0, sinks=0)  # fmt: skip
+    out = empty(gpu, 16)
+    src = get_kernel("attn_ctx", "default").source(PassShape(1, keys - 1))
+    launch(gpu, "attn_ctx", [buf(gpu, p), buf(gpu, v), out], vals, 1, src)
+    want = attn_ctx.context(p, v, 1, 1, 16).ravel()
+    err = float(np.abs(read(gpu, out, 16) - want).max())
+    assert err < 1e-5, f"unfused decode over {keys} keys: max|diff| {err:.2e}"
+
+
 def test_the_count_refuses_one_key_past_the_bound():
     for tier in attn_loop_turns.TURNS:
         longest = attn_loop_turns.max_keys(tier, 128, LLVMPIPE_LOOP_TURNS)
         attn_loop_turns.check("blk.0.attn_ctx", tier, longest, 128, LLVMPIPE_LOOP_TURNS)
         attn_loop_turns.check("blk.0.attn_ctx", tier, 10**6, 128, None)  # no cap on a GPU
-        with pytest.raises(GpuLimitError, match=f"{tier} attention tier over {longest + 1} keys"):
+        with pytest.raises(GpuLimitError, match=f"{tier} attention kernel over {longest + 1} keys"):
             attn_loop_turns.check("blk.0.attn_ctx", tier, longest + 1, 128, LLVMPIPE_LOOP_TURNS)
     attn_loop_turns.check("blk.0.attn_ctx", "a_users_tier", 10**6, 128, LLVMPIPE_LOOP_TURNS)  # uncounted
 
@@ -113,3 +134,5 @@ def test_a_pass_past_the_bound_is_a_typed_error(tiny_model, monkeypatch):
         lab.run(ids, names=["logits"])
     lab.use("attn_ctx", "default")
     assert np.isfinite(lab.run(ids, names=["logits"]).logits()).all()
+    with pytest.raises(GpuLimitError, match="default attention kernel over 80 keys"):
+        lab.run(list(range(1, 81)), names=["logits"])

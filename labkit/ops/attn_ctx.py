@@ -38,6 +38,7 @@ def plan(stage, gpu):
     out = gpu.output((gpu.T, P["n_heads"] * P["head_dim"]))
     values = attn_scores.uniforms(stage, gpu.T, gpu.n_past)
     kernel, policy = gpu.kernel, gpu.policy("attn_workgroups")
+    attn_loop_turns.check(stage.name, kernel.name, gpu.n_past + gpu.T, P["head_dim"], gpu.loop_turn_cap)
     if not kernel.fused:  # one thread per TILE_T tokens x TILE_D dims (1 x 1 without the constants)
         src = kernel.source(PassShape(gpu.T, gpu.n_past))
         per_head = ceil_div(P["head_dim"], wgsl_const(src, "TILE_D", 1))
@@ -46,7 +47,6 @@ def plan(stage, gpu):
         v = gpu.rows(gpu.cache("v"), 0, vw, vw, gpu.n_past + gpu.T)  # a buffer, or a texture where the kernel reads one
         gpu.dispatch([gpu.input(0).buffer, v, out.buffer], values, workgroups(tiles))
         return out
-    attn_loop_turns.check(stage.name, kernel.name, gpu.n_past + gpu.T, P["head_dim"], gpu.loop_turn_cap)
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)
     q = gpu.input(2).buffer

@@ -1,4 +1,4 @@
-"""How many loop turns one invocation of a fused attention tier takes, for llvmpipe's cap.
+"""How many loop turns one invocation of an attention context kernel takes, for llvmpipe's cap.
 
 llvmpipe (lavapipe) ends an invocation's loops after 65535 turns in all: every loop whose trip
 count is not a small constant counts, nested ones turn by turn, and past the cap the loops just
@@ -7,7 +7,10 @@ loop over every key a query sees, so their turns grow with the context; their WG
 inner loops out to keep the count near two a key (streaming) or 300 a chunk of 64 keys (tiled),
 and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are read off
 the WGSL's loops, with a measured margin for the tiled tier (UNMODELED); tests check each tier
-right at its bound on lavapipe, and docs/architecture.md gives where each went wrong past it."""
+right at its bound on lavapipe, and docs/architecture.md gives where each went wrong past it.
+The unfused kernels (`default`, `every_key`) loop once over the keys too, a key a turn, so in a
+decode step, whose V is a buffer and not a texture of at most 16384 rows, they meet the cap at
+65535 keys of context."""
 
 from __future__ import annotations
 
@@ -24,6 +27,12 @@ def tail_turns(head_dim: int) -> int:
     """Turns of a dot over head_dim written out in 16-value steps up to 256: its loop over the rest
     (a loop counts its ending test even when it makes no trip, and even under an if not taken)."""
     return loop(head_dim - min(head_dim, 256) // 16 * 16)
+
+
+def unfused_turns(n_keys: int, head_dim: int) -> int:
+    """attn_ctx.wgsl and attn_ctx_decode.wgsl: one loop over the keys a tile of queries sees. A
+    sliding window would shorten it, but not on the layers without one, so every key counts."""
+    return loop(n_keys)
 
 
 def streaming_turns(n_keys: int, head_dim: int) -> int:
@@ -46,7 +55,7 @@ def tiled_turns(n_keys: int, head_dim: int) -> int:
 UNMODELED = 8  # turns a chunk takes that the loops above do not show: 299-303 measured against 298
 
 
-TURNS = {"streaming": streaming_turns, "tiled": tiled_turns}
+TURNS = {"default": unfused_turns, "every_key": unfused_turns, "streaming": streaming_turns, "tiled": tiled_turns}
 
 
 def max_keys(kernel: str, head_dim: int, cap: int) -> int:
@@ -59,14 +68,15 @@ def max_keys(kernel: str, head_dim: int, cap: int) -> int:
 
 
 def check(stage_name: str, kernel: str, n_keys: int, head_dim: int, cap: int | None) -> None:
-    """GpuLimitError when a shipped fused tier would pass the device's loop-turn cap (None: no cap)."""
+    """GpuLimitError when a shipped kernel would pass the device's loop-turn cap (None: no cap)."""
     if cap is None or kernel not in TURNS or TURNS[kernel](n_keys, head_dim) <= cap:
         return
-    longest = {k: max_keys(k, head_dim, cap) for k in TURNS}
+    longest = {k: max_keys(k, head_dim, cap) for k in TURNS if k != "every_key"}  # every_key is a fault
+    reach = ", ".join(f"{k} {n}" for k, n in longest.items())
+    further = [k for k, n in longest.items() if n >= n_keys]
+    fix = f"use {' or '.join(further)}: lab.use('attn_ctx', name)" if further else "no tier reaches that here"
     raise GpuLimitError(
-        f"{stage_name}: the {kernel} attention tier over {n_keys} keys (head_dim {head_dim}) would take one "
-        f"invocation past llvmpipe's {cap} loop turns, where its loops stop and the output is wrong. On this "
-        f"device it reaches {longest[kernel]} keys; "
-        + ", ".join(f"{k} {n}" for k, n in longest.items() if k != kernel)
-        + ". Use fewer tokens, or another tier: lab.use('attn_ctx', name)."
+        f"{stage_name}: the {kernel} attention kernel over {n_keys} keys (head_dim {head_dim}) would take one "
+        f"invocation past llvmpipe's {cap} loop turns, where its loops stop and the output is wrong. The keys "
+        f"each kernel reaches on this device: {reach}. Use fewer tokens, or {fix}."
     )
