@@ -45,6 +45,19 @@ def _give_back_freed_memory():
     the suite's peak RSS crept up module by module. Once a module, not once a test (that was 30%
     slower for the suite)."""
     yield
+    give_back_memory()
+
+
+@pytest.fixture
+def gives_back_memory():
+    """For a test that opens a lab of its own (a real model with a variant): collect it and trim
+    malloc after the test, not at the module's end, so a module of such tests holds one at a time."""
+    yield
+    give_back_memory()
+
+
+def give_back_memory() -> None:
+    """Collect unreachable labs (they hold reference cycles) and trim malloc's free pages."""
     gc.collect()
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
@@ -93,12 +106,12 @@ def check_against_golden(logits: np.ndarray, entry: dict, tol: float = 0.5, raw_
 
 @pytest.fixture(scope="session")
 def gemma():
-    return labkit.open("gemma3-270m")
+    return _open_cached("gemma3-270m")
 
 
 @pytest.fixture(scope="session")
 def smollm():
-    return labkit.open("smollm2-135m")
+    return _open_cached("smollm2-135m")
 
 
 @pytest.fixture(scope="session")
@@ -111,6 +124,9 @@ _LABS: dict[str, labkit.Lab] = {}
 
 
 def _open_cached(name: str) -> labkit.Lab:
+    """The session's one lab of a real model, which `gemma`, `smollm`, `real_lab` and the modules'
+    helpers share: each lab holds its GPU weights and its reference's dequantized weights, a GB
+    or two for gemma3-270m, and the suite must stay under 8 GB."""
     if name not in _LABS:
         _LABS[name] = labkit.open(name)
     return _LABS[name]

@@ -29,6 +29,8 @@ from labkit.attribution.segments import segment_of
 from labkit.captures import Run
 from labkit.errors import InvalidArgumentError, NoCommonStagesError
 
+from conftest import give_back_memory
+
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 PROMPTS = ("The color of the sky is", "Paris is the capital of France, and Berlin is the capital of")
 
@@ -125,7 +127,10 @@ def test_the_reference_has_no_local_error(smollm):
 # ----------------------------------------------------------------- faults
 def _guilty(model: str, variants: dict, prompt: str = PROMPTS[1]) -> list[str]:
     lab = labkit.open(model, variants=variants)
-    return labkit.attribute(lab.run(prompt), lab).guilty
+    guilty = labkit.attribute(lab.run(prompt), lab).guilty
+    del lab
+    give_back_memory()  # its reference weights: a GB a lab, else held until the module ends
+    return guilty
 
 
 @pytest.mark.slow
@@ -335,6 +340,7 @@ def test_the_cli_attributes_and_writes_a_reproducer(tmp_path):
 
 # ----------------------------------------------------------------- figures and widgets
 @pytest.mark.slow
+@pytest.mark.usefixtures("gives_back_memory")
 def test_the_heat_map_has_a_local_mode_and_the_stepper_shows_local_error(smollm):
     from labkit.viz import interactive, static
     from labkit.viz.common import divergence_grid

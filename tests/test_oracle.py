@@ -25,6 +25,8 @@ from labkit.errors import OracleUnavailableError
 from labkit.model.graph import build_graph
 from labkit.oracle import llamacpp
 
+from conftest import _open_cached
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "labkit" / "data" / "golden"
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
@@ -35,15 +37,14 @@ MODELS = ("gemma3-270m", "smollm2-135m")
 PROMPTS = ("The color of the sky is", "In 1969, 3 astronauts flew 384,400 km to the")
 ARCHS = ("gemma3", "llama", "qwen2", "qwen3", "gemma2", "phi3")
 
-_LABS: dict[str, labkit.Lab] = {}
 _ORACLE: dict[tuple[str, str], labkit.Run] = {}
 _REFERENCE: dict[tuple[str, str], labkit.Run] = {}
 
 
 def _lab(model: str) -> labkit.Lab:
-    if model not in _LABS:
-        _LABS[model] = labkit.open(model)
-    return _LABS[model]
+    """The session's lab of `model` (conftest), not one of this module's own: a second copy of each
+    real model's GPU weights and reference cache took 2 GB of the suite's 8 GB."""
+    return _open_cached(model)
 
 
 def _oracle(model: str, prompt: str) -> labkit.Run:
@@ -236,6 +237,7 @@ def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
         ("gemma3-270m", "attention=tiled", None),  # a correct tier: nothing to find
     ],
 )
+@pytest.mark.usefixtures("gives_back_memory")
 def test_gpu_variant_is_localized_by_llamacpp(model, variant, target):
     """Every case fault that changes the prompt pass is caught by the llama.cpp thresholds at the
     stage it breaks (decode_uses_prefill and the sampler faults act after the prompt pass)."""
