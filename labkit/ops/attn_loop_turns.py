@@ -74,9 +74,9 @@ def check(stage_name: str, kernel: str, n_keys: int, head_dim: int, cap: int | N
     longest = {k: max_keys(k, head_dim, cap) for k in TURNS if k != "every_key"}  # every_key is a fault
     reach = ", ".join(f"{k} {n}" for k, n in longest.items())
     further = [k for k, n in longest.items() if n >= n_keys]
-    fix = f"use {' or '.join(further)}: lab.use('attn_ctx', name)" if further else "no tier reaches that here"
+    fix = f", or {' or '.join(further)}: lab.use('attn_ctx', name)" if further else "; no kernel reaches that here"
     raise GpuLimitError(
         f"{stage_name}: the {kernel} attention kernel over {n_keys} keys (head_dim {head_dim}) would take one "
         f"invocation past llvmpipe's {cap} loop turns, where its loops stop and the output is wrong. The keys "
-        f"each kernel reaches on this device: {reach}. Use fewer tokens, or {fix}."
+        f"each kernel reaches on this device: {reach}. Use fewer tokens{fix}."
     )
