@@ -424,3 +424,21 @@ def test_bench_lengths_json(tiny_model):
     assert "gpu/reference prefill T=17" in report.ratios()
     assert_one_line_error(labkit("bench", str(model), "--lengths", "3,x"), "--lengths")
     assert_one_line_error(labkit("bench", str(model), "--engines", "gpu,vllm"), "vllm")
+
+
+def _cpuinfo(name: str, family: int, model: int, mhz: str, flags: str, n: int) -> str:
+    one = f"processor\t: {{i}}\nvendor_id\t: x\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: {name}\n"
+    return "\n".join(one.format(i=i) + f"cpu MHz\t\t: {mhz}\nflags\t\t: fpu sse2 {flags}\n" for i in range(n))
+
+
+def test_cpu_model_says_what_a_vm_hides():
+    """A VM's cpuinfo names the part vaguely ("AMD EPYC"): the figures' CPU line adds the family and
+    model, the clock, the cores and AVX-512 (llvmpipe's vector registers: 32 with it, 16 without)."""
+    from labkit.bench import cpu_model
+
+    amd = _cpuinfo("AMD EPYC", 25, 1, "2445.404", "avx avx2 fma", 2)
+    assert cpu_model(amd) == "AMD EPYC (family 25 model 1, 2445 MHz, 2 cores, no AVX-512)"
+    xeon = _cpuinfo("Intel(R) Xeon(R) Processor", 6, 207, "2100.000", "avx2 avx512f avx512bw", 4)
+    assert cpu_model(xeon) == "Intel(R) Xeon(R) Processor (family 6 model 207, 2100 MHz, 4 cores, AVX-512)"
+    assert cpu_model("processor\t: 0\n") == "unknown CPU"
+    assert " cores, " in cpu_model() and "family " in cpu_model()  # this host's /proc/cpuinfo parses

@@ -41,21 +41,15 @@ _ORACLE: dict[tuple[str, str], labkit.Run] = {}
 _REFERENCE: dict[tuple[str, str], labkit.Run] = {}
 
 
-def _lab(model: str) -> labkit.Lab:
-    """The session's lab of `model` (conftest), not one of this module's own: a second copy of each
-    real model's GPU weights and reference cache took 2 GB of the suite's 8 GB."""
-    return _open_cached(model)
-
-
 def _oracle(model: str, prompt: str) -> labkit.Run:
     if (model, prompt) not in _ORACLE:
-        _ORACLE[model, prompt] = _lab(model).oracle(prompt)
+        _ORACLE[model, prompt] = _open_cached(model).oracle(prompt)
     return _ORACLE[model, prompt]
 
 
 def _reference(model: str, prompt: str) -> labkit.Run:
     if (model, prompt) not in _REFERENCE:
-        _REFERENCE[model, prompt] = _lab(model).reference(prompt)
+        _REFERENCE[model, prompt] = _open_cached(model).reference(prompt)
     return _REFERENCE[model, prompt]
 
 
@@ -143,7 +137,7 @@ def test_new_architecture_gpu_and_reference_pass_against_llamacpp(arch, weight_t
 @pytest.mark.parametrize("prompt", PROMPTS)
 @pytest.mark.parametrize("model", MODELS)
 def test_reference_passes_against_llamacpp(model, prompt):
-    lab = _lab(model)
+    lab = _open_cached(model)
     cmp = compare(_reference(model, prompt), _oracle(model, prompt))  # the oracle run's precision picks its table
     assert _coverage(cmp, lab) >= 0.9, cmp.missing
     assert cmp.passed, cmp.table(only_failed=True)
@@ -154,7 +148,7 @@ def test_reference_passes_against_llamacpp(model, prompt):
 @needs_llama
 @pytest.mark.parametrize("model", MODELS)
 def test_gpu_passes_against_llamacpp(model):
-    lab, prompt = _lab(model), PROMPTS[1]
+    lab, prompt = _open_cached(model), PROMPTS[1]
     cmp = labkit.compare(lab.run(prompt), _oracle(model, prompt))  # no thresholds=: issue 10
     assert cmp.thresholds_used.startswith("int8-activations table")
     assert _coverage(cmp, lab) >= 0.9, cmp.missing
@@ -166,7 +160,7 @@ def test_gpu_passes_against_llamacpp(model):
 @needs_llama
 @pytest.mark.parametrize("model", MODELS)
 def test_oracle_layout_and_logits_are_llamacpps(model):
-    lab, prompt = _lab(model), PROMPTS[0]
+    lab, prompt = _open_cached(model), PROMPTS[0]
     orc, ref = _oracle(model, prompt), _reference(model, prompt)
     T, c = len(orc.tokens), lab.config
     assert orc.engine == "llamacpp" and orc.stages == lab.stages
@@ -208,7 +202,7 @@ FAULTS = {  # name → (faulty stage, how its params go wrong); everything downs
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("model", MODELS)
 def test_fault_in_reference_run_is_localized(model, fault, monkeypatch):
-    lab, prompt = _lab(model), PROMPTS[0]
+    lab, prompt = _open_cached(model), PROMPTS[0]
     target, make = FAULTS[fault]
     eng, i = lab.reference_engine, lab.stages.index(target)
     st = eng.graph[i]
@@ -261,7 +255,7 @@ def test_cli_compare_against_llamacpp_json():
     data = json.loads(res.stdout)
     assert data["passed"] is True and data["first_divergence"] is None
     assert data["b"] == "llamacpp"
-    lab = _lab("smollm2-135m")
+    lab = _open_cached("smollm2-135m")
     assert len(data["stages"]) >= 0.9 * len(lab.stages)
     assert {stage_kind(r["stage"]) for r in data["stages"]} == {s.kind for s in build_graph(lab.config)}
 
@@ -270,7 +264,7 @@ def test_cli_compare_against_llamacpp_json():
 @needs_llama
 def test_oracle_takes_the_capture_filters_of_run():
     """names (globs) and layers keep fewer of llama.cpp's tensors, the same values as a full capture."""
-    lab, prompt = _lab("smollm2-135m"), PROMPTS[0]
+    lab, prompt = _open_cached("smollm2-135m"), PROMPTS[0]
     full = _oracle("smollm2-135m", prompt)
     some = lab.oracle(prompt, names=["blk.*.attn_norm", "logits"], layers=[2])
     assert sorted(some.captures) == ["blk.2.attn_norm", "logits"]

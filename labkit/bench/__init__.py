@@ -42,17 +42,31 @@ def peak_rss_mb() -> float:
     return kib / 1024.0 if kib is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def cpu_model() -> str:
-    """The host CPU's model name (lavapipe's speed moves 2-3x with it: every figure names it)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The host CPU, as every figure names it: lavapipe's speed moves 2-3x with it. A VM often hides
+    the part number ("AMD EPYC"), so the family and model, the clock, the core count and whether
+    AVX-512 is there (llvmpipe then has 32 vector registers, not 16) come with the name.
+    `cpuinfo`: the text of /proc/cpuinfo (read when None)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            import platform
 
-    return platform.processor() or "unknown CPU"
+            return platform.processor() or "unknown CPU"
+    first: dict[str, str] = {}
+    cores = 0
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        cores += key == "processor"
+        first.setdefault(key, value.strip())
+    if "model name" not in first:
+        return "unknown CPU"
+    simd = "AVX-512" if "avx512f" in first.get("flags", "").split() else "no AVX-512"
+    mhz = f"{float(first['cpu MHz']):.0f} MHz, " if first.get("cpu MHz") else ""
+    return (f"{first['model name']} (family {first.get('cpu family', '?')} model {first.get('model', '?')}, "
+            f"{mhz}{cores} cores, {simd})")  # fmt: skip
 
 
 @dataclass
