@@ -76,11 +76,6 @@ class RepackLayout:
     block_bytes: int = 0  # blocks: the GGUF block's bytes
     per_unit: int = 1  # blocks: GGUF blocks per unit (8: the legacy formats' groups, blocks_group.wgsl)
 
-    @property
-    def whole_texels(self) -> bool:
-        """Blocks that fill whole texels (Q4_K, Q5_K): no padding after each."""
-        return self.per_unit == 1 and self.block_texels > 0 and self.block_texels * SLOT_BYTES == self.block_bytes
-
     def row_bytes(self, K: int) -> int:
         if self.block_texels:
             return -(-(K // self.group) // self.per_unit) * self.block_texels * SLOT_BYTES
@@ -190,31 +185,37 @@ def upload_blocks(gpu: Any, name: str, raw: np.ndarray, ggml_type: int, n_rows: 
         for first in range(g0, min(g0 + gguf_rows, n_rows), per_window):
             n = min(per_window, g0 + gguf_rows - first, n_rows - first)
             part = blocks[first * row_blocks : (first + n) * row_blocks]
+            unit = layout.block_texels * SLOT_BYTES  # a block padded to whole texels, or a group
             if layout.per_unit > 1:  # 8 blocks at a time, by field
-                part = group_by_field(part, n, row_blocks, int(ggml_type), layout)
-            elif not layout.whole_texels:  # pad each block to whole texels
-                padded = np.zeros((part.shape[0], layout.block_texels * SLOT_BYTES), np.uint8)
-                padded[:, : part.shape[1]] = part
-                part = padded
-            part = by_quads(part.reshape(n, -1, layout.block_texels * SLOT_BYTES))
+                part = group_by_field(part, n, row_blocks, int(ggml_type), layout).reshape(n, -1, unit)
+            part = by_quads(part.reshape(n, -1, part.shape[-1]), unit)
             nbytes = _padded(layout.window_bytes(n, K))
             label = f"{name}[{first}:{first + n}] blocks"
             texture = gpu.device.create_texture(label=label, size=(SLOT_ROW, nbytes // (SLOT_ROW * SLOT_BYTES), 1),
                                                 format=TEXTURE_FORMAT, usage=TEXTURE_USAGE)  # fmt: skip
+            wait_idle(gpu)  # the last window's staged copy is done and freed: never more than one
             _write_rows(gpu, part.reshape(-1), texture)
-            wait_idle(gpu)  # the staged copy is freed before the next window's: never more than one
+            gpu.queue.submit([])  # the copy starts, on the driver's thread, while the next window is ordered
+            del part
             windows.append(WeightWindow(texture.create_view(), first, n, index, nbytes))
     count = -(-n_rows // gguf_rows)
     return GpuWeight(name, int(ggml_type), n_rows, K, layout.row_bytes(K), windows, count)
 
 
-def by_quads(units: np.ndarray) -> np.ndarray:
-    """A window's rows of units ([rows, units a row, unit bytes]) in the blocks layout's order: rows in
-    quads, the last filled up with zero rows, a quad's rows side by side unit by unit (blocks_quads.wgsl)."""
+def by_quads(units: np.ndarray, unit_bytes: int) -> np.ndarray:
+    """A window's rows of units ([rows, units a row, bytes]) in the blocks layout's order: rows in
+    quads, the last filled up with zero rows, a quad's rows side by side unit by unit
+    (blocks_quads.wgsl), each unit padded with zeros to `unit_bytes` (whole texels). The bytes are
+    copied once, from the mapped file into that order: an 8B file's first pass moves 5 GB through here."""
     n_rows, per_row, unit = units.shape
-    quads = np.zeros((-(-n_rows // QUAD) * QUAD, per_row, unit), np.uint8)
-    quads[:n_rows] = units
-    return quads.reshape(-1, QUAD, per_row, unit).transpose(0, 2, 1, 3).reshape(-1)
+    full = n_rows // QUAD
+    out = np.empty((-(-n_rows // QUAD), per_row, QUAD, unit_bytes), np.uint8)
+    out[..., unit:] = 0
+    out[:full, :, :, :unit] = units[: full * QUAD].reshape(full, QUAD, per_row, unit).transpose(0, 2, 1, 3)
+    if full < len(out):  # the last quad, filled up with zero rows
+        out[full] = 0
+        out[full, :, : n_rows - full * QUAD, :unit] = units[full * QUAD :].transpose(1, 0, 2)
+    return out.reshape(-1)
 
 
 # the legacy formats' block fields, (first byte, end) in a GGUF block: the quants, then the fields
