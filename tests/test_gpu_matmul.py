@@ -40,6 +40,7 @@ from labkit.ops.matmul import (
     BLOCK_FORMATS,
     EPILOGUE_PARAMS,
     INTEGER_FORMATS,
+    MATVEC_MAX_T,
     SPLITK_FORMATS,
     epilogue_source,
     format_name,
@@ -158,11 +159,11 @@ def run_case(
             weight = upload_blocks(gpu, "w", raw, int(qtype), n_rows, n_cols, layout, repack_binding, mwb)
         else:
             weight = repack_weight(gpu, weight, kernel.repack(), max_binding=repack_binding)
-        src = kernel.source(PassShape(3 if driver == "blocks_tiled" else 1, 0))
+        src = kernel.source(PassShape(16 if driver == "blocks_tiled" else 1, 0))
     elif repacked:
         fmt = format_name(int(qtype))
         weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repack_binding)
-        src = repacked_source(fmt, 1 if driver == "matvec" else 3)
+        src = repacked_source(fmt, 1 if driver == "matvec" else 16)
     else:
         src = matmul_source(int(qtype), driver=driver)
     submit(gpu, prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
@@ -251,6 +252,8 @@ def test_blocks_matmul_format(gpu, qtype):
     limit = 8 * layout_of(kernel.repack()).row_bytes(n_cols)  # 8 rows a window
     run_case(gpu, qtype, n_rows, n_cols, 5, seed + 7, "blocks_tiled", window_rows=13, repack_binding=limit)
     run_case(gpu, qtype, n_rows, n_cols, 1, seed + 8, "blocks_matvec", window_rows=13, repack_binding=limit)
+    # a prompt of up to MATVEC_MAX_T tokens runs the decode driver, a pass per token
+    run_case(gpu, qtype, n_rows, n_cols, MATVEC_MAX_T, seed + 11, "blocks_matvec", window_rows=13, offsets=True)
     if qtype in GROUP_FIELDS:  # a whole group of 8 blocks and a partial one (Qwen2.5-0.5B's 896 is 28 blocks)
         run_case(gpu, qtype, 131, 352, 3, seed + 9, "blocks_tiled", offsets=True)
         run_case(gpu, qtype, 131, 896, 1, seed + 10, "blocks_matvec", window_rows=40, offsets=True)
@@ -272,6 +275,7 @@ def test_blocks_splitk_matvec_format(gpu, qtype):
     kernel = get_kernel(f"matmul_{format_name(int(qtype))}", "blocks_splitk", "cpu")
     limit = 8 * layout_of(kernel.repack()).row_bytes(n_cols)  # 8 rows a window
     run_case(gpu, qtype, n_rows, n_cols, 1, seed + 3, "blocks_splitk", window_rows=13, repack_binding=limit)
+    run_case(gpu, qtype, n_rows, n_cols, MATVEC_MAX_T, seed + 4, "blocks_splitk", offsets=True)  # a short prompt
 
 
 @pytest.mark.parametrize("qtype", [q for q in BLOCK_TYPES if q not in GROUP_FIELDS], ids=lambda q: q.name)

@@ -118,7 +118,9 @@ class Kernel:
     epilogue: Callable[[str], str] | None = field(default=None, repr=False)
 
     def source(self, shape: PassShape | None = None) -> str:
-        return self.source_for(shape or PassShape(T=2, n_past=0))
+        """The WGSL for a pass of `shape`; by default a prompt's (16 tokens: a matmul's prefill
+        driver, which prompts of up to 3 tokens do not run)."""
+        return self.source_for(shape or PassShape(T=16, n_past=0))
 
     @property
     def fused(self) -> bool:

@@ -5,7 +5,8 @@ block reader (quant_<fmt>.wgsl, transcribed from ggml's dequantize_row_*) and a 
 - `repacked` (the default on CPU adapters): repack.wgsl, composed with the same block reader,
   first rewrites the weight on the GPU as aligned int8 quants with per-group scales; then
   matmul_tiled.wgsl (16 tokens x 8 rows per thread, prefill) or matmul_matvec.wgsl (4 rows
-  per thread, decode) reads it. Chosen per matmul by its token count.
+  per thread, decode and prompts of up to MATVEC_MAX_T tokens) reads it. Chosen per matmul by
+  its token count.
 - `row` (matmul.wgsl) and `wg_reduce` (matmul_wg_reduce.wgsl, the default on real GPUs)
   read the GGUF bytes themselves.
 Each weight format is its own kernel family (`matmul_q8_0`, `matmul_q4_k`, ...), so a format
@@ -62,7 +63,13 @@ BLOCK_DRIVERS = {
 GROUP_BLOCKS = 8  # GGUF blocks per group of the grouped blocks layout
 BLOCK_FORMATS = tuple(f.name for f in FORMATS_LIST if "blocks" in f.layouts)
 BLOCKS_DEFAULT = tuple(f.name for f in FORMATS_LIST if f.cpu_default == "blocks")  # the CPU default there
-MATVEC_MAX_T = 1  # up to this many tokens a repacked matmul runs the decode driver
+# Up to this many tokens a matmul on repacked or blocks weights runs the decode driver (a pass of
+# it per token, in one dispatch), not the 16-token tile, whose work is the same for 1 token as for
+# 16. On lavapipe (AMD EPYC family 25, 2 cores, best of 5, alternating), matvec against tile:
+# Q4_K blocks 8192 x 2048 T=2 8.9 / 21.0 ms, T=4 16.7 / 24.5, T=6 25.9 / 24.7; Q6_K 2048 x 8192
+# T=4 22.7 / 28.0; int8 2048 x 2048 T=3 4.9 / 7.5, T=4 5.6-7.0 / 6.8-6.9. A Llama-3.2-1B-shaped
+# pass: T=2 0.51 / 1.39 s, T=3 0.79 / 1.79 s, T=4 1.20 / 1.16 s, so 4 tokens stay on the tile.
+MATVEC_MAX_T = 3
 
 
 def format_name(ggml_type: int) -> str:
