@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from labkit.cases.blind import BLIND_PROMPT, blind_case, blind_case_of, candidates
+from labkit.cases.blind import BLIND_PROMPT, blind_case, blind_case_of, blind_cases, candidates
 from labkit.ops.registry import is_faulty
 
 pytestmark = pytest.mark.slow
@@ -34,9 +34,10 @@ SILENT = {
 def test_every_faulty_variant_plays_as_a_blind_case(real_lab):
     lab = real_lab
     played = []
-    for family, variant in candidates(lab):
+    cases = blind_cases(lab)
+    assert list(cases) == candidates(lab)
+    for (family, variant), case in cases.items():
         assert is_faulty(family, variant)
-        case = blind_case_of(lab, family, variant)
         if (lab.name, family, variant) in SILENT:
             assert case is None, f"{family}={variant} shows on {lab.name}: {case.reveal()}"
             continue
@@ -59,20 +60,23 @@ def test_a_seed_draws_a_case_and_names_what_it_passed_over(smollm):
     for over in case.passed_over:
         family, variant = over.split("=")
         assert (smollm.name, family, variant) in SILENT
-    assert blind_case("smollm2-135m", seed=1, lab=smollm).reveal() == case.reveal(), "a seed is one case"
+    a = case.reveal()  # the drawn case is its variant's own case (the rng draws the same for a seed)
+    assert blind_case_of(smollm, a.family, a.variant).reveal() == a
+    _, shown, right = case.session()  # what `labkit case --blind` prints with no answer
+    assert "Which stage first parts from the reference" in shown and "--answer STAGE FAMILY" in shown
+    assert a.variant not in shown and "worked answer" not in shown and right
 
 
 def test_the_cli_plays_a_blind_case():
+    """Two CLI runs: a wrong answer with the worked one revealed (exit 1), then the right answer
+    (exit 0). The plain question's session text is checked in process, above."""
     base = [sys.executable, "-m", "labkit.cli", "case", "--blind", "--model", "smollm2-135m", "--seed", "2"]
-    shown = subprocess.run(base, capture_output=True, text=True, timeout=600)
-    assert shown.returncode == 0, shown.stderr[-1500:]
-    assert "Which stage first parts from the reference" in shown.stdout and "--answer STAGE FAMILY" in shown.stdout
-    worked = json.loads(
-        subprocess.run(base + ["--reveal", "--json"], capture_output=True, text=True, timeout=600).stdout
-    )
-    a = worked["answer"]
-    assert a["variant"] not in shown.stdout
+    wrong = subprocess.run(base + ["--answer", "embed", "rmsnorm", "--reveal", "--json"],
+                           capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert wrong.returncode == 1, wrong.stderr[-1500:]
+    worked = json.loads(wrong.stdout)
+    a, verdict = worked["answer"], worked["check"]
+    assert not verdict["passed"] and "'embed' ✗" in verdict["observed"], verdict
     right = subprocess.run(base + ["--answer", a["stage"], a["family"]], capture_output=True, text=True, timeout=600)
     assert right.returncode == 0 and "✓ right" in right.stdout, right.stdout[-800:]
-    wrong = subprocess.run(base + ["--answer", "embed", a["family"]], capture_output=True, text=True, timeout=600)
-    assert wrong.returncode == 1 and "✗ not it" in wrong.stdout
+    assert "Which stage first parts from the reference" in right.stdout and a["variant"] not in right.stdout

@@ -122,10 +122,17 @@ def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prom
 
 
 def blind_case_of(lab: Any, family: str, variant: str, prompt: str = BLIND_PROMPT) -> BlindCase | None:
-    """The blind case of one given faulty variant (None when it shows nothing on `prompt`): how the
-    tests play every variant."""
+    """The blind case of one given faulty variant (None when it shows nothing on `prompt`)."""
     ids = lab.prompt_ids(prompt)
     return _case_of(lab, family, variant, ids, _reference(lab, ids), prompt, -1)
+
+
+def blind_cases(lab: Any, prompt: str = BLIND_PROMPT) -> dict[tuple[str, str], BlindCase | None]:
+    """Every faulty variant's blind case, keyed (family, variant), None where it shows nothing on
+    `prompt`: a survey of the model's faults, against one reference run rather than one per fault."""
+    ids = lab.prompt_ids(prompt)
+    ref = _reference(lab, ids)
+    return {(f, v): _case_of(lab, f, v, ids, ref, prompt, -1) for f, v in candidates(lab)}
 
 
 @dataclass
