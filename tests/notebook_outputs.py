@@ -64,6 +64,19 @@ def execute(
     return committed, nb, time.perf_counter() - t0
 
 
+_EXECUTED: dict[str, tuple] = {}
+
+
+def executed(name: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
+    """(committed, executed with the worked answers) of a notebook, run once per test session: the
+    lesson tests and the browser's rendered lessons read the same kernel run."""
+    if name not in _EXECUTED:
+        committed, nb, seconds = execute(name)
+        print(f"{name}: {seconds:.1f} s")
+        _EXECUTED[name] = (committed, nb)
+    return _EXECUTED[name]
+
+
 def with_worked_answers(nb) -> int:
     """Each exercise's worked answer (the code in its collapsed `<ex>-answer` cell) put into its
     `<ex>-student` cell; how many."""

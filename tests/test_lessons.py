@@ -15,7 +15,7 @@ from notebook_outputs import (
     assert_shippable,
     cell_text,
     errors,
-    execute,
+    executed,
     with_worked_answers,
 )
 
@@ -29,18 +29,6 @@ def checks(nb) -> list[str]:
 
 def plotly_outputs(cell) -> list[dict]:
     return [o for o in cell.get("outputs", []) if PLOTLY in o.get("data", {})]
-
-
-_RAN: dict[str, tuple] = {}
-
-
-def executed(name: str):
-    """(committed, executed) of a lesson, run once per test session."""
-    if name not in _RAN:
-        committed, nb, seconds = execute(name)
-        print(f"{name}: {seconds:.1f} s")
-        _RAN[name] = (committed, nb)
-    return _RAN[name]
 
 
 @pytest.fixture(params=LESSONS)
