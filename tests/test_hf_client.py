@@ -1,7 +1,8 @@
 """The `hf` preset on the library's own output: real transformers passes of the real GGUF files.
 
 transformers loads each model's GGUF file itself and forward hooks dump every module
-(`python -m labkit.dumps.hf_hooks`, in a subprocess: torch's memory leaves with it), saved by
+(labkit.dumps.hf_hooks, in a subprocess: torch's memory leaves with it; one load serves every
+pass of a model and dtype), saved by
 real torch as .pt files that labkit reads without torch. A clean run must pass `compare` and
 name no guilty stage in `attribute`; a fault injected into one module must be named at that
 module's stage, or at the segment holding it when hooks cannot see the stage.
@@ -10,6 +11,7 @@ module's stage, or at the segment holding it when hooks cannot see the stage.
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,31 +27,56 @@ pytestmark = [
 ]
 PROMPT = "The color of the sky is"
 HIDDEN = {"q_rope", "k_rope", "attn_scores", "attn_probs", "attn_ctx", "resid_mid", "ffn_act"}  # no module's output
-_DUMPS: dict[tuple, Path] = {}
-
-
-def _dump(lab, tmp: Path, dtype: str = "float32", scale: str | None = None) -> Path:
-    key = (lab.name, dtype, scale)
-    if key not in _DUMPS:
-        out = tmp / f"{lab.name}-{dtype}-{len(_DUMPS)}.pt"
-        ids = ",".join(map(str, lab.prompt_ids(PROMPT)))
-        cmd = [sys.executable, "-m", "labkit.dumps.hf_hooks", lab.path, "--tokens", ids, "--out", str(out)]
-        cmd += ["--dtype", dtype] + (["--scale", scale] if scale else [])
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        _DUMPS[key] = out
-    return _DUMPS[key]
+UP5, ACT4, UP5_BF16 = (
+    "model.layers.5.mlp.up_proj=1.001",
+    "model.layers.4.mlp.act_fn=1.01",
+    "model.layers.5.mlp.up_proj=1.05",
+)
+# SmolLM2's dumps the tests read, (dtype, scale): one transformers load per dtype, one pass per fault
+SMOLLM = [("float32", None), ("float32", UP5), ("float32", ACT4), ("bfloat16", None), ("bfloat16", UP5_BF16)]
+BATCH = """
+import json, sys
+from pathlib import Path
+from labkit.dumps.hf_hooks import hooked_pass, load_model, save
+gguf, tokens, jobs = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
+for dtype in dict.fromkeys(d for d, _, _ in jobs):
+    model = load_model(gguf, dtype)
+    for d, out, scale in jobs:
+        if d == dtype:
+            save(hooked_pass(model, tokens, dict(scale))[0], Path(out))
+"""
 
 
 @pytest.fixture(scope="module")
-def tmp(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("hf")
+def dumps(smollm, gemma, tmp_path_factory) -> dict[tuple, Path]:
+    """{(model, dtype, scale): .pt file}. SmolLM2's from one process (hooked_pass on one load per
+    dtype); Gemma's through the command line (`python -m labkit.dumps.hf_hooks`)."""
+    tmp = tmp_path_factory.mktemp("hf")
+    found, jobs = {}, []
+    for i, (dtype, scale) in enumerate(SMOLLM):
+        found[smollm.name, dtype, scale] = tmp / f"smollm-{dtype}-{i}.pt"
+        pairs = [[m, float(f)] for m, f in (scale.split("="),)] if scale else []
+        jobs.append([dtype, str(found[smollm.name, dtype, scale]), pairs])
+    ids = json.dumps(smollm.prompt_ids(PROMPT))
+    done = subprocess.run([sys.executable, "-c", BATCH, smollm.path, ids, json.dumps(jobs)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    found[gemma.name, "float32", None] = tmp / "gemma.pt"
+    ids = ",".join(map(str, gemma.prompt_ids(PROMPT)))
+    cmd = [sys.executable, "-m", "labkit.dumps.hf_hooks", gemma.path, "--tokens", ids, "--out", str(tmp / "gemma.pt")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return found
+
+
+def _dump(dumps: dict, lab, dtype: str = "float32", scale: str | None = None) -> Path:
+    return dumps[lab.name, dtype, scale]
 
 
 @pytest.mark.parametrize("real_lab", ["smollm2-135m", "gemma3-270m"], indirect=True)
-def test_a_clean_transformers_run_passes_compare_and_attribute(real_lab, tmp):
+def test_a_clean_transformers_run_passes_compare_and_attribute(real_lab, dumps):
     lab = real_lab
-    run = labkit.load_dumps(_dump(lab, tmp), lab, names="hf", prompt=PROMPT)
+    run = labkit.load_dumps(_dump(dumps, lab), lab, names="hf", prompt=PROMPT)
     assert run.precision == "float32"
     ref = lab.reference(PROMPT)
     cmp = labkit.compare(run, ref)
@@ -60,27 +87,27 @@ def test_a_clean_transformers_run_passes_compare_and_attribute(real_lab, tmp):
     assert att.row("blk.0.attn_out").name == "blk.0.q_rope … blk.0.attn_out"
 
 
-def test_a_fault_in_one_module_is_named_at_its_stage(smollm, tmp):
-    run = labkit.load_dumps(_dump(smollm, tmp, scale="model.layers.5.mlp.up_proj=1.001"), smollm, "hf", prompt=PROMPT)
+def test_a_fault_in_one_module_is_named_at_its_stage(smollm, dumps):
+    run = labkit.load_dumps(_dump(dumps, smollm, scale=UP5), smollm, "hf", prompt=PROMPT)
     att = labkit.attribute(run, smollm)
     assert att.guilty == ["blk.5.ffn_up"], att.table(only_guilty=True)
 
 
-def test_a_fault_hooks_cannot_see_is_named_at_its_segment(smollm, tmp):
+def test_a_fault_hooks_cannot_see_is_named_at_its_segment(smollm, dumps):
     """act_fn's output (act(gate) alone) is no labkit stage: the fault lands in ffn_act … ffn_down."""
-    run = labkit.load_dumps(_dump(smollm, tmp, scale="model.layers.4.mlp.act_fn=1.01"), smollm, "hf", prompt=PROMPT)
+    run = labkit.load_dumps(_dump(dumps, smollm, scale=ACT4), smollm, "hf", prompt=PROMPT)
     att = labkit.attribute(run, smollm)
     assert att.guilty == ["blk.4.ffn_down"], att.table(only_guilty=True)
     assert att.row("blk.4.ffn_down").name == "blk.4.ffn_act … blk.4.ffn_down"
 
 
-def test_bfloat16_dumps_localize_a_five_percent_fault(smollm, tmp):
+def test_bfloat16_dumps_localize_a_five_percent_fault(smollm, dumps):
     """In bf16, total-error compare cannot see a 5 % fault at one stage; attribute names it."""
     ref = smollm.reference(PROMPT)
-    clean = labkit.load_dumps(_dump(smollm, tmp, "bfloat16"), smollm, "hf", prompt=PROMPT)
+    clean = labkit.load_dumps(_dump(dumps, smollm, "bfloat16"), smollm, "hf", prompt=PROMPT)
     assert clean.precision == "bfloat16"
     assert labkit.attribute(clean, smollm, reference=ref).guilty == []
-    bad_path = _dump(smollm, tmp, "bfloat16", "model.layers.5.mlp.up_proj=1.05")
+    bad_path = _dump(dumps, smollm, "bfloat16", UP5_BF16)
     bad = labkit.load_dumps(bad_path, smollm, "hf", prompt=PROMPT)
     assert labkit.compare(bad, ref).passed, "the bf16 table hides a 5 % fault: the reason for attribution"
     att = labkit.attribute(bad, smollm, reference=ref)

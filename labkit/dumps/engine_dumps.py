@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.dumps.hf_hooks import dump_with_inputs
+from labkit.dumps.hf_hooks import hooked_pass, load_model
 
 
 class _Pass:
@@ -191,6 +192,33 @@ def write_trtllm(p: _Pass, out: Path) -> None:
 WRITERS = {"sglang": write_sglang, "sglang-dumper": write_sglang_dumper, "trtllm": write_trtllm}
 
 
+@dataclass(frozen=True)
+class DumpJob:
+    """One engine's dump folder of one pass: `scale` is ((MODULE, FACTOR), ...), a fault inside it."""
+
+    engine: str
+    out: Path
+    dtype: str = "float32"
+    scale: tuple[tuple[str, float], ...] = ()
+
+
+def write_dumps(gguf: Path, tokens: list[int], jobs: list[DumpJob]) -> None:
+    """Write each job's folder: one transformers load per dtype and one pass per distinct fault, so
+    several engines and faults cost one load (most of a job's time)."""
+    import gguf as gguf_lib
+
+    reader = gguf_lib.GGUFReader(gguf)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    heads = [int(reader.fields[f"{arch}.attention.{k}"].parts[-1][0]) for k in ("head_count", "head_count_kv")]
+    for dtype in dict.fromkeys(j.dtype for j in jobs):
+        model = load_model(gguf, dtype)
+        for scale in dict.fromkeys(j.scale for j in jobs if j.dtype == dtype):
+            p = _Pass(*hooked_pass(model, tokens, dict(scale)), tokens, *heads)
+            for job in (j for j in jobs if j.dtype == dtype and j.scale == scale):
+                WRITERS[job.engine](p, job.out)
+                print(f"{job.engine} dumps of {len(tokens)} tokens to {job.out}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m labkit.dumps.engine_dumps", description=__doc__.split("\n\n")[0])
     ap.add_argument("gguf", type=Path)
@@ -200,20 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     ap.add_argument("--scale", action="append", default=[], help="MODULE=FACTOR: multiply a module's output")
     a = ap.parse_args(argv)
-    import gguf as gguf_lib
-
-    reader = gguf_lib.GGUFReader(a.gguf)
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-
-    def meta(key: str) -> int:
-        return int(reader.fields[f"{arch}.{key}"].parts[-1][0])
-
-    tokens = [int(t) for t in a.tokens.split(",")]
-    scale = {k: float(v) for k, v in (s.split("=", 1) for s in a.scale)}
-    out, inputs, rope = dump_with_inputs(a.gguf, tokens, a.dtype, scale)
-    p = _Pass(out, inputs, rope, tokens, meta("attention.head_count"), meta("attention.head_count_kv"))
-    WRITERS[a.engine](p, a.out)
-    print(f"{a.engine} dumps of {len(tokens)} tokens to {a.out}", file=sys.stderr)
+    scale = tuple((k, float(v)) for k, v in (s.split("=", 1) for s in a.scale))
+    write_dumps(a.gguf, [int(t) for t in a.tokens.split(",")], [DumpJob(a.engine, a.out, a.dtype, scale)])
     return 0
 
 

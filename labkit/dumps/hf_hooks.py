@@ -34,12 +34,24 @@ def dump_with_inputs(
 ) -> tuple[dict, dict, tuple]:
     """(outputs, first inputs, rope's (cos, sin)) of every named module of a transformers run:
     what another engine's module tree sees is put together from these (labkit.dumps.engine_dumps)."""
+    return hooked_pass(load_model(gguf, dtype), tokens, scale)
+
+
+def load_model(gguf: Path, dtype: str = "float32"):
+    """transformers' own model of the GGUF file, dequantized to `dtype`, in eval mode."""
     import torch
     from transformers import AutoModelForCausalLM
 
     with _gguf_read_once():
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=getattr(torch, dtype))
-    model.eval()
+    return model.eval()
+
+
+def hooked_pass(model, tokens: list[int], scale: dict[str, float] | None = None) -> tuple[dict, dict, tuple]:
+    """One forward pass of a loaded model with a hook on every named module (removed afterwards, so
+    one load serves several passes): (outputs, first inputs, rope's (cos, sin))."""
+    import torch
+
     out: dict[str, np.ndarray] = {}
     inputs: dict = {}
     rope: list = []
@@ -66,12 +78,16 @@ def dump_with_inputs(
 
         return keep
 
+    handles = []
     for name, module in model.named_modules():
         if name:
-            module.register_forward_hook(hook(name))
-            module.register_forward_pre_hook(pre_hook(name))
-    with torch.no_grad():
-        model(torch.tensor([tokens]), use_cache=False)
+            handles += [module.register_forward_hook(hook(name)), module.register_forward_pre_hook(pre_hook(name))]
+    try:
+        with torch.no_grad():
+            model(torch.tensor([tokens]), use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
     return out, inputs, tuple(rope)
 
 
@@ -109,15 +125,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", action="append", default=[], help="MODULE=FACTOR: multiply a module's output")
     a = p.parse_args(argv)
     scale = {k: float(v) for k, v in (s.split("=", 1) for s in a.scale)}
-    tensors = dump(a.gguf, [int(t) for t in a.tokens.split(",")], a.dtype, scale)
-    if a.out.suffix == ".npz":
-        np.savez(a.out, **{k: t.float().numpy() for k, t in tensors.items()})
+    save(dump(a.gguf, [int(t) for t in a.tokens.split(",")], a.dtype, scale), a.out)
+    return 0
+
+
+def save(tensors: dict, out: Path) -> None:
+    """A .pt file (torch.save, dtypes kept), or an .npz (float32)."""
+    if out.suffix == ".npz":
+        np.savez(out, **{k: t.float().numpy() for k, t in tensors.items()})
     else:
         import torch
 
-        torch.save(tensors, a.out)
-    print(f"{len(tensors)} modules to {a.out}", file=sys.stderr)
-    return 0
+        torch.save(tensors, out)
+    print(f"{len(tensors)} modules to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":
