@@ -95,7 +95,7 @@ def hooked_pass(model, tokens: list[int], scale: dict[str, float] | None = None)
 def _gguf_read_once() -> Iterator[None]:
     """transformers' GGUF loader parses the file's metadata three times (config, tokenizer, weights)
     and rebuilds gguf's tensor-name map once per module (about 400 for SmolLM2): most of a load
-    (39 s of a 135M model on lavapipe's host). Within one load each is read or built once; both
+    (of 39 s for SmolLM2-135M on a 2-core host). Within one load each is read or built once; both
     are read-only, and gguf's own functions are put back afterwards."""
     import gguf
 
