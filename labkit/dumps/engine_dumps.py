@@ -205,13 +205,9 @@ class DumpJob:
 def write_dumps(gguf: Path, tokens: list[int], jobs: list[DumpJob]) -> None:
     """Write each job's folder: one transformers load per dtype and one pass per distinct fault, so
     several engines and faults cost one load (most of a job's time)."""
-    import gguf as gguf_lib
-
-    reader = gguf_lib.GGUFReader(gguf)
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    heads = [int(reader.fields[f"{arch}.attention.{k}"].parts[-1][0]) for k in ("head_count", "head_count_kv")]
     for dtype in dict.fromkeys(j.dtype for j in jobs):
         model = load_model(gguf, dtype)
+        heads = model.config.num_attention_heads, model.config.num_key_value_heads  # from the file's metadata
         for scale in dict.fromkeys(j.scale for j in jobs if j.dtype == dtype):
             p = _Pass(*hooked_pass(model, tokens, dict(scale)), tokens, *heads)
             for job in (j for j in jobs if j.dtype == dtype and j.scale == scale):
