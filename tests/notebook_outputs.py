@@ -50,18 +50,26 @@ _PROGRESS = re.compile(r"^\S.*:\s+\d+%\|.*$", re.MULTILINE)  # a tqdm line in a 
 
 
 def execute(
-    name: str, cwd: Path = ROOT, timeout: int = 900, kernel: str = "python3", solved: bool = True
+    name: str, cwd: Path = ROOT, timeout: int = 900, kernel: str = "python3", solved: bool = True, after: str = ""
 ) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode, float]:
     """(committed, executed, seconds) for notebooks/<name>.ipynb, run in a real kernel from `cwd`;
-    `solved`: with the worked answers in the student cells."""
+    `solved`: with the worked answers in the student cells. `after`: code run in the same kernel
+    once the notebook has run, as one more cell (id "after") at the end of the executed copy."""
     path = ROOT / "notebooks" / f"{name}.ipynb"
     committed = nbformat.read(path, as_version=4)
     nb = nbformat.read(path, as_version=4)
     if solved:
         with_worked_answers(nb)
+    if after:
+        nb.cells.append(nbformat.v4.new_code_cell(after, id="after"))
     t0 = time.perf_counter()
     NotebookClient(nb, timeout=timeout, kernel_name=kernel, resources={"metadata": {"path": str(cwd)}}).execute()
     return committed, nb, time.perf_counter() - t0
+
+
+# what a case notebook's own run_case reported, {name: {"report": to_dict(), "text": text()}}:
+# test_cases checks these rather than running each case a second time
+CASE_REPORTS: dict[str, dict] = {}
 
 
 _EXECUTED: dict[str, tuple] = {}
@@ -69,12 +77,19 @@ _EXECUTED: dict[str, tuple] = {}
 
 def executed(name: str) -> tuple[nbformat.NotebookNode, nbformat.NotebookNode]:
     """(committed, executed with the worked answers) of a notebook, run once per test session: the
-    lesson tests and the browser's rendered lessons read the same kernel run."""
+    lesson tests and the browser test read the same kernel run, whichever ran it first."""
     if name not in _EXECUTED:
         committed, nb, seconds = execute(name)
         print(f"{name}: {seconds:.1f} s")
         _EXECUTED[name] = (committed, nb)
     return _EXECUTED[name]
+
+
+def ran_elsewhere(name: str, nb: nbformat.NotebookNode) -> None:
+    """A run of the notebook, worked answers in, by another real kernel (the browser test's, saved
+    by JupyterLab): `executed(name)` reads it rather than running the lesson a second time."""
+    if name not in _EXECUTED:
+        _EXECUTED[name] = (nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4), nb)
 
 
 def with_worked_answers(nb) -> int:

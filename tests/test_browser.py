@@ -6,8 +6,9 @@ callback. Screenshots go to tests/artifacts/.
 
 The lessons with widgets (LIVE) run in the browser (Run → Run All Cells) from a copy with its
 outputs cleared: saved outputs must not satisfy a wait, and a widget's callback needs the kernel
-that drew it. The others draw plotly figures only: JupyterLab serves them as this session's kernel
-ran them (notebook_outputs.executed, the same run test_lessons checks), so each lesson runs once.
+that drew it; JupyterLab then saves that run for test_lessons to check. The others draw plotly
+figures only: JupyterLab serves them as this session's kernel ran them for test_lessons
+(notebook_outputs.executed). So each lesson runs once in the suite.
 Running cells in the browser (and its autosave) never rewrites the repository's notebook."""
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 import pytest
-from notebook_outputs import LESSONS, executed, with_worked_answers
+from notebook_outputs import LESSONS, executed, ran_elsewhere, with_worked_answers
 
 from conftest import free_port
 
@@ -60,6 +62,13 @@ def shows(page, selector: str, text: str, timeout: int = 60_000) -> None:
             selector,
         )
         raise AssertionError(f"{selector} never showed {text!r}; it shows:\n{shown}") from None
+
+
+class Served(NamedTuple):
+    """A running JupyterLab: its address and the folder it serves (its notebooks/ holds the lessons)."""
+
+    url: str
+    root: Path
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +131,7 @@ def jupyter(tmp_path_factory):
     else:
         proc.kill()
         pytest.fail("jupyter lab did not start")
-    yield url
+    yield Served(url, served)
     proc.terminate()
     proc.wait(timeout=20)
 
@@ -140,6 +149,7 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
         page.wait_for_selector(".jp-OutputArea-output img", timeout=60_000)
         assert "' blue'" in page.locator(".jp-Notebook").inner_text()
         checks_pass(page, "01_walkthrough")
+        keep_run(page, jupyter, "01_walkthrough")
         artifacts = ARTIFACTS
         shot = artifacts / "walkthrough.png"
         page.screenshot(path=str(shot), full_page=False)
@@ -193,10 +203,10 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
         browser.close()
 
 
-def run_all(page, jupyter: str, name: str) -> None:
+def run_all(page, jupyter: Served, name: str) -> None:
     """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last code cell's
     output (failing fast, with the traceback, on a cell error); a worked answer (markdown) may end it."""
-    page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb?reset")  # this notebook alone, no restored tabs
+    page.goto(f"{jupyter.url}/lab/tree/notebooks/{name}.ipynb?reset")  # this notebook alone, no restored tabs
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     n_cells = len(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells)
     try:
@@ -227,10 +237,27 @@ def run_all(page, jupyter: str, name: str) -> None:
     assert not [e for e in stderr if "Error" in e and "XDG_RUNTIME_DIR" not in e], stderr
 
 
-def open_ran(page, jupyter: str, name: str) -> None:
+def keep_run(page, jupyter: Served, name: str) -> None:
+    """Save the notebook as the browser's kernel ran it, before any widget moves, and hand it to the
+    lesson tests (notebook_outputs.ran_elsewhere): a live lesson runs once in the suite."""
+    path = jupyter.root / "notebooks" / f"{name}.ipynb"
+    before = path.stat().st_mtime_ns
+    page.click(".lm-MenuBar-itemLabel:text-is('File')")
+    page.click(".lm-Menu-itemLabel:text-is('Save Notebook')")
+    for _ in range(120):
+        if path.stat().st_mtime_ns != before:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"{name}: JupyterLab never saved the notebook")
+    page.wait_for_function("() => !document.querySelector('.jp-Notebook.jp-mod-dirty, .jp-mod-dirty')", timeout=60_000)
+    ran_elsewhere(name, nbformat.read(path, as_version=4))
+
+
+def open_ran(page, jupyter: Served, name: str) -> None:
     """Open a served notebook that the kernel has already run; wait until its last code cell's
     outputs have rendered."""
-    page.goto(f"{jupyter}/lab/tree/notebooks/{name}.ipynb?reset")
+    page.goto(f"{jupyter.url}/lab/tree/notebooks/{name}.ipynb?reset")
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     page.wait_for_function(
         "() => { const c = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')]; "
@@ -324,6 +351,8 @@ def test_lesson_in_jupyterlab(jupyter, name):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         (run_all if name in LIVE else open_ran)(page, jupyter, name)
         checks_pass(page, name)
+        if name in LIVE:
+            keep_run(page, jupyter, name)
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
         if name == "02_attention":
             attn = page.locator(".labkit-attention-explorer")
@@ -372,7 +401,7 @@ def test_committed_notebook_shows_its_figures_and_widgets_before_running(jupyter
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{jupyter}/lab/tree/notebooks/saved.ipynb?reset")
+        page.goto(f"{jupyter.url}/lab/tree/notebooks/saved.ipynb?reset")
         page.wait_for_selector(".jp-Notebook .jp-OutputArea-output", timeout=120_000)
         page.wait_for_selector(".jp-RenderedPlotly img.plot-img", timeout=120_000)  # the stills
         tip = hover_plotly(page, "saved", "heat-norm")  # the mouse turns a still into the live figure

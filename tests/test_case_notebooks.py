@@ -1,20 +1,23 @@
 """One notebook per case (notebooks/case_<name>.ipynb), the notebook itself its only source: valid,
-and (slow) run top to bottom in a real Jupyter kernel with no cell errors, ending in a passed case."""
+and (slow) run top to bottom in a real Jupyter kernel with no cell errors, ending in a passed case.
+What its own `run_case` reported is kept for test_cases, so each case runs once in the suite."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_outputs import assert_outputs_match, assert_shippable, execute
+from notebook_outputs import CASE_REPORTS, assert_outputs_match, assert_shippable, execute
 
 from labkit.cases import cases
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = [c.name for c in cases()]
+REPORT = "import json\nprint(json.dumps({'report': report.to_dict(), 'text': report.text()}))"
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +44,9 @@ def test_every_case_has_a_valid_notebook_of_its_own():
 @pytest.mark.parametrize("name", NAMES)
 def test_case_notebook_runs_in_a_real_kernel(name, python3_kernel):
     # run from notebooks/, as JupyterLab would: the first cell finds labkit one level up
-    committed, nb, _ = execute(f"case_{name}", cwd=ROOT / "notebooks")
+    committed, nb, _ = execute(f"case_{name}", cwd=ROOT / "notebooks", after=REPORT)
+    printed = [o.text for o in nb.cells.pop().outputs if o.output_type == "stream" and o.name == "stdout"]
+    CASE_REPORTS[name] = json.loads("".join(printed))  # what the `after` cell printed
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
