@@ -250,8 +250,16 @@ def keep_run(page, jupyter: Served, name: str) -> None:
         time.sleep(0.5)
     else:
         raise AssertionError(f"{name}: JupyterLab never saved the notebook")
-    page.wait_for_function("() => !document.querySelector('.jp-Notebook.jp-mod-dirty, .jp-mod-dirty')", timeout=60_000)
-    ran_elsewhere(name, nbformat.read(path, as_version=4))
+    page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=60_000)  # the save returned
+    for _ in range(20):  # the server writes the file in place: a read may meet it half written
+        try:
+            saved = nbformat.read(path, as_version=4)
+            break
+        except ValueError:  # json's decode error
+            time.sleep(0.5)
+    else:
+        raise AssertionError(f"{name}: the saved notebook never read whole")
+    ran_elsewhere(name, saved)
 
 
 def open_ran(page, jupyter: Served, name: str) -> None:
