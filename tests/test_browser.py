@@ -241,6 +241,11 @@ def keep_run(page, jupyter: Served, name: str) -> None:
     """Save the notebook as the browser's kernel ran it, before any widget moves, and hand it to the
     lesson tests (notebook_outputs.ran_elsewhere): a live lesson runs once in the suite."""
     path = jupyter.root / "notebooks" / f"{name}.ipynb"
+    page.wait_for_function(  # every cell has run: no [*] prompt, and the kernel is idle
+        "() => ![...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')].some(p => p.innerText.includes('*'))"
+        " && [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
+        timeout=600_000,
+    )
     before = path.stat().st_mtime_ns
     page.click(".lm-MenuBar-itemLabel:text-is('File')")
     page.click(".lm-Menu-itemLabel:text-is('Save Notebook')")
