@@ -32,6 +32,7 @@ from conftest import free_port
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
+KERNEL_IDLE = "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))"
 LIVE = ("01_walkthrough", "02_attention", "03_logit_lens", "04_kernel_variants")  # widgets call the kernel
 ARGS = [
     "--no-sandbox",
@@ -149,7 +150,6 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
         page.wait_for_selector(".jp-OutputArea-output img", timeout=60_000)
         assert "' blue'" in page.locator(".jp-Notebook").inner_text()
         checks_pass(page, "01_walkthrough")
-        keep_run(page, jupyter, "01_walkthrough")
         artifacts = ARTIFACTS
         shot = artifacts / "walkthrough.png"
         page.screenshot(path=str(shot), full_page=False)
@@ -205,7 +205,8 @@ def test_walkthrough_in_jupyterlab(jupyter, tmp_path):
 
 def run_all(page, jupyter: Served, name: str) -> None:
     """Open a served notebook, wait for its kernel, Run All Cells, and wait for the last code cell's
-    output (failing fast, with the traceback, on a cell error); a worked answer (markdown) may end it."""
+    output (failing fast, with the traceback, on a cell error; a worked answer, markdown, may end it);
+    then keep the run for the lesson tests (keep_run), before any widget moves."""
     page.goto(f"{jupyter.url}/lab/tree/notebooks/{name}.ipynb?reset")  # this notebook alone, no restored tabs
     page.wait_for_selector(".jp-Notebook", timeout=120_000)
     n_cells = len(nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells)
@@ -218,10 +219,7 @@ def run_all(page, jupyter: Served, name: str) -> None:
         page.screenshot(path=str(ARTIFACTS / f"{name}-cells.png"))
         raise AssertionError(f"{name}: {shown} cells rendered, {n_cells} in the notebook") from None
     # the kernel is connected and idle (a cell run before that is dropped)
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
-        timeout=120_000,
-    )
+    page.wait_for_function(KERNEL_IDLE, timeout=120_000)
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
     page.wait_for_function(
@@ -235,6 +233,7 @@ def run_all(page, jupyter: Served, name: str) -> None:
     assert not tracebacks, tracebacks[0][-800:]
     stderr = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
     assert not [e for e in stderr if "Error" in e and "XDG_RUNTIME_DIR" not in e], stderr
+    keep_run(page, jupyter, name)
 
 
 def keep_run(page, jupyter: Served, name: str) -> None:
@@ -242,10 +241,10 @@ def keep_run(page, jupyter: Served, name: str) -> None:
     lesson tests (notebook_outputs.ran_elsewhere): a live lesson runs once in the suite."""
     path = jupyter.root / "notebooks" / f"{name}.ipynb"
     page.wait_for_function(  # every cell has run: no [*] prompt, and the kernel is idle
-        "() => ![...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')].some(p => p.innerText.includes('*'))"
-        " && [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))",
+        "() => ![...document.querySelectorAll('.jp-Notebook .jp-InputPrompt')].some(p => p.innerText.includes('*'))",
         timeout=600_000,
     )
+    page.wait_for_function(KERNEL_IDLE, timeout=600_000)
     before = path.stat().st_mtime_ns
     page.click(".lm-MenuBar-itemLabel:text-is('File')")
     page.click(".lm-Menu-itemLabel:text-is('Save Notebook')")
@@ -364,8 +363,6 @@ def test_lesson_in_jupyterlab(jupyter, name):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         (run_all if name in LIVE else open_ran)(page, jupyter, name)
         checks_pass(page, name)
-        if name in LIVE:
-            keep_run(page, jupyter, name)
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=False)
         if name == "02_attention":
             attn = page.locator(".labkit-attention-explorer")
