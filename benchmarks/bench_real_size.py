@@ -6,7 +6,7 @@ each engine in a process of its own so that its peak RSS is its own:
   (blocks for the K-quants) and in the int8 layout (`gpu_int8`);
 - the float64 reference: prefill and peak RSS, with the default budget and with a set one;
 - llama.cpp (the `oracle` extra): prefill and decode;
-- for the 8B shape, `compare` of a GPU pass and a reference pass in one process under 10 GB.
+- `compare` of a GPU pass and a reference pass, 16 tokens, in one process (under 10 GB for 8B).
 
 Figures are medians of `--repeats` after a warm-up; ratios are taken within this run, against
 the reference. The host CPU is printed with them (lavapipe's speed moves 2-3x with it).
@@ -120,10 +120,12 @@ def one(engine: str, path: Path, memory: str | None, lengths, decode: int, repea
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_shape(name: str, repeats: int, engines: set[str], mix: str = "Q4_K_M") -> list[dict]:
+def bench_shape(
+    name: str, repeats: int, engines: set[str], mix: str = "Q4_K_M", decode: int | None = None
+) -> list[dict]:
     plan = PLANS[name]
     path = shaped_file(name, mix, plan.get("layers"))
-    L, dec = plan["lengths"], plan["decode"]
+    L, dec = plan["lengths"], decode or plan["decode"]
     runs = [("gpu", None, L, dec, repeats)]
     if plan.get("gpu_memory"):  # the GPU path under a budget near the file's size
         runs.append(("gpu", plan["gpu_memory"], L[:1], 4, 1))
@@ -134,8 +136,7 @@ def bench_shape(name: str, repeats: int, engines: set[str], mix: str = "Q4_K_M")
         ("reference", plan["ref_memory"], L[-1:], 0, 1),
         ("llamacpp", None, L, dec, repeats),
     ]
-    if name == "llama-3.1-8b":
-        runs.append(("compare", "10GB", [16], 0, 0))
+    runs.append(("compare", "10GB" if name == "llama-3.1-8b" else None, [16], 0, 0))
     return [one(e, path, *rest) for e, *rest in runs if e in engines]
 
 
@@ -173,12 +174,13 @@ def main() -> None:
     ap.add_argument("--engines", default="gpu,gpu_int8,reference,llamacpp,compare")
     mixes = "Q4_K_M and/or GGUF types for every layer matrix (Q2_K,...); default: the shape's own mix"
     ap.add_argument("--mixes", default=None, help=mixes)
+    ap.add_argument("--decode", type=int, default=None, help="tokens per decode run (default: the shape's own)")
     args = ap.parse_args()
     OUT.mkdir(exist_ok=True)
     decode = {}
     for name in args.shapes.split(","):
         for mix in args.mixes.split(",") if args.mixes else [PLANS[name].get("mix", "Q4_K_M")]:
-            rows = bench_shape(name, args.repeats, set(args.engines.split(",")), mix)
+            rows = bench_shape(name, args.repeats, set(args.engines.split(",")), mix, args.decode)
             tag = name if mix == "Q4_K_M" else f"{name}-{mix.lower()}"
             (OUT / f"real-size-{tag}.json").write_text(json.dumps({"cpu": cpu_model(), "rows": rows}, indent=1))
             print(table(f"{name} {mix}", rows, cpu_model()), flush=True)
