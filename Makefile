@@ -45,8 +45,11 @@ lab: setup
 	$(BIN)/labkit lab $(LAB_ARGS)
 
 # LABKIT_STRICT=1: a skipped test fails the run, so nothing is silently left out here.
+# Two workers, whole files each (tests/conftest.py groups them): one process alone kept the
+# 2 cores 63% busy, waiting on notebook kernels, Chromium and subprocesses. TEST_WORKERS=0: one.
+TEST_WORKERS ?= 2
 test: setup oracle chromium hf
-	LABKIT_STRICT=1 $(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	LABKIT_STRICT=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

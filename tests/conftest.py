@@ -25,6 +25,46 @@ GOLDEN = ROOT / "labkit" / "data" / "golden"
 REAL_MODELS = ("gemma3-270m", "smollm2-135m")
 
 
+# `make test` runs two pytest workers (pytest-xdist, `-n 2 --dist loadfile`): a worker takes
+# whole files, so module fixtures are made once. Files that read, in their process, what another
+# file ran (tests/notebook_outputs: the live lessons the browser test saved, the case notebooks'
+# printed reports) go to one worker together, the writer first.
+SHARED_RUNS = {"test_browser.py": "lessons", "test_lessons.py": "lessons", "test_case_notebooks.py": "cases",
+               "test_cases.py": "cases"}  # fmt: skip
+# The longest groups start first, so that neither worker is left with one at the end (a hint
+# for balance, measured on this suite; the order within a group stays as collected).
+LONG_FIRST = ["lessons", "cases", "test_blind_cases.py", "test_scaling.py", "test_attribution.py",
+              "test_real_shapes.py", "test_notebooks.py", "test_cli.py"]  # fmt: skip
+
+
+def run_group(path: str) -> str:
+    """The worker group of a test file: its pair's name in SHARED_RUNS, or the file's own name."""
+    name = path.split("::", 1)[0].rsplit("/", 1)[-1]
+    return SHARED_RUNS.get(name, name)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """loadfile, with SHARED_RUNS' pairs as one unit, in collection order (see LONG_FIRST)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return run_group(nodeid)
+
+    config.option.loadscopereorder = False
+    return FileGroups(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """In a worker, the LONG_FIRST groups first; the order within a group stays as collected."""
+    if hasattr(config, "workerinput"):
+        rank = {g: i for i, g in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(run_group(item.nodeid), len(rank)))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under LABKIT_STRICT=1 (what `make test` and CI set) a skip is a failure: every dependency

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ def _written(name: str) -> Callable[[], Path]:
         target = Path.home() / ".cache" / "labkit" / "tiny" / f"{name}-{digest}.gguf"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
-            part = target.with_suffix(".part")
+            part = target.with_suffix(f".{os.getpid()}.part")  # two processes writing at once: each its own
             write_tiny_model(part, TINY_MODELS[name], name=name, merges=["< t"])
             part.replace(target)
         return target
