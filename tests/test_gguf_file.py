@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from gguf import GGUFReader
@@ -37,13 +35,10 @@ def test_matches_gguf_reader_on_tiny(tiny_model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODELS))
-def test_real_header_is_fast_and_does_not_touch_weights(name):
+def test_real_header_does_not_touch_weights(name):
     path = MODELS[name].locate()
-    t0 = time.perf_counter()
     f = open_gguf(path)
     cfg = config_from_metadata(f.metadata, set(f.tensors))
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 2.0, f"header + config took {elapsed:.2f}s"
     assert isinstance(f.raw("token_embd.weight"), np.memmap)
     last = max(f.tensors.values(), key=lambda t: t.offset)
     assert last.offset + last.nbytes <= path.stat().st_size
