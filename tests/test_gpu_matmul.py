@@ -674,9 +674,9 @@ def test_time_gemma_unembedding(gpu):
         first1 = weight.windows[1].first_row
         assert first1 == last0 + 1 and first1 + weight.windows[1].n_rows == n_rows
         assert w0.n_rows * weight.row_bytes <= gpu.max_binding < (w0.n_rows + 1) * weight.row_bytes
-    else:  # one window: a real GPU's 2 GiB binding
+    else:  # one window: a real GPU's 2 GiB binding holds the whole table
         assert (w0.first_row, w0.n_rows) == (0, n_rows)
-        first1 = n_rows // 2 + 7
+        first1 = n_rows // 2 + 7  # then an odd row mid-table, where lavapipe's split would be
     idx = np.array([0, 1, last0 - 1, last0, first1, first1 + 1, n_rows - 1])
     rows = raw.reshape(n_rows, -1)[idx]
     want = gguf_dequantize(rows, Q.Q8_0).astype(np.float64) @ x
