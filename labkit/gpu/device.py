@@ -19,6 +19,7 @@ from typing import Any
 import wgpu
 
 from labkit.errors import NoAdapterError
+from labkit.gpu.ffi_types import install_for_wgpu
 
 # Limits requested at the adapter's own value (WebGPU hands out spec minimums otherwise).
 WANTED_LIMITS = (
@@ -167,6 +168,7 @@ def get_device() -> GpuDevice:
     global _DEVICE
     if _DEVICE is None:
         _quiet_window_system()
+        install_for_wgpu()  # cffi's type parsing: 1.7 s of every process's first pass, otherwise
         try:
             adapters = list(wgpu.gpu.enumerate_adapters_sync())
         except Exception as e:  # no loader / no driver at all
