@@ -16,6 +16,12 @@ import pytest
 # as their default budget, not 80%: the suite holds many labs in one process, and a budget that
 # leaves Gemma's reference its float64 tier (2.1 GB) in every module would pass 8 GB.
 os.environ.setdefault("LABKIT_MEMORY_SHARE", "0.3")
+# Under two or more test workers each worker's lavapipe draws on one thread, not one per core (the
+# workers, and the kernels and processes they start, inherit it): a dispatch split over two threads
+# waits for both, and beside another worker one of them is often descheduled. The same 100 GPU-heavy
+# tests, 2 workers, 2 cores: 208-213 s against 228 s with lavapipe's default.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("LP_NUM_THREADS", "1")
 
 import labkit  # noqa: E402
 from labkit.model.tiny import TinySpec, write_tiny_model  # noqa: E402
