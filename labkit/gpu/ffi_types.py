@@ -52,7 +52,8 @@ def install(ffi: Any) -> None:
     full = parser.parse_type
 
     def parse_type(cdecl: str) -> Any:
-        return simple_type(parser, cdecl) or full(cdecl)
+        fast = simple_type(parser, cdecl)
+        return full(cdecl) if fast is None else fast
 
     parser.parse_type = parse_type
     parser._labkit_fast_types = True
