@@ -309,3 +309,34 @@ def test_every_golden_prompt_tokenizes_as_llama_cpp(toks, model):
     for entry in golden(model)["prompts"]:
         assert toks[model].encode(entry["text"]) == entry["tokens"], entry["text"]
         assert toks[model].decode(entry["tokens"]).endswith(entry["text"]), entry["text"]
+
+
+# Pieces drawn at random into texts: scripts, emoji, runs of spaces and newlines, HTML-like tags
+# (Gemma's user-defined tokens), digits, common subwords
+FUZZ_PIECES = (
+    list("abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789.,;:!?'\"-_()[]{}<>/\\\n\t")
+    + list("éàüßçñøåЖжπλ中文字日本語한국어😀🚀∑√")
+    + ["the ", "ing ", " and", "tion", "    ", "\n\n", "<b>", "</b>", "http://", "1234567", "<start_of_turn>"]
+)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python (make oracle)")
+@pytest.mark.parametrize("model", MODELS)
+def test_random_texts_tokenize_as_llama_cpp_does_now(toks, model):
+    """400 fresh random texts, against llama.cpp's own tokenizer of the same file, loaded here
+    (vocab only): both merge loops, the byte fallback and the special-token cuts."""
+    import random
+
+    from llama_cpp import Llama
+
+    llm = Llama(str(_model_path(model)), vocab_only=True, verbose=False)
+    rng = random.Random(1234)
+    bad = []
+    for _ in range(400):
+        text = "".join(rng.choice(FUZZ_PIECES) for _ in range(rng.randint(1, 60)))
+        for special in (False, True):
+            want = llm.tokenize(text.encode(), add_bos=True, special=special)
+            got = toks[model].encode(text, special=special)
+            if got != want:
+                bad.append(f"{text!r} special={special}\n  llama.cpp={want}\n  labkit   ={got}")
+    assert not bad, f"{len(bad)} of 800 differ:\n" + "\n".join(bad[:5])

@@ -1,7 +1,7 @@
 """A tokenizer built from a GGUF file's vocabulary that gives exactly llama.cpp's token ids.
 
-The BPE merging itself runs in HuggingFace `tokenizers` (`models.BPE`); everything around it
-follows llama.cpp's `llama-vocab.cpp` step by step:
+Byte-level BPE merging runs in HuggingFace `tokenizers` (`models.BPE`), SentencePiece merging in
+`labkit.model.spm`; everything around them follows llama.cpp's `llama-vocab.cpp` step by step:
 
 * token attributes come from `tokenizer.ggml.token_type`, then llama.cpp's by-name fix-ups
   (e.g. `<end_of_turn>`, `</s>`, `<|im_end|>` become control tokens whatever the file says);
@@ -11,9 +11,7 @@ follows llama.cpp's `llama-vocab.cpp` step by step:
   ``parse_special``);
 * ``tokenizer.ggml.model == "llama"`` (SentencePiece, `llm_tokenizer_spm`): spaces become
   ``▁``, an optional space prefix per text fragment, then pairs merge by the score of the merged
-  token, with ``<0xXX>`` byte fallback. HF's BPE needs explicit merges: every split of every
-  token into two tokens, ranked by the merged token's score (what HF's SentencePiece converter
-  does), derived here vectorised with numpy;
+  token, with ``<0xXX>`` byte fallback: llama.cpp's own loop, in `labkit.model.spm`;
 * ``tokenizer.ggml.model == "gpt2"`` (byte-level BPE, `llm_tokenizer_bpe`): the regex splits of
   llama.cpp for ``tokenizer.ggml.pre`` (e.g. ``smollm``: digits one by one, then the GPT-2
   pattern; ``qwen2``: the Qwen2 pattern), GPT-2 byte-to-unicode mapping, merges by rank.
@@ -28,13 +26,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from labkit.errors import TokenIdError, TokenizerError, UnsupportedArchitectureError
+from labkit.model.spm import SpmMerger
 from labkit.model.vocab_rules import (
     ATTR_BYTE,
     ATTR_CONTROL,
@@ -58,8 +56,9 @@ from labkit.model.vocab_rules import (
 class GgufTokenizer:
     """llama.cpp-exact tokenizer of one GGUF vocabulary. Build it with `build_tokenizer`.
 
-    `hf` is the HuggingFace tokenizer that does the BPE merging of raw text (no special-token
-    handling of its own: `encode` cuts special tokens out first, like llama.cpp).
+    `merger` merges raw text: `SpmMerger` (llama.cpp's SentencePiece loop) for "llama", the
+    HuggingFace BPE tokenizer for "gpt2". Neither handles special tokens: `encode` cuts them out
+    first, like llama.cpp.
     """
 
     model: str  # tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
@@ -74,7 +73,9 @@ class GgufTokenizer:
     clean_spaces: bool  # decode: llama_detokenize's clean-up of " ?", " 's", ...
     tokens: list[str] = field(repr=False)
     attrs: np.ndarray = field(repr=False)  # llama_token_attr bit flags per token
-    hf: Tokenizer = field(repr=False)
+    # what merges a raw fragment into ids: llama.cpp's SentencePiece loop (SpmMerger), or HF's BPE
+    merger: SpmMerger | Tokenizer = field(repr=False)
+    _vocab: dict[str, int] = field(repr=False, default_factory=dict)
     # (text, id) of the tokens cut out before BPE, longest (in UTF-8 bytes) first
     _user_specials: list[tuple[str, int]] = field(repr=False, default_factory=list)
     _all_specials: list[tuple[str, int]] = field(repr=False, default_factory=list)
@@ -138,7 +139,9 @@ class GgufTokenizer:
                 f"this vocabulary has no token for the byte(s) {', '.join(f'0x{b:02X}' for b in bad)} "
                 f"in {fragment!r} (llama.cpp cannot tokenize it either)"
             )
-        return self.hf.encode(fragment, add_special_tokens=False).ids
+        if isinstance(self.merger, SpmMerger):
+            return self.merger.encode(fragment)
+        return self.merger.encode(fragment, add_special_tokens=False).ids
 
     # --- decode ----------------------------------------------------------------------------
 
@@ -190,7 +193,7 @@ class GgufTokenizer:
 
     def token_id(self, text: str) -> int | None:
         """Id of the token whose text is exactly `text`, or None."""
-        return self.hf.token_to_id(text)
+        return self._vocab.get(text)
 
 
 def _byte_level_decode(text: str) -> bytes:
@@ -330,10 +333,10 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
     if model == "llama":
         scores = metadata.get(key + "scores")
         scores = np.asarray(scores, dtype=np.float32)[:n] if scores is not None else np.zeros(n, dtype=np.float32)
-        hf = _spm_hf(tokens, vocab, scores, cfg["unk_id"])
+        merger = SpmMerger(vocab, scores.tolist())
     else:
         merges = metadata.get(key + "merges")
-        hf = _bpe_hf(tokens, vocab, [] if merges is None else merges, pre_type)
+        merger = _bpe_hf(tokens, vocab, [] if merges is None else merges, pre_type)
     specials = [i for i in np.flatnonzero(attrs & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))]
     specials.sort(key=lambda i: -len(tokens[i].encode()))  # stable: ties keep id order
     missing = frozenset(b for b, ch in BYTE_ENCODER.items() if ch not in vocab) if model == "gpt2" else frozenset()
@@ -342,7 +345,8 @@ def _build(metadata: Mapping[str, Any], model: str) -> GgufTokenizer:
         vocab_size=n,
         tokens=tokens,
         attrs=attrs,
-        hf=hf,
+        merger=merger,
+        _vocab=vocab,
         _user_specials=[(tokens[i], int(i)) for i in specials if not attrs[i] & (ATTR_CONTROL | ATTR_UNKNOWN)],
         _all_specials=[(tokens[i], int(i)) for i in specials],
         _missing_bytes=missing,
@@ -394,96 +398,6 @@ def _fix_attrs(
         attrs[texts["<|end|>"]] = ATTR_USER_DEFINED
     if "</s>" in texts and ("<|tool_response>" in texts or "<|plamo:eos|>" in texts):
         attrs[texts["</s>"]] = ATTR_NORMAL
-
-
-def _prefix_hashes(tokens: list[str]) -> tuple[np.ndarray, ...]:
-    """64-bit polynomial hashes of every prefix of every token, in one flat array.
-
-    Returns (h, lens, starts, ends, tid, pos, powers): h[j] hashes token tid[j][:pos[j]+1]."""
-    n = len(tokens)
-    lens = np.fromiter(map(len, tokens), dtype=np.int64, count=n)
-    chars = np.frombuffer("".join(tokens).encode("utf-32-le", errors="surrogatepass"), dtype=np.uint32)
-    c = chars.astype(np.uint64) + np.uint64(1)
-    ends = np.cumsum(lens)
-    starts = ends - lens
-    tid = np.repeat(np.arange(n), lens)
-    pos = np.arange(len(c)) - starts[tid]
-    max_len = int(lens.max())
-    base = np.uint64(0x100000001B3)
-    h = c.copy()  # H[j] = hash of token[:pos+1], one prefix length at a time (wraps mod 2^64)
-    for k in range(1, max_len):
-        j = starts[lens > k] + k
-        h[j] = h[j - 1] * base + c[j]
-    powers = np.ones(max_len + 1, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for k in range(1, max_len + 1):
-            powers[k] = powers[k - 1] * base
-    return h, lens, starts, ends, tid, pos, powers
-
-
-def _spm_merges(tokens: list[str], scores: np.ndarray) -> list[tuple[str, str]]:
-    """Every (left, right) with left, right and left+right all tokens, best merged score first.
-
-    That is HF's SentencePiece-BPE converter, done with 64-bit polynomial hashes in numpy
-    instead of 10^6 Python string slices (Gemma's 262k vocabulary, 515k merges: ~0.6 s
-    instead of ~2.5 s).
-    """
-    n = len(tokens)
-    if n == 0:
-        return []
-    h, lens, starts, ends, tid, pos, powers = _prefix_hashes(tokens)
-    full = h[ends - 1]
-    order = np.argsort(full)
-    sorted_full = full[order]
-
-    def lookup(q: np.ndarray) -> np.ndarray:
-        """Token id with hash q, or -1."""
-        qo = np.argsort(q)
-        p = np.searchsorted(sorted_full, q[qo])
-        p[p == n] = 0
-        out = np.empty(len(q), dtype=np.int64)
-        out[qo] = np.where(sorted_full[p] == q[qo], order[p], -1)
-        return out
-
-    # candidate split after position j (not the last char): left = token[:pos+1]
-    inner = np.ones(len(h), dtype=bool)
-    inner[ends[lens > 0] - 1] = False
-    j = np.flatnonzero(inner)
-    left = lookup(h[j])
-    j, left = j[left >= 0], left[left >= 0]
-    merged, split = tid[j], pos[j] + 1
-    right = lookup(full[merged] - h[j] * powers[lens[merged] - split])
-    keep = right >= 0
-    merged, split, left, right = merged[keep], split[keep], left[keep], right[keep]
-    # guard against a hash collision: the parts must add up to the merged token's length
-    keep = (lens[left] == split) & (lens[right] == lens[merged] - split)
-    merged, split, left, right = merged[keep], split[keep], left[keep], right[keep]
-    # rank: merged token's score, high first (ties: lower id), then split position
-    rank = np.empty(n, dtype=np.int64)
-    rank[np.argsort(-scores, kind="stable")] = np.arange(n)
-    o = np.argsort(rank[merged] * (len(powers)) + split, kind="stable")
-    if len(o) == 0:
-        return []
-    ls = itemgetter(*left[o].tolist())(tokens)
-    rs = itemgetter(*right[o].tolist())(tokens)
-    if len(o) == 1:
-        return [(ls, rs)]
-    return list(zip(ls, rs, strict=True))
-
-
-def _spm_hf(tokens: list[str], vocab: dict[str, int], scores: np.ndarray, unk: int | None) -> Tokenizer:
-    merges = _spm_merges(tokens, scores)
-    bpe = models.BPE(
-        vocab=vocab,
-        merges=merges,
-        unk_token=tokens[unk] if unk is not None else None,
-        byte_fallback=True,
-        fuse_unk=False,
-    )
-    tok = Tokenizer(bpe)
-    tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    return tok
 
 
 def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: PreType) -> Tokenizer:
