@@ -56,9 +56,9 @@ from labkit.model.vocab_rules import (
 class GgufTokenizer:
     """llama.cpp-exact tokenizer of one GGUF vocabulary. Build it with `build_tokenizer`.
 
-    `merger` merges raw text: `SpmMerger` (llama.cpp's SentencePiece loop) for "llama", the
-    HuggingFace BPE tokenizer for "gpt2". Neither handles special tokens: `encode` cuts them out
-    first, like llama.cpp.
+    `merger` merges raw text: `SpmMerger` (llama.cpp's SentencePiece loop) for "llama",
+    `BpeMerger` (HuggingFace's byte-level BPE) for "gpt2". Neither handles special tokens: `encode`
+    cuts them out first, like llama.cpp.
     """
 
     model: str  # tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
@@ -73,8 +73,8 @@ class GgufTokenizer:
     clean_spaces: bool  # decode: llama_detokenize's clean-up of " ?", " 's", ...
     tokens: list[str] = field(repr=False)
     attrs: np.ndarray = field(repr=False)  # llama_token_attr bit flags per token
-    # what merges a raw fragment into ids: llama.cpp's SentencePiece loop (SpmMerger), or HF's BPE
-    merger: SpmMerger | Tokenizer = field(repr=False)
+    # what merges a raw fragment into ids: llama.cpp's SentencePiece loop, or HF's byte-level BPE
+    merger: SpmMerger | BpeMerger = field(repr=False)
     _vocab: dict[str, int] = field(repr=False, default_factory=dict)
     # (text, id) of the tokens cut out before BPE, longest (in UTF-8 bytes) first
     _user_specials: list[tuple[str, int]] = field(repr=False, default_factory=list)
@@ -139,9 +139,7 @@ class GgufTokenizer:
                 f"this vocabulary has no token for the byte(s) {', '.join(f'0x{b:02X}' for b in bad)} "
                 f"in {fragment!r} (llama.cpp cannot tokenize it either)"
             )
-        if isinstance(self.merger, SpmMerger):
-            return self.merger.encode(fragment)
-        return self.merger.encode(fragment, add_special_tokens=False).ids
+        return self.merger.encode(fragment)
 
     # --- decode ----------------------------------------------------------------------------
 
@@ -194,6 +192,17 @@ class GgufTokenizer:
     def token_id(self, text: str) -> int | None:
         """Id of the token whose text is exactly `text`, or None."""
         return self._vocab.get(text)
+
+
+@dataclass(frozen=True)
+class BpeMerger:
+    """HuggingFace's byte-level BPE (its pre-tokenizer splits and merges by rank) as a merger: the
+    ids of one raw fragment, with no special-token handling of its own."""
+
+    hf: Tokenizer
+
+    def encode(self, fragment: str) -> list[int]:
+        return self.hf.encode(fragment, add_special_tokens=False).ids
 
 
 def _byte_level_decode(text: str) -> bytes:
@@ -400,7 +409,7 @@ def _fix_attrs(
         attrs[texts["</s>"]] = ATTR_NORMAL
 
 
-def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: PreType) -> Tokenizer:
+def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: PreType) -> BpeMerger:
     merges = []
     for m in merges_raw:
         m = str(m)
@@ -418,4 +427,4 @@ def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str],
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tok.decoder = decoders.ByteLevel()
-    return tok
+    return BpeMerger(tok)
