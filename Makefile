@@ -39,10 +39,14 @@ $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 	@bash scripts/ensure_oracle.sh $(BIN)/pip
 	@touch $@
 
-# transformers and torch (about 5.6 GB, a minute or two): the tests run real transformers passes
+# transformers and torch: the tests run real transformers passes, on the CPU. A CPU-only torch
+# where pip's find-links offer one (0.2 GB, 20 s to install; this kind of machine has one); else
+# PyPI's, which pulls 5.6 GB of CUDA wheels (70 s) that nothing here uses. `.[hf]` then keeps it.
 hf: $(HF_STAMP)
 
 $(HF_STAMP): $(STAMP)
+	@$(BIN)/pip install -q --no-index --no-deps torch 2>/dev/null \
+	  || echo "labkit: no local torch wheel; PyPI's torch comes with .[hf]"
 	$(BIN)/pip install -q -e '.[hf]'
 	@touch $@
 
