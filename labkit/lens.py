@@ -20,6 +20,7 @@ from labkit.captures import Run, TopToken
 from labkit.errors import InvalidArgumentError, UnknownStageError
 
 MAX_LENS_BYTES = 1 << 30  # the [layers, positions, vocab] float32 logits a lens may hold
+CALL_BYTES = 256 << 20  # the float64 logits of one unembedding call
 
 
 @dataclass
@@ -102,12 +103,24 @@ def logit_lens(run: Run, kind: str = "resid_out", positions=None) -> LogitLens:
     want = tuple(p if p >= 0 else T + p for p in want)
     if any(p not in held for p in want):
         raise InvalidArgumentError(f"the captures hold positions {list(held)}; asked for {list(want)}")
-    vocab = run.unembed(np.zeros((1, run[stages[0]].shape[-1]))).shape[-1]
+    vocab = run.unembed(np.zeros((0, run[stages[0]].shape[-1]))).shape[-1]
     if len(stages) * len(want) * vocab * 4 > MAX_LENS_BYTES:
         raise InvalidArgumentError(
             f"a lens of {len(stages)} layers × {len(want)} positions × {vocab} tokens is over "
             f"{MAX_LENS_BYTES >> 20} MiB: pass positions= (e.g. positions=-1)"
         )
-    Z = np.stack([run.unembed(np.stack([run.at(s, p) for p in want])).astype(np.float32) for s in stages])
+    hidden = np.stack([run.at(s, p) for s in stages for p in want])  # row i: layer i // P, position i % P
+    Z = unembed_in_calls(run.unembed, hidden, vocab).reshape(len(stages), len(want), vocab)
     tokens = [run.tokens[p] for p in want]
     return LogitLens(run.model, run.engine, dict(run.variants), stages, want, tokens, Z, run.piece or str, T)
+
+
+def unembed_in_calls(unembed: Callable[[np.ndarray], np.ndarray], hidden: np.ndarray, vocab: int) -> np.ndarray:
+    """float32 logits of every row of `hidden`, in as few unembedding calls as CALL_BYTES allows:
+    each call reads (and, from a float32 weight cache, widens) the whole unembedding once, so a
+    lens of Gemma 3's 18 layers made one call a layer cost 18 reads of its 262144-row table."""
+    Z = np.empty((len(hidden), vocab), np.float32)
+    step = max(1, CALL_BYTES // (8 * vocab))
+    for a in range(0, len(hidden), step):
+        Z[a : a + step] = unembed(hidden[a : a + step])
+    return Z

@@ -58,6 +58,26 @@ def test_logit_lens_matches_ggufs_unembedding(smollm, runs):
     assert first is not None and all(r >= 10 for r in lens.ranks(blue)[:first]) and lens.ranks(blue)[first] < 10
 
 
+def test_logit_lens_reads_the_unembedding_once_for_every_layer(runs, monkeypatch):
+    """The lens unembeds all its rows in one call (each call reads the whole table); split into
+    calls of 5 rows by a smaller CALL_BYTES, every row lands where it did."""
+    from dataclasses import replace
+
+    from labkit import lens as lens_module
+
+    good, _ = runs
+    calls = []
+    counted = replace(good, unembed=lambda h: calls.append(len(h)) or good.unembed(h))
+    one = counted.logit_lens()
+    n = len(one.stages) * len(one.positions)
+    assert calls == [0, n], calls  # the vocabulary's size from no rows, then every row at once
+    calls.clear()
+    monkeypatch.setattr(lens_module, "CALL_BYTES", 5 * 8 * one.Z.shape[-1])
+    split = counted.logit_lens()
+    assert calls == [0] + [5] * (n // 5) + ([n % 5] if n % 5 else []), calls
+    assert np.array_equal(split.Z, one.Z), f"max |diff| {np.abs(split.Z - one.Z).max():.3g}"
+
+
 def test_logit_lens_figure_shows_each_cells_winner(runs):
     good, _ = runs
     lens = good.logit_lens()

@@ -121,6 +121,8 @@ class WeightCache:
         labkit.attribution.emulation), on the same chunks."""
         t = self.gguf.tensors[name]
         r0, r1 = rows or (0, t.n_rows)
+        if x.shape[0] == 0:  # no rows: the product's shape only, with no weight read
+            return np.empty((0, r1 - r0), dtype=np.float64)
         held = self.fits(name) and not self.by_rows(name)
         if product is None and held and self.dtype == np.float64:
             return x @ self._matrix(name)[r0:r1].T
