@@ -46,7 +46,7 @@ $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 hf: $(HF_STAMP)
 
 $(HF_STAMP): $(STAMP)
-	@$(BIN)/pip install -q --no-compile --no-index --no-deps torch 2>/dev/null \
+	@bash scripts/venv_install.sh $(BIN) --no-index --no-deps torch 2>/dev/null \
 	  || echo "labkit: no local torch wheel; PyPI's torch comes with .[hf]"
 	bash scripts/venv_install.sh $(BIN) -e '.[hf]'
 	@touch $@
