@@ -72,9 +72,11 @@ def test_default_budget_is_below_what_is_free(tiny, monkeypatch):
 
 # ----------------------------------------------------------------- float32 storage is exact
 @pytest.mark.parametrize("qtype", sorted(SUPPORTED_TYPES), ids=lambda t: T(t).name)
-def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, tmp_path):
+@pytest.mark.parametrize("chunked", [False, True], ids=["whole", "row-chunks"])
+def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, chunked, tmp_path, monkeypatch):
     """Random blocks of every type labkit reads: the float32 and the float64 tiers of the cache both
-    hold gguf.quants' values exactly (float32 widens to float64 without rounding)."""
+    hold gguf.quants' values exactly (float32 widens to float64 without rounding), whether a weight
+    is decoded whole or, as a large one is, a row chunk at a time widened as it is written."""
     rng = np.random.default_rng(int(qtype))
     qtype = T(qtype)
     block = GGML_QUANT_SIZES[qtype][0]
@@ -86,6 +88,10 @@ def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, tmp_path):
     w.close()
     want = oracle_dequantize(raw, qtype)
     assert want.dtype == np.float32  # so storing float32 loses nothing
+    if chunked:  # 5 rows in chunks of 2, 2 and 1 (float64 bytes): edges inside and an odd last chunk
+        from labkit.model import weight_cache
+
+        monkeypatch.setattr(weight_cache, "CHUNK_BYTES", 2 * 8 * want.shape[-1])
     f = open_gguf(path)
     for capacity, dtype in ((None, np.float64), (10**9, np.float32)):
         cache = WeightCache(f, capacity)

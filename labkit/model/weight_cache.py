@@ -81,7 +81,7 @@ class WeightCache:
         keep = self.fits(name)
         if keep:  # room first: the cache never holds more than its capacity, even while this one decodes
             self._make_room(self.held_bytes(name))
-        w = self._dequantize(name).astype(self.dtype, copy=False)
+        w = self._dequantize(name)
         w.flags.writeable = False
         self._loaded(name)
         if keep:
@@ -89,15 +89,16 @@ class WeightCache:
         return w
 
     def _dequantize(self, name: str) -> np.ndarray:
-        """The whole weight in float32, decoded a row chunk at a time with each chunk's mapped pages
-        dropped once read: the file's pages never add a whole weight to the peak (an 8B output
-        matrix is 0.43 GB of them)."""
+        """The whole weight in the cache's dtype, decoded a row chunk at a time with each chunk's
+        mapped pages dropped once read: the file's pages never add a whole weight to the peak (an
+        8B output matrix is 0.43 GB of them). A float64 cache widens each chunk as it is written,
+        never a whole float32 copy: Gemma 3's 672 MB embedding table was copied twice."""
         t = self.gguf.tensors[name]
         if len(t.shape) < 2 or 4 * n_values(self.gguf, name) <= CHUNK_BYTES:
             w = dequantize(self.gguf.raw(name), t.ggml_type, t.shape)
             self.gguf.release(name)
-            return w
-        out = np.empty((t.n_rows, t.n_cols), dtype=np.float32)
+            return w.astype(self.dtype, copy=False)
+        out = np.empty((t.n_rows, t.n_cols), dtype=self.dtype)
         step = max(1, CHUNK_BYTES // (8 * t.n_cols))
         for a in range(0, t.n_rows, step):
             out[a : a + step] = self.rows(name, slice(a, a + step))
