@@ -5,6 +5,8 @@ probabilities from numpy on the captured logits, hover text from the comparison'
 
 from __future__ import annotations
 
+import functools
+
 import gguf
 import numpy as np
 import pytest
@@ -26,9 +28,14 @@ def runs(smollm):
     return good, ref
 
 
+@functools.cache
+def _gguf_reader(path: str) -> gguf.GGUFReader:
+    return gguf.GGUFReader(path)  # 5 s a parse of SmolLM2's metadata: once per file
+
+
 def _gguf_tensor(lab, name: str) -> np.ndarray:
     """A weight read by gguf's own reader and dequantized by gguf.quants (not labkit's code)."""
-    reader = gguf.GGUFReader(str(lab.path))
+    reader = _gguf_reader(str(lab.path))
     t = next(t for t in reader.tensors if t.name == name)
     return dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(x) for x in reversed(t.shape)])
 
