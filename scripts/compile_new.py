@@ -12,8 +12,8 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 
-def installed() -> set[str]:
-    return {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()}
+def label(dist: metadata.Distribution) -> str:
+    return f"{dist.metadata['Name']}=={dist.version}"
 
 
 def compile_file(path: str) -> bool:
@@ -22,10 +22,11 @@ def compile_file(path: str) -> bool:
 
 def main() -> None:
     if sys.argv[1] == "--list":
-        print("\n".join(sorted(installed())))
+        print("\n".join(sorted({label(d) for d in metadata.distributions()})))
         return
-    before = set(open(sys.argv[1]).read().split())
-    new = [d for d in metadata.distributions() if f"{d.metadata['Name']}=={d.version}" not in before]
+    with open(sys.argv[1]) as f:
+        before = set(f.read().split())
+    new = [d for d in metadata.distributions() if label(d) not in before]
     files = [str(f.locate()) for d in new for f in d.files or [] if f.suffix == ".py"]
     with ProcessPoolExecutor() as pool:
         list(pool.map(compile_file, files, chunksize=64))

@@ -9,9 +9,9 @@ set -euo pipefail
 BIN=$1
 shift
 
-# pip's settings as uv flags, one per line (values with spaces are lists)
+# pip's settings as uv flags, one per line (values with spaces are lists), from `pip config list`
 uv_flags() {
-  "$BIN/pip" config list 2>/dev/null | while IFS='=' read -r key value; do
+  echo "$1" | while IFS='=' read -r key value; do
     value=${value#\'}
     value=${value%\'}
     case ${key##*.} in
@@ -24,15 +24,16 @@ uv_flags() {
 }
 
 pip_cert() {
-  "$BIN/pip" config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1
+  echo "$1" | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1
 }
 
 # the packages through uv, with pip's settings; fails where uv cannot be had or cannot install them
 uv_install() {
-  "$BIN/pip" install -q uv 2>/dev/null || return 1
-  local flags cert
-  mapfile -t flags < <(uv_flags | sort -u)
-  cert=$(pip_cert)
+  [ -x "$BIN/uv" ] || "$BIN/pip" install -q uv 2>/dev/null || return 1
+  local config flags cert
+  config=$("$BIN/pip" config list 2>/dev/null || true)
+  mapfile -t flags < <(uv_flags "$config" | sort -u)
+  cert=$(pip_cert "$config")
   if [ -n "$cert" ]; then export SSL_CERT_FILE=$cert; fi
   "$BIN/uv" pip install -q --python "$BIN/python" --index-strategy unsafe-best-match "${flags[@]}" "$@"
 }
