@@ -123,6 +123,8 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (12, 0, 4, 2, 32, 5),
         (9, 70, 4, 1, 256, None),  # 79 keys: two key chunks of the tiled kernel, two query tiles
         (17, 60, 2, 1, 48, 40),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
+        (1, 40, 14, 2, 96, None),  # decode: 7 heads a KV head (a group of 4 and one of 3), head_dim % 32 == 0
+        (1, 36, 8, 8, 40, 19),  # decode: one head a KV head, head_dim % 32 != 0, 37 keys in a window of 19
     ],
 )
 @pytest.mark.parametrize("path,sinks", [("default", False), ("general", False), ("default", True)])

@@ -33,19 +33,29 @@ def workgroups(size: int) -> int:
     return ceil_div(size, 64)
 
 
+def unfused_workgroups(source: str, T: int, P: dict) -> int:
+    """Workgroups of an unfused kernel: one thread per TILE_T tokens x TILE_D dims of a head, 64
+    a workgroup (1 x 1 without the constants); for a kernel declaring DIMS_PER_WG, one workgroup
+    per that many dims of a group of heads (attn_scores.head_groups)."""
+    dims_per_wg = wgsl_const(source, "DIMS_PER_WG", 0)
+    if dims_per_wg:
+        groups = attn_scores.head_groups(source, P["n_heads"], P["n_kv_heads"])
+        return ceil_div(T, wgsl_const(source, "TILE_T", 1)) * groups * ceil_div(P["head_dim"], dims_per_wg)
+    per_head = ceil_div(P["head_dim"], wgsl_const(source, "TILE_D", 1))
+    return workgroups(ceil_div(T, wgsl_const(source, "TILE_T", 1)) * P["n_heads"] * per_head)
+
+
 def plan(stage, gpu):
     P = stage.params
     out = gpu.output((gpu.T, P["n_heads"] * P["head_dim"]))
     values = attn_scores.uniforms(stage, gpu.T, gpu.n_past)
     kernel, policy = gpu.kernel, gpu.policy("attn_workgroups")
     attn_loop_turns.check(stage.name, kernel.name, gpu.n_past + gpu.T, P["head_dim"], gpu.loop_turn_cap)
-    if not kernel.fused:  # one thread per TILE_T tokens x TILE_D dims (1 x 1 without the constants)
+    if not kernel.fused:
         src = kernel.source(PassShape(gpu.T, gpu.n_past))
-        per_head = ceil_div(P["head_dim"], wgsl_const(src, "TILE_D", 1))
-        tiles = ceil_div(gpu.T, wgsl_const(src, "TILE_T", 1)) * P["n_heads"] * per_head
         vw = P["n_kv_heads"] * P["head_dim"]
         v = gpu.rows(gpu.cache("v"), 0, vw, vw, gpu.n_past + gpu.T)  # a buffer, or a texture where the kernel reads one
-        gpu.dispatch([gpu.input(0).buffer, v, out.buffer], values, workgroups(tiles))
+        gpu.dispatch([gpu.input(0).buffer, v, out.buffer], values, unfused_workgroups(src, gpu.T, P))
         return out
     rule = policy.workgroups or kernel.workgroups
     n_wg = rule(gpu.T, P["n_heads"], out.size) if rule else workgroups(out.size)

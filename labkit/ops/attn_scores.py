@@ -74,9 +74,22 @@ def workgroups(n_scores: int) -> int:
     return ceil_div(n_scores, 64)
 
 
-def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int) -> int:
+def head_groups(source: str, n_heads: int, n_kv_heads: int) -> int:
+    """The query heads a kernel's threads split: each head, or for a kernel declaring
+    HEADS_PER_THREAD, groups of that many heads that share a KV head."""
+    per_thread = wgsl_const(source, "HEADS_PER_THREAD", 0)
+    if not per_thread:
+        return n_heads
+    return n_kv_heads * ceil_div(n_heads // n_kv_heads, per_thread)
+
+
+def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int, n_kv_heads: int = 1) -> int:
     """64-thread workgroups for one thread per TILE_Q x TILE_K scores of a head (a kernel without
-    the constants: one thread per score)."""
+    the constants: one thread per score); for a kernel declaring KEYS_PER_WG, one workgroup per
+    that many keys of a group of heads (`head_groups`)."""
+    keys_per_wg = wgsl_const(source, "KEYS_PER_WG", 0)
+    if keys_per_wg:
+        return head_groups(source, n_heads, n_kv_heads) * ceil_div(n_keys, keys_per_wg)
     tq, tk = wgsl_const(source, "TILE_Q", 1), wgsl_const(source, "TILE_K", 1)
     return ceil_div(n_heads * ceil_div(T, tq) * ceil_div(n_keys, tk), 64)
 
@@ -85,8 +98,9 @@ def plan(stage, gpu):
     q = gpu.input(0)
     n_keys = gpu.n_past + gpu.T
     out = gpu.output((stage.params["n_heads"], gpu.T, n_keys))
-    n_wg = tiled_workgroups(gpu.kernel.source(PassShape(gpu.T, gpu.n_past)), stage.params["n_heads"], gpu.T, n_keys)
     P = stage.params
+    src = gpu.kernel.source(PassShape(gpu.T, gpu.n_past))
+    n_wg = tiled_workgroups(src, P["n_heads"], gpu.T, n_keys, P["n_kv_heads"])
     qw, kw = P["n_heads"] * P["head_dim"], P["n_kv_heads"] * P["head_dim"]
     # buffers, or textures where the kernel reads them as textures (the prefill kernel)
     operands = [gpu.rows(q.buffer, q.offset, qw, qw, gpu.T), gpu.rows(gpu.cache("k"), 0, kw, kw, n_keys)]
