@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, from_file
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(n_groups="u32", group="u32", eps="f32")
 
@@ -23,8 +23,13 @@ def reference(stage, ref) -> np.ndarray:
 
 
 def workgroups(n_groups: int) -> int:
-    """One workgroup of 64 threads per group."""
-    return n_groups
+    """8 threads per group, 8 groups a workgroup of 64 (rmsnorm.wgsl's GROUPS_PER_WG)."""
+    return ceil_div(n_groups, 8)
+
+
+def _with_part(part: str):
+    """The kernel: rmsnorm.wgsl with its scale-and-weight part (the correct one, or a fault's)."""
+    return lambda shape: compose("rmsnorm", part)
 
 
 def plan(stage, gpu):
@@ -52,26 +57,26 @@ OP = Op(
     shapes=shapes,
     weight="vector",
     kernels=(
-        Kernel("rmsnorm", "default", "the correct kernel", from_file("rmsnorm")),
+        Kernel("rmsnorm", "default", "the correct kernel", _with_part("rmsnorm_exact")),
         Kernel(
             "rmsnorm",
             "scale_clamp",
             "norm weight read at a wrong block scale (1.688e-4, an I2_S-style clamp): tiny normalized outputs (003)",
-            from_file("rmsnorm_scale_clamp"),
+            _with_part("rmsnorm_scale_clamp"),
             faulty=True,
         ),
         Kernel(
             "rmsnorm",
             "eps_outside",
             "eps added outside the square root (003, hypothesis C)",
-            from_file("rmsnorm_eps_outside"),
+            _with_part("rmsnorm_eps_outside"),
             faulty=True,
         ),
         Kernel(
             "rmsnorm",
             "offset_twice",
             "gemma's (1 + w) applied again to weights that already hold it",
-            from_file("rmsnorm_offset_twice"),
+            _with_part("rmsnorm_offset_twice"),
             faulty=True,
         ),
     ),
