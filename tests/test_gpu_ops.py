@@ -185,6 +185,35 @@ def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
     assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"attn_ctx {'decode' if T == 1 else 'prefill'}")
 
 
+@pytest.mark.parametrize("H,KV,hd", [(14, 2, 96), (8, 8, 40), (4, 1, 256)])
+def test_a_decode_step_attends_as_the_prefill_does_bit_for_bit(gpu, H, KV, hd):
+    """The decode kernels (a thread per key or vec4 for a group of heads) sum in the prefill
+    kernels' order: the last query's scores and context are the same floats either way, so a
+    position's logits do not depend on whether a prefill or a decode step computed it."""
+    r = rng()
+    S = 37
+    q, k, v = r.standard_normal((S, H * hd)), r.standard_normal((S, KV * hd)), r.standard_normal((S, KV * hd))
+    P = dict(n_heads=H, n_kv_heads=KV, head_dim=hd, window=0, scale=1 / np.sqrt(hd), softcap=0.0, sinks=0)
+
+    def attend(T: int, n_past: int) -> tuple[np.ndarray, np.ndarray]:
+        vals = dict(T=T, n_keys=S, n_past=n_past, **P)
+        qr = Rows(buf(gpu, q[n_past:]), 0, H * hd, H * hd, T)
+        kr, vr = (Rows(buf(gpu, a), 0, KV * hd, KV * hd, S) for a in (k, v))
+        src = get_kernel("attn_scores", "default").source(PassShape(T, n_past))
+        scores, probs, ctx = empty(gpu, H * T * S), empty(gpu, H * T * S), empty(gpu, T * H * hd)
+        launch(gpu, "attn_scores", [qr, kr, scores], vals, attn_scores.tiled_workgroups(src, H, T, S, KV), src)
+        sm = {"n_rows": H * T, "n": S, "rows_per_head": T, "sinks": 0}
+        launch(gpu, "softmax", [scores, probs, scores], sm, softmax.workgroups(H * T))
+        src = get_kernel("attn_ctx", "default").source(PassShape(T, n_past))
+        launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.unfused_workgroups(src, T, P), src)
+        return read(gpu, scores, H * T * S).reshape(H, T, S)[:, -1], read(gpu, ctx, T * H * hd).reshape(T, -1)[-1]
+
+    (s_prefill, c_prefill), (s_decode, c_decode) = attend(S, 0), attend(1, S - 1)
+    assert_close(s_decode, attn_scores.scores(q, k, 0, H, KV, hd, P["scale"], None)[:, -1], 1e-11, "decode scores")
+    assert np.array_equal(s_decode, s_prefill), f"scores differ: max {np.max(np.abs(s_decode - s_prefill)):.3e}"
+    assert np.array_equal(c_decode, c_prefill), f"context differs: max {np.max(np.abs(c_decode - c_prefill)):.3e}"
+
+
 @pytest.mark.parametrize("T,n_past,window", [(9, 0, 4), (1, 30, 8), (6, 12, None)])
 def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
     """The default context kernel sums only the keys one of a tile's queries may see (as flash

@@ -29,9 +29,17 @@ fn shared8(v: vec4<f32>) -> Vec8 {
                 subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
 }
 
-fn dot8(q: Vec8, k: Vec8) -> f32 {
-    return (dot(q.a, k.a) + dot(q.b, k.b) + dot(q.c, k.c) + dot(q.d, k.d)) +
-           (dot(q.e, k.e) + dot(q.f, k.f) + dot(q.g, k.g) + dot(q.h, k.h));
+// acc + q · k over 8 vec4, one vec4 after another: the order of the prefill kernel's sums, so a
+// position's scores are the same floats whether a prefill or a decode step computes them
+fn add_dot8(acc: f32, q: Vec8, k: Vec8) -> f32 {
+    var s = acc + dot(q.a, k.a);
+    s += dot(q.b, k.b);
+    s += dot(q.c, k.c);
+    s += dot(q.d, k.d);
+    s += dot(q.e, k.e);
+    s += dot(q.f, k.f);
+    s += dot(q.g, k.g);
+    return s + dot(q.h, k.h);
 }
 
 // A thread's work: its key (lanes past the last key score the last one again, never stored), its
@@ -67,8 +75,8 @@ fn head_dots(w: Unit, lane: u32) -> vec4<f32> {
         let k = kb + d;
         let k8 = Vec8(K[k], K[k + 1u], K[k + 2u], K[k + 3u], K[k + 4u], K[k + 5u], K[k + 6u], K[k + 7u]);
         let l = d + lane;
-        acc += vec4<f32>(dot8(shared8(Q[qa + l]), k8), dot8(shared8(Q[qb + l]), k8),
-                         dot8(shared8(Q[qc + l]), k8), dot8(shared8(Q[qd + l]), k8));
+        acc = vec4<f32>(add_dot8(acc.x, shared8(Q[qa + l]), k8), add_dot8(acc.y, shared8(Q[qb + l]), k8),
+                        add_dot8(acc.z, shared8(Q[qc + l]), k8), add_dot8(acc.w, shared8(Q[qd + l]), k8));
     }
     for (var d = whole; d < hd4; d++) {  // head_dim % 32 != 0: the rest, q loaded by every lane
         let k = K[kb + d];
