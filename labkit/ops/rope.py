@@ -95,7 +95,8 @@ def rope_source(pairing: str) -> str:
 
 
 def workgroups(n: int) -> int:
-    return ceil_div(n, 64)
+    """64-thread workgroups for n values, a thread per pair (rope.wgsl)."""
+    return ceil_div(n // 2, 64)
 
 
 def plan(stage, gpu):

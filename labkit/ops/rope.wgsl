@@ -6,7 +6,8 @@
 // rope_pairing.wgsl (the faulty variant replaces that part). Both parts are composed after this file.
 // Interface: @binding(0) X: array<f32> [T, n_heads*head_dim], @binding(1) Y: array<f32> (same shape),
 //            @binding(2) FACTORS: array<f32> [rope_dim/2], @binding(3) P: Params.
-//            One thread per element; Y is written from P.y_offset
+//            One thread per pair (and per two dims past rope_dim, copied): a pair's angle, cos and
+//            sin come once, and each of its values is loaded once. Y is written from P.y_offset
 //            (k_rope writes straight into the layer's K cache at the first new position).
 struct Params { T: u32, n_heads: u32, head_dim: u32, rope_dim: u32, pos0: u32, neox: u32, base: f32, y_offset: u32,
                 freq_scale: f32, ext_factor: f32, attn_factor: f32, corr_low: f32, corr_high: f32, has_factors: u32 }
@@ -17,22 +18,24 @@ struct Params { T: u32, n_heads: u32, head_dim: u32, rope_dim: u32, pos0: u32, n
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 64u;
-    let row = P.n_heads * P.head_dim;
-    if (idx >= P.T * row) { return; }
-    let t = idx / row;
-    let j = idx % P.head_dim;
-    if (j >= P.rope_dim) { Y[P.y_offset + idx] = X[idx]; return; }
+    let pair = gid.x + gid.y * nwg.x * 64u;
+    let pairs = P.head_dim / 2u;  // a head's threads
+    if (pair >= P.T * P.n_heads * pairs) { return; }
+    let t = pair / (P.n_heads * pairs);
+    let head0 = (pair / pairs) * P.head_dim;  // the head's first value
+    let i = pair % pairs;
     let half = P.rope_dim / 2u;
-    var i: u32; var partner: u32; var first: bool;
-    if (neox_pairs()) {
-        first = j < half;
-        i = select(j - half, j, first);
-        partner = select(idx - half, idx + half, first);
-    } else {
-        first = (j & 1u) == 0u;
-        i = j / 2u;
-        partner = select(idx - 1u, idx + 1u, first);
+    if (i >= half) {  // past rope_dim: two dims copied as they are
+        let j = head0 + P.rope_dim + 2u * (i - half);
+        Y[P.y_offset + j] = X[j];
+        Y[P.y_offset + j + 1u] = X[j + 1u];
+        return;
+    }
+    var a = head0 + 2u * i;  // normal pairs (2i, 2i + 1)
+    var b = a + 1u;
+    if (neox_pairs()) {  // (i, i + rope_dim/2)
+        a = head0 + i;
+        b = a + half;
     }
     let theta_extrap = f32(P.pos0 + t) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim)) / pair_factor(i);
     let scaled = scaled_angle(theta_extrap, i);
@@ -40,6 +43,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let m = scaled.y;
     let c = cos(theta) * m;
     let s = sin(theta) * m;
-    if (first) { Y[P.y_offset + idx] = X[idx] * c - X[partner] * s; }
-    else { Y[P.y_offset + idx] = X[partner] * s + X[idx] * c; }
+    let xa = X[a];
+    let xb = X[b];
+    Y[P.y_offset + a] = xa * c - xb * s;
+    Y[P.y_offset + b] = xa * s + xb * c;
 }
