@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const, wgsl_file
 
 PARAMS = Params(n_groups="u32", group="u32", eps="f32")
+GROUPS_PER_WG = wgsl_const(wgsl_file("rmsnorm"), "GROUPS_PER_WG", 0)  # 8 threads a group, 64 a workgroup
 
 
 def rmsnorm(x: np.ndarray, w: np.ndarray, eps: float, group: int) -> np.ndarray:
@@ -23,8 +24,8 @@ def reference(stage, ref) -> np.ndarray:
 
 
 def workgroups(n_groups: int) -> int:
-    """8 threads per group, 8 groups a workgroup of 64 (rmsnorm.wgsl's GROUPS_PER_WG)."""
-    return ceil_div(n_groups, 8)
+    """GROUPS_PER_WG groups a workgroup (rmsnorm.wgsl)."""
+    return ceil_div(n_groups, GROUPS_PER_WG)
 
 
 def _with_part(part: str):
