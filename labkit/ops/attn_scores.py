@@ -83,7 +83,7 @@ def head_groups(source: str, n_heads: int, n_kv_heads: int) -> int:
     return n_kv_heads * ceil_div(n_heads // n_kv_heads, per_thread)
 
 
-def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int, n_kv_heads: int = 1) -> int:
+def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int, n_kv_heads: int) -> int:
     """64-thread workgroups for one thread per TILE_Q x TILE_K scores of a head (a kernel without
     the constants: one thread per score); for a kernel declaring KEYS_PER_WG, one workgroup per
     that many keys of a group of heads (`head_groups`)."""
