@@ -78,7 +78,7 @@ def _with_keys(keys: str):
 
     def pick(shape: PassShape) -> str:
         if shape.T == 1:
-            return compose("attn_ctx_io", "attn_ctx_decode", "attn_ctx_v_buffer", keys)
+            return compose("lanes8", "attn_ctx_io", "attn_ctx_decode", "attn_ctx_v_buffer", keys)
         return compose("attn_ctx_io", "attn_ctx", "attn_ctx_v_texture", keys)
 
     return pick

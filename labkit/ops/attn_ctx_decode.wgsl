@@ -17,14 +17,6 @@ const TILE_D: u32 = 4u;
 const HEADS_PER_THREAD: u32 = 4u;
 const DIMS_PER_WG: u32 = 32u;  // 8 threads x TILE_D
 
-// The probabilities of 8 keys for a group's 4 heads: lane l loaded key l's.
-struct Probs8 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
-
-fn shared8(v: vec4<f32>) -> Probs8 {
-    return Probs8(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
-                  subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
-}
-
 // A thread's work: its vec4 of dims (lanes past the head's last score the last again, never
 // stored), its KV head, its first query head and the end of that KV head's query heads.
 struct Unit { d4: u32, live: bool, kv_head: u32, h0: u32, h_end: u32 }
@@ -66,7 +58,7 @@ fn context(w: Unit, lane: u32) -> array<vec4<f32>, 4> {
     let first = first_key(0u);
     let last = last_key(0u);
     for (var s = first; s < last; s += 8u) {
-        let p = shared8(probs(w, s + lane, last));
+        let p = broadcast8(probs(w, s + lane, last));
         add_key(&c, p.a, w, s, last);  // the 8 keys written out: a constant lane for each broadcast
         add_key(&c, p.b, w, s + 1u, last);
         add_key(&c, p.c, w, s + 2u, last);

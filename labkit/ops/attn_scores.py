@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, compose, wgsl_const, wgsl_file
+from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, compose, wgsl_const
 
 PARAMS = Params(
     T="u32",
@@ -116,18 +116,18 @@ def shapes(stage) -> tuple[list[str], str]:
 
 
 GENERAL = ("attn_scores", "attn_mask")  # the general kernel and its mask
+DECODE = ("lanes8", "attn_scores_decode")  # the decode kernel, after the lane sharing it uses
+PREFILL = ("attn_scores_prefill",)
 
 
-def _paths(prefill: str, decode: str, general: str | None = None):
-    """The kernel by pass shape: `prefill` for a fresh prompt, `decode` for one new token, and for
-    several new tokens after cached ones `general` (default: the general kernel and its mask)."""
+def _paths(prefill: tuple[str, ...], decode: tuple[str, ...], general: tuple[str, ...] = GENERAL):
+    """The kernel by pass shape, each a tuple of files composed in order: `prefill` for a fresh
+    prompt, `decode` for one new token, `general` for several new tokens after cached ones."""
 
     def pick(shape: PassShape) -> str:
         if shape.n_past == 0:
-            return wgsl_file(prefill)
-        if shape.T == 1:
-            return wgsl_file(decode)
-        return wgsl_file(general) if general else compose(*GENERAL)
+            return compose(*prefill)
+        return compose(*(decode if shape.T == 1 else general))
 
     return pick
 
@@ -151,7 +151,7 @@ OP = Op(
             "attn_scores",
             "default",
             "prefill kernel for a fresh prompt, decode kernel for one new token",
-            _paths("attn_scores_prefill", "attn_scores_decode"),
+            _paths(PREFILL, DECODE),
         ),
         Kernel("attn_scores", "general", "one kernel for every pass shape (reads n_past)", _general),
         Kernel(
@@ -159,7 +159,7 @@ OP = Op(
             "decode_uses_prefill",
             "decode runs the prefill kernel, which assumes no cached positions: the new token attends to "
             "position 0 only (000, phase 1)",
-            _paths("attn_scores_prefill", "attn_scores_prefill", "attn_scores_prefill"),
+            _paths(PREFILL, PREFILL, PREFILL),
             faulty=True,
         ),
         Kernel(

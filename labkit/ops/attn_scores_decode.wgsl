@@ -21,14 +21,6 @@ struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32,
 const HEADS_PER_THREAD: u32 = 4u;
 const KEYS_PER_WG: u32 = 16u;  // the workgroup size: one key a thread
 
-// 8 vec4 of a head's dims: lane l loaded vec4 l, subgroupBroadcast hands all 8 to every lane.
-struct Vec8 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
-
-fn shared8(v: vec4<f32>) -> Vec8 {
-    return Vec8(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
-                subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
-}
-
 // acc + q · k over 8 vec4, one vec4 after another: the order of the prefill kernel's sums, so a
 // position's scores are the same floats whether a prefill or a decode step computes them
 fn add_dot8(acc: f32, q: Vec8, k: Vec8) -> f32 {
@@ -75,8 +67,8 @@ fn head_dots(w: Unit, lane: u32) -> vec4<f32> {
         let k = kb + d;
         let k8 = Vec8(K[k], K[k + 1u], K[k + 2u], K[k + 3u], K[k + 4u], K[k + 5u], K[k + 6u], K[k + 7u]);
         let l = d + lane;
-        acc = vec4<f32>(add_dot8(acc.x, shared8(Q[qa + l]), k8), add_dot8(acc.y, shared8(Q[qb + l]), k8),
-                        add_dot8(acc.z, shared8(Q[qc + l]), k8), add_dot8(acc.w, shared8(Q[qd + l]), k8));
+        acc = vec4<f32>(add_dot8(acc.x, broadcast8(Q[qa + l]), k8), add_dot8(acc.y, broadcast8(Q[qb + l]), k8),
+                        add_dot8(acc.z, broadcast8(Q[qc + l]), k8), add_dot8(acc.w, broadcast8(Q[qd + l]), k8));
     }
     for (var d = whole; d < hd4; d++) {  // head_dim % 32 != 0: the rest, q loaded by every lane
         let k = K[kb + d];

@@ -8,7 +8,7 @@ const ROWS_PER_THREAD: u32 = 4u;
 const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
 
 // one row's block against the block's 32 values of X (sx: their sum, for the offset)
-fn block_dot(b: Block, x: X32, sx: f32) -> f32 {
+fn block_dot(b: Block, x: Vec8, sx: f32) -> f32 {
     let lo = dot(x.a, word(b, 0u)) + dot(x.b, word(b, 1u)) + dot(x.c, word(b, 2u)) + dot(x.d, word(b, 3u));
     let hi = dot(x.e, word(b, 4u)) + dot(x.f, word(b, 5u)) + dot(x.g, word(b, 6u)) + dot(x.h, word(b, 7u));
     return b.scale * (lo + hi) + b.offset * sx;
@@ -32,7 +32,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let a3 = aux_of(q.b3 + o);
         let n = min(GROUP_BLOCKS, blocks - gi * GROUP_BLOCKS);  // the last group may hold fewer
         for (var i = 0u; i < n; i++) {
-            let x = x32(X[q.xl + 8u * (gi * GROUP_BLOCKS + i)]);
+            let x = broadcast8(X[q.xl + 8u * (gi * GROUP_BLOCKS + i)]);
             let sx = dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, vec4<f32>(1.0));
             acc += vec4<f32>(block_dot(block_at(q.b0 + o, i, a0), x, sx), block_dot(block_at(q.b1 + o, i, a1), x, sx),
                              block_dot(block_at(q.b2 + o, i, a2), x, sx), block_dot(block_at(q.b3 + o, i, a3), x, sx));

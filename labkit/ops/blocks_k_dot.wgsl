@@ -1,9 +1,9 @@
 // What the decode drivers on Q4_K and Q5_K blocks share (blocks_k_matvec.wgsl, blocks_k_splitk.wgsl):
-// one row's sum over a 64-value chunk of a block, given 32 + 32 values of X (X32, defined by the
-// driver's geometry file, placed by byte_place.wgsl), and the block's scales and 5th bits.
+// one row's sum over a 64-value chunk of a block, given 32 + 32 values of X (Vec8, of lanes8.wgsl,
+// placed by byte_place.wgsl), and the block's scales and 5th bits.
 const LOW: u32 = 0x0f0f0f0fu;
 
-fn x32_sum(x: X32) -> f32 {
+fn x32_sum(x: Vec8) -> f32 {
     return dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, BYTE_VALUE);  // x is placed
 }
 
@@ -13,7 +13,7 @@ fn q5(u: u32, h: u32, shift: u32, is: u32) -> vec4<f32> {
 }
 
 // sum of x[l] * q[l] over 32 quants: nibbles of texels t0 (l < 16) and t1, 5th bits from h0, h1
-fn nib_dot(x: X32, t0: vec4<u32>, t1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, shift: u32, is: u32) -> f32 {
+fn nib_dot(x: Vec8, t0: vec4<u32>, t1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, shift: u32, is: u32) -> f32 {
     let a = dot(x.a, q5(t0.x, h0.x, shift, is)) + dot(x.b, q5(t0.y, h0.y, shift, is));
     let b = dot(x.c, q5(t0.z, h0.z, shift, is)) + dot(x.d, q5(t0.w, h0.w, shift, is));
     let c = dot(x.e, q5(t1.x, h1.x, shift, is)) + dot(x.f, q5(t1.y, h1.y, shift, is));
@@ -46,7 +46,7 @@ fn scales(h: vec4<u32>) -> Scales {
 // One row's sum over 64-value chunk c of a block at texel b, given p = pick(its scales, c): the low and high
 // sub-blocks' scales and mins; sums: the chunk's two 32-value sums of X.
 // h: the block's 5th bits (qh)
-fn chunk_row(b: u32, c: u32, xl: X32, xh: X32, p: vec4<f32>, sums: vec2<f32>, h: array<vec4<u32>, 2>) -> f32 {
+fn chunk_row(b: u32, c: u32, xl: Vec8, xh: Vec8, p: vec4<f32>, sums: vec2<f32>, h: array<vec4<u32>, 2>) -> f32 {
     let t0 = slot(b + QS_TEXEL + 2u * c);
     let t1 = slot(b + QS_TEXEL + 1u + 2u * c);
     let lo = nib_dot(xl, t0, t1, h[0], h[1], 0u, 2u * c);

@@ -27,7 +27,7 @@ const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD: as many workgro
 
 // One quad's 4 sums over 64-value chunk c of the block at texel offset o, given the chunk's X
 // (xl, xh) and its two 32-value sums.
-fn chunk_quad(q: QuadRows, o: u32, c: u32, xl: X32, xh: X32, sums: vec2<f32>, qb: QuadBlock) -> vec4<f32> {
+fn chunk_quad(q: QuadRows, o: u32, c: u32, xl: Vec8, xh: Vec8, sums: vec2<f32>, qb: QuadBlock) -> vec4<f32> {
     return vec4<f32>(chunk_row(q.b0 + o, c, xl, xh, pick(qb.s0, c), sums, qb.h0),
                      chunk_row(q.b1 + o, c, xl, xh, pick(qb.s1, c), sums, qb.h1),
                      chunk_row(q.b2 + o, c, xl, xh, pick(qb.s2, c), sums, qb.h2),
@@ -37,8 +37,8 @@ fn chunk_quad(q: QuadRows, o: u32, c: u32, xl: X32, xh: X32, sums: vec2<f32>, qb
 // Both quads' sums over chunk c into acc; xi: this lane's first vec4 of the chunk's X.
 fn chunk_quads(acc: ptr<function, array<vec4<f32>, 2>>, q: array<QuadRows, 2>, o: u32, c: u32, xi: u32,
                qb: array<QuadBlock, 2>) {
-    let xl = x32(X[xi] * BYTE_PLACE);
-    let xh = x32(X[xi + 8u] * BYTE_PLACE);
+    let xl = broadcast8(X[xi] * BYTE_PLACE);
+    let xh = broadcast8(X[xi + 8u] * BYTE_PLACE);
     let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
     (*acc)[0] += chunk_quad(q[0], o, c, xl, xh, sums, qb[0]);
     (*acc)[1] += chunk_quad(q[1], o, c, xl, xh, sums, qb[1]);

@@ -1,5 +1,5 @@
 // What the decode drivers on Q6_K blocks share (blocks_q6_k_matvec.wgsl, blocks_q6_k_splitk.wgsl):
-// the layout and one row's sum over a 32-value quarter, given X32 (defined by the driver's geometry file).
+// the layout and one row's sum over a 32-value quarter, given Vec8 (lanes8.wgsl).
 //
 // A Q6_K block (ggml block_q6_K), as texels of 4 words:
 //   texels 0..7    ql[128]: half n's ql[64n ..] in texels 4n .. 4n + 3
@@ -34,7 +34,7 @@ fn half_scales(s: Scales6, n: u32) -> array<vec4<f32>, 2> {
 // One row's sum over quarter g, from the half's low-bit texels (l0, l1: already picked and
 // shifted for g) and high-bit texels (h0, h1), with the quarter's two scales and 16-value X sums;
 // x is placed (byte_place.wgsl).
-fn quarter(x: X32, l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, g: u32, sc: vec2<f32>) -> f32 {
+fn quarter(x: Vec8, l0: vec4<u32>, l1: vec4<u32>, h0: vec4<u32>, h1: vec4<u32>, g: u32, sc: vec2<f32>) -> f32 {
     let first = dot(x.a, q4(l0.x, h0.x, g)) + dot(x.b, q4(l0.y, h0.y, g)) + dot(x.c, q4(l0.z, h0.z, g)) + dot(x.d, q4(l0.w, h0.w, g));
     let last = dot(x.e, q4(l1.x, h1.x, g)) + dot(x.f, q4(l1.y, h1.y, g)) + dot(x.g, q4(l1.z, h1.z, g)) + dot(x.h, q4(l1.w, h1.w, g));
     let s1 = dot(x.a + x.b + x.c + x.d, BYTE_VALUE);

@@ -16,7 +16,7 @@
 
 // One row's sum over half n of the block at texel b: its 6 quant texels, for the 4 quarters, with
 // the half's scales (half_scales); x[g]: quarter g's X, shared through the subgroup.
-fn half_row(b: u32, n: u32, x: array<X32, 4>, sc: array<vec4<f32>, 2>) -> f32 {
+fn half_row(b: u32, n: u32, x: array<Vec8, 4>, sc: array<vec4<f32>, 2>) -> f32 {
     let a0 = slot(b + 4u * n);
     let a1 = slot(b + 4u * n + 1u);
     let c0 = slot(b + 4u * n + 2u);
@@ -36,15 +36,15 @@ const ROWS_PER_WG: u32 = 128u;  // 16 threads x ROWS_PER_THREAD: as many workgro
 
 // One quad's 4 sums over half n of the block at texel offset o, with each row's scales (s[j] for
 // row j), given the half's X (its 4 quarters', shared through the subgroup).
-fn half_quad(q: QuadRows, o: u32, n: u32, x: array<X32, 4>, s: array<Scales6, 4>) -> vec4<f32> {
+fn half_quad(q: QuadRows, o: u32, n: u32, x: array<Vec8, 4>, s: array<Scales6, 4>) -> vec4<f32> {
     return vec4<f32>(half_row(q.b0 + o, n, x, half_scales(s[0], n)), half_row(q.b1 + o, n, x, half_scales(s[1], n)),
                      half_row(q.b2 + o, n, x, half_scales(s[2], n)), half_row(q.b3 + o, n, x, half_scales(s[3], n)));
 }
 
 // A half's X, placed and shared once for the 8 rows: its 4 quarters, lane l's share from X[xi + 8 g]
-fn half_x(xi: u32) -> array<X32, 4> {
-    return array<X32, 4>(x32(X[xi] * BYTE_PLACE), x32(X[xi + 8u] * BYTE_PLACE), x32(X[xi + 16u] * BYTE_PLACE),
-                         x32(X[xi + 24u] * BYTE_PLACE));
+fn half_x(xi: u32) -> array<Vec8, 4> {
+    return array<Vec8, 4>(broadcast8(X[xi] * BYTE_PLACE), broadcast8(X[xi + 8u] * BYTE_PLACE), broadcast8(X[xi + 16u] * BYTE_PLACE),
+                         broadcast8(X[xi + 24u] * BYTE_PLACE));
 }
 
 // A quad's 4 rows' scales for the block at texel offset o, read once per block.

@@ -4,7 +4,7 @@
 // p + 2, which share their low-bit texels (low and high nibbles), for each of the 4 rows.
 
 // One row's sum over quarters p and p + 2 of half n of the block at texel b; xa, xb their X.
-fn pair_row(b: u32, n: u32, p: u32, xa: X32, xb: X32) -> f32 {
+fn pair_row(b: u32, n: u32, p: u32, xa: Vec8, xb: Vec8) -> f32 {
     let l0 = slot(b + 4u * n + 2u * p);
     let l1 = slot(b + 4u * n + 2u * p + 1u);
     let h0 = slot(b + 8u + 2u * n);

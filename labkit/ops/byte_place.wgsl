@@ -15,7 +15,7 @@ fn in_place(w: u32) -> vec4<f32> {
 }
 
 // 32 values of X, placed: value 4i + j scaled by 2^(-8j)
-fn placed(x: X32) -> X32 {
-    return X32(x.a * BYTE_PLACE, x.b * BYTE_PLACE, x.c * BYTE_PLACE, x.d * BYTE_PLACE,
+fn placed(x: Vec8) -> Vec8 {
+    return Vec8(x.a * BYTE_PLACE, x.b * BYTE_PLACE, x.c * BYTE_PLACE, x.d * BYTE_PLACE,
                x.e * BYTE_PLACE, x.f * BYTE_PLACE, x.g * BYTE_PLACE, x.h * BYTE_PLACE);
 }

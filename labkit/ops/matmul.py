@@ -217,7 +217,7 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     (after the arithmetic its decode drivers share), its store."""
     before, family = BLOCK_DRIVERS[fmt]
     dot = ["byte_place", f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
-    files = ["repacked", "blocks_quads", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
+    files = ["repacked", "lanes8", "blocks_quads", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
     if driver != "tiled":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)

@@ -1,19 +1,11 @@
 // What the decode drivers on the blocks layout share (blocks_<fmt>_matvec.wgsl): X as vec4 in a
 // storage buffer (read once per subgroup), the geometry of matmul_matvec.wgsl (each thread owns
 // one or two quads of rows of one token: the driver declares ROWS_PER_THREAD, 4 or 8, and
-// ROWS_PER_WG, its workgroup's threads' rows), 32 values of X shared through the subgroup, and where a thread's
+// ROWS_PER_WG, its workgroup's threads' rows), 32 values of X shared through the subgroup (lanes8.wgsl's broadcast8), and where a thread's
 // rows start in the weight's texture (blocks_quads.wgsl).
 @group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
 
 const TOKENS_PER_WG: u32 = 1u;
-
-// 32 values of X: lane l loaded values 4l..4l+3, subgroupBroadcast hands them to every lane.
-struct X32 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
-
-fn x32(v: vec4<f32>) -> X32 {
-    return X32(subgroupBroadcast(v, 0u), subgroupBroadcast(v, 1u), subgroupBroadcast(v, 2u), subgroupBroadcast(v, 3u),
-               subgroupBroadcast(v, 4u), subgroupBroadcast(v, 5u), subgroupBroadcast(v, 6u), subgroupBroadcast(v, 7u));
-}
 
 // A thread's work: its token t, its first row r, the first texel of each of its 4 rows (rows
 // past the end read the last row, never stored: no divergent exit), and its lane's first vec4

@@ -30,7 +30,7 @@ def workgroups(n_groups: int) -> int:
 
 def _with_part(part: str):
     """The kernel: rmsnorm.wgsl with its scale-and-weight part (the correct one, or a fault's)."""
-    return lambda shape: compose("rmsnorm", part)
+    return lambda shape: compose("lanes8", "rmsnorm", part)
 
 
 def plan(stage, gpu):

@@ -6,7 +6,7 @@
 //   @binding(1) W: array<f32>  [group]  (the GGUF norm weight, used as stored)
 //   @binding(2) Y: array<f32>  [n_groups, group]
 //   @binding(3) P: Params      GROUPS_PER_WG groups a workgroup of 64, linear id over a 2-D grid
-// A group's GROUP_THREADS (8) threads reduce through subgroup shuffles (xor 4, 2, 1: any subgroup
+// A group's GROUP_THREADS (8) threads reduce through lanes8.wgsl's sum8 (subgroup shuffles: any subgroup
 // of 8 or more consecutive invocations holds whole groups), not workgroup memory and barriers,
 // which llvmpipe runs as coroutines (softmax.wgsl does the same).
 struct Params { n_groups: u32, group: u32, eps: f32, _pad: u32 }
@@ -17,12 +17,6 @@ struct Params { n_groups: u32, group: u32, eps: f32, _pad: u32 }
 
 const GROUP_THREADS: u32 = 8u;
 const GROUPS_PER_WG: u32 = 8u;  // 64 / GROUP_THREADS
-
-fn group_sum(v: f32) -> f32 {
-    let a = v + subgroupShuffleXor(v, 4u);
-    let b = a + subgroupShuffleXor(a, 2u);
-    return b + subgroupShuffleXor(b, 1u);
-}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -35,7 +29,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (live) {
         for (var i = lane; i < P.group; i += GROUP_THREADS) { let v = X[base + i]; s += v * v; }
     }
-    let inv = inv_rms(group_sum(s) / f32(P.group), P.eps);
+    let inv = inv_rms(sum8(s) / f32(P.group), P.eps);
     if (!live) { return; }
     for (var i = lane; i < P.group; i += GROUP_THREADS) { Y[base + i] = X[base + i] * inv * weight(W[i]); }
 }

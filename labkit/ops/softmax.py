@@ -72,19 +72,21 @@ OP = Op(
     plan=plan,
     shapes=shapes,
     kernels=(
-        Kernel("softmax", "default", "the correct kernel", lambda shape: compose("softmax_stable", "softmax")),
+        Kernel(
+            "softmax", "default", "the correct kernel", lambda shape: compose("lanes8", "softmax_stable", "softmax")
+        ),
         Kernel(
             "softmax",
             "no_max_sub",
             "no max-subtraction: exp overflows to inf, inf/inf = NaN (003)",
-            lambda shape: compose("softmax_no_max_sub", "softmax"),
+            lambda shape: compose("lanes8", "softmax_no_max_sub", "softmax"),
             faulty=True,
         ),
         Kernel(
             "softmax",
             "masked_nan",
             "a fully masked row gives NaN instead of zeros (003)",
-            lambda shape: compose("softmax_masked_nan", "softmax"),
+            lambda shape: compose("lanes8", "softmax_masked_nan", "softmax"),
             faulty=True,
         ),
     ),

@@ -6,7 +6,7 @@
 // Interface: @binding(0) X: array<f32> [n_rows, n], @binding(1) Y: array<f32> [n_rows, n],
 //            @binding(2) SINKS: array<f32> [heads] (any buffer without sinks), @binding(3) P.
 //            ROWS_PER_WG rows a workgroup of 64, ROW_THREADS (8) threads a row.
-// A row's 8 threads reduce through subgroup shuffles (xor 4, 2, 1: any subgroup of 8 or more
+// A row's 8 threads reduce through lanes8.wgsl's max8 and sum8 (subgroup shuffles: any subgroup of 8 or more
 // consecutive invocations holds whole rows), not workgroup memory and barriers, which llvmpipe
 // runs as coroutines: on lavapipe (Intel Xeon model 207) 32 x 512 x 512 scores took 84 ms with
 // one workgroup a row and barriers.
@@ -54,18 +54,6 @@ fn sink_of(r: u32) -> f32 {
     return SINKS[r / P.rows_per_head];
 }
 
-fn row_max_of(v: f32) -> f32 {
-    let a = max(v, subgroupShuffleXor(v, 4u));
-    let b = max(a, subgroupShuffleXor(a, 2u));
-    return max(b, subgroupShuffleXor(b, 1u));
-}
-
-fn row_sum_of(v: f32) -> f32 {
-    let a = v + subgroupShuffleXor(v, 4u);
-    let b = a + subgroupShuffleXor(a, 2u);
-    return b + subgroupShuffleXor(b, 1u);
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -77,12 +65,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (live) { for (var j = lane; j < P.n; j += STRIDE) { m = turn_max(base, j, m); } }
     var sink = bitcast<f32>(0xff800000u);
     if (live) { sink = sink_of(r); }
-    let row_max = max(row_max_of(m), sink);
+    let row_max = max(max8(m), sink);
     let c = shift(row_max);
     let empty = row_is_empty(row_max);
     var s = 0.0;
     if (live && !empty) { for (var j = lane; j < P.n; j += STRIDE) { s += turn_sum(base, j, c); } }
-    var total = row_sum_of(s);
+    var total = sum8(s);
     if (!live) { return; }
     if (P.sinks != 0u && !empty) { total += exp(sink - c); }
     let inv = select(1.0 / total, 0.0, empty);

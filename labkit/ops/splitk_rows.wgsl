@@ -10,11 +10,9 @@ const ROWS_PER_WG: u32 = 4u;
 const TOKENS_PER_WG: u32 = 1u;
 const SPLIT: u32 = 64u;  // threads per workgroup, each taking every SPLIT-th part of the rows
 
-// 32 consecutive values of X (as quad_rows.wgsl's X32, read directly)
-struct X32 { a: vec4<f32>, b: vec4<f32>, c: vec4<f32>, d: vec4<f32>, e: vec4<f32>, f: vec4<f32>, g: vec4<f32>, h: vec4<f32> }
-
-fn x32_at(i: u32) -> X32 {
-    return X32(X[i], X[i + 1u], X[i + 2u], X[i + 3u], X[i + 4u], X[i + 5u], X[i + 6u], X[i + 7u]);
+// 32 consecutive values of X, read directly
+fn x32_at(i: u32) -> Vec8 {
+    return Vec8(X[i], X[i + 1u], X[i + 2u], X[i + 3u], X[i + 4u], X[i + 5u], X[i + 6u], X[i + 7u]);
 }
 
 // A workgroup's work: its token t, its first row r, the first texel of each of its 4 rows (rows
