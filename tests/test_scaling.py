@@ -26,7 +26,6 @@ from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError,
 from labkit.gpu.dispatch import encode
 from labkit.gpu.readback import Readback
 from labkit.gpu.reuse import Reuse
-from labkit.ops import OPS
 from labkit.ops.registry import kernel_source
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
@@ -396,18 +395,31 @@ def test_a_step_planned_ahead_is_taken_only_by_its_own_step(tiny_model):
 
 @pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)
 def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
-    """A warm decode step plans afresh only the stages that read the position or token (embed, rope,
-    attention) or write the KV cache; every other stage replays its last plan."""
+    """A warm decode step plans afresh only the stages that read the token (embed) or write the KV
+    cache through a matmul (v); those that read the position or a longer attention map (rope,
+    attention, softmax) keep their dispatches with new uniforms (labkit.gpu.step_refresh); every
+    other stage replays its last plan."""
     ex = real_lab.executor
     ids = real_lab.prompt_ids("The capital of France is")
-    kv = ex.new_cache(len(ids) + 4)
-    ex.run_pass(ids, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
-    for _ in range(3):  # the last two steps have 8 and 9 keys: the same pow2 buffers
-        ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-    per_step = {st.name for st in real_lab.graph if OPS[st.op].per_step or st.kv_write or st.op == "softmax"}
-    replanned = set(ex.step_replay().replanned)
-    assert replanned <= per_step, sorted(replanned - per_step)  # softmax: its input, the scores, grew
-    assert {st.op for st in real_lab.graph if st.name not in replanned} >= {"matmul", "rmsnorm", "add", "glu"}
+    kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
+    for cache in (kv, fresh):
+        ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    replay, refreshed = ex.step_replay(), set()
+    assert len(ids) <= 8
+    while kv.n_past < 18:  # to 18 keys: SmolLM2's scores take a second workgroup of keys at 17, in one buffer
+        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        want = ex.run_pass([5], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode"))
+        assert res.captures["logits"][-1].tobytes() == want.captures["logits"][-1].tobytes()
+        for p, q in zip(res.plans, want.plans, strict=True):  # a moved plan launches what a fresh one does
+            if p.stage.name in replay.refreshed:
+                assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name
+        refreshed |= set(replay.refreshed)
+    # the last step (18 keys) is in the same pow2 attention-map buffers as the one before
+    planned = {st.name for st in real_lab.graph if st.op == "embed" or (st.op == "matmul" and st.kv_write)}
+    assert set(replay.replanned) == planned, sorted(set(replay.replanned) ^ planned)
+    moved = {st.name for st in real_lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
+    assert set(replay.refreshed) == moved == refreshed, sorted(set(replay.refreshed) ^ moved)
+    assert {st.op for st in real_lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
 
 
 def test_cached_plans_leak_no_state(tiny_model):

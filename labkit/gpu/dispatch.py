@@ -29,6 +29,7 @@ class Dispatch:
     workgroups: tuple[int, int, int]
     label: str = ""
     tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
+    resources: tuple = ()  # what bind_group binds, its uniform last (labkit.gpu.step_refresh reads it)
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:

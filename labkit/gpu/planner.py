@@ -23,6 +23,7 @@ from labkit.gpu.replay import StepReplay
 from labkit.gpu.reuse import Reuse
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.stage_context import StageContext
+from labkit.gpu.step_refresh import refresh
 from labkit.gpu.texture_pool import TexturePool
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
@@ -98,6 +99,11 @@ def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunk
         kept = replay.kept(i, st, sel.signatures[i], inputs)
         if kept is not None:  # most stages of a warm step: nothing to build
             return kept
+        kernel = sel.kernels[st.name]
+        move = partial(refresh, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, arena=replay.arena)
+        moved = replay.moved(i, st, sel.signatures[i], inputs, move)
+        if moved is not None:  # rope, attention, the KV writers: new uniforms in the kept dispatches
+            return moved
     ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
     make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
     if chunked:

@@ -13,6 +13,10 @@ stage's plan and hands it back unchanged when
   attention map outgrew its buffer, makes its readers plan again), and so is its fusion with the
   next stage (labkit.gpu.fusion: a variant selected for that stage ends it).
 
+A stage that reads the position (rope, attention, the KV writers) or an attention map one key
+longer (softmax) is moved to the step's position by labkit.gpu.step_refresh when it can be: its
+kept dispatches, with its op's new uniforms and workgroup counts.
+
 Everything else is planned afresh, each stage with its own `PlanCache`, so re-planning one stage
 never moves another stage's objects: the k-th request of a stage gets the object its k-th request
 got last step, and only uniforms whose bytes changed are rewritten (all of them in one write: the
@@ -46,6 +50,7 @@ class StepReplay:
         self.ahead_taken = 0  # steps that took the plans made ahead for them (tests, profiling)
         self.ahead_s = 0.0  # how long the last look-ahead planned
         self.replanned: list[str] = []  # stages the last step planned afresh (tests, profiling)
+        self.refreshed: list[str] = []  # stages the last step moved to its position (labkit.gpu.step_refresh)
 
     @contextmanager
     def active(self, key: tuple) -> Iterator[StepReplay]:
@@ -53,7 +58,7 @@ class StepReplay:
         count, last-logits-only); a change drops the kept plans."""
         if key != self._key:
             self._plans, self._inputs, self._key, self.ahead = {}, {}, key, None
-        self.replanned = []
+        self.replanned, self.refreshed = [], []
         with self.shared.active():
             yield self
 
@@ -62,6 +67,18 @@ class StepReplay:
         if i in self._plans and self._replayable(i, st, signature, inputs):
             return self._plans[i]
         return None
+
+    def moved(self, i: int, st: Any, signature: tuple, inputs: tuple, refresh: Callable[[Any], Any]) -> Any:
+        """Stage i's kept plan moved to this step by `refresh(plan)` (labkit.gpu.step_refresh), when it
+        was planned with the same kernel, policy, skip and fusion; None when it must be planned afresh."""
+        old = self._plans.get(i)
+        if old is None or old.signature != signature or self._inputs[i][-2:] != inputs[-2:]:
+            return None
+        plan = refresh(old)
+        if plan is not None:
+            self._plans[i], self._inputs[i] = plan, inputs
+            self.refreshed.append(st.name)
+        return plan
 
     def stage(self, i: int, st: Any, signature: tuple, inputs: tuple, make: Callable[[], Any]) -> Any:
         """Stage i planned afresh (`make()`) with the stage's own plan cache active, and kept for the

@@ -147,7 +147,10 @@ class StageHost:
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
         u = uniform_bytes(self.gpu, op.params.pack(source, values))
         tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name, tables)
+        # kept for a step refresh (labkit.gpu.step_refresh) when the uniform is an arena slot: only
+        # steps' plans hold what they bind, so a fresh pass's uniforms go with its bind groups
+        resources = (*buffers, u) if isinstance(u, tuple) else ()
+        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name, tables, resources)
 
     def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
                epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
