@@ -93,18 +93,18 @@ def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunk
     """Stage i's plan: made now, or with `replay` the last step's when nothing it depends on changed."""
     st = ex.graph[i]
     ep = inputs = None
+    kernel = sel.kernels[st.name]
     if replay is not None:
         ep = _epilogues(ex.graph, sel, len(w.ids))[i]
         inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
         kept = replay.kept(i, st, sel.signatures[i], inputs)
         if kept is not None:  # most stages of a warm step: nothing to build
             return kept
-        kernel = sel.kernels[st.name]
         move = partial(refresh, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, arena=replay.arena)
         moved = replay.moved(i, st, sel.signatures[i], inputs, move)
         if moved is not None:  # rope, attention, the KV writers: new uniforms in the kept dispatches
             return moved
-    ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
+    ctx = partial(StageContext, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
     make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
     if chunked:
         make = partial(_plan_logits_chunks, ex, ctx, sel.signatures[i], w.textures)

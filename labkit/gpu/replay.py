@@ -71,7 +71,7 @@ class StepReplay:
     def moved(self, i: int, st: Any, signature: tuple, inputs: tuple, refresh: Callable[[Any], Any]) -> Any:
         """Stage i's kept plan moved to this step by `refresh(plan)` (labkit.gpu.step_refresh), when it
         was planned with the same kernel, policy, skip and fusion; None when it must be planned afresh."""
-        old = self._plans.get(i)
+        old = self._plans.get(i)  # inputs[-2:]: its fused region and epilogue (labkit.gpu.planner)
         if old is None or old.signature != signature or self._inputs[i][-2:] != inputs[-2:]:
             return None
         plan = refresh(old)

@@ -42,6 +42,11 @@ def workgroups(n_rows: int, source: str | None = None) -> int:
     return ceil_div(n_rows, wgsl_const(source or wgsl_file("softmax"), "ROWS_PER_WG", 1))
 
 
+def _with_shift(part: str):
+    """The kernel: softmax.wgsl after its shift part (the stable one, or a fault's) and the lane sums."""
+    return lambda shape: compose("lanes8", part, "softmax")
+
+
 def plan(stage, gpu):
     x = gpu.input(0)
     out = gpu.output(x.shape)
@@ -72,21 +77,19 @@ OP = Op(
     plan=plan,
     shapes=shapes,
     kernels=(
-        Kernel(
-            "softmax", "default", "the correct kernel", lambda shape: compose("lanes8", "softmax_stable", "softmax")
-        ),
+        Kernel("softmax", "default", "the correct kernel", _with_shift("softmax_stable")),
         Kernel(
             "softmax",
             "no_max_sub",
             "no max-subtraction: exp overflows to inf, inf/inf = NaN (003)",
-            lambda shape: compose("lanes8", "softmax_no_max_sub", "softmax"),
+            _with_shift("softmax_no_max_sub"),
             faulty=True,
         ),
         Kernel(
             "softmax",
             "masked_nan",
             "a fully masked row gives NaN instead of zeros (003)",
-            lambda shape: compose("lanes8", "softmax_masked_nan", "softmax"),
+            _with_shift("softmax_masked_nan"),
             faulty=True,
         ),
     ),
