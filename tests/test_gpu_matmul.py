@@ -17,11 +17,10 @@ import wgpu
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-import labkit.gpu.matmul as matmul_mod
 from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
 from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
-from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
+from labkit.gpu.matmul import NewDispatches, driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import (
     GROUP_FIELDS,
     REPACK_BUFFER,
@@ -684,18 +683,17 @@ def test_time_gemma_unembedding(gpu):
 
 
 @pytest.mark.parametrize("driver", ["row", "wg_reduce"])
-def test_matmul_token_chunks_within_max_binding(gpu, monkeypatch, driver):
+def test_matmul_token_chunks_within_max_binding(gpu, driver):
     """X/Y bigger than one storage binding (Gemma's [T, 262144] logits past ~128 tokens): tokens are
     split into chunks whose bindings fit, bound at 256-aligned byte offsets with the remainder in
     x_offset/y_offset. Odd T, a non-zero y_offset, every chunk edge, and two weight windows."""
     bound: list[tuple] = []
-    real_bind = matmul_mod.bind
 
-    def spy(gpu_, pipeline, buffers, group=0):
-        bound.append(tuple(buffers[1:3]))
-        return real_bind(gpu_, pipeline, buffers, group)
+    class Spy(NewDispatches):  # what each dispatch binds as X and Y
+        def dispatch(self, gpu_, pipeline, buffers, *rest):
+            bound.append(tuple(buffers[1:3]))
+            return super().dispatch(gpu_, pipeline, buffers, *rest)
 
-    monkeypatch.setattr(matmul_mod, "bind", spy)
     qtype, n_rows, n_cols = Q.Q8_0, 67, 96
     for i, (T, limit) in enumerate([(37, 1024), (9, 2048), (31, 700), (5, 10_000)]):
         seed = SEED + 200 + i
@@ -712,9 +710,12 @@ def test_matmul_token_chunks_within_max_binding(gpu, monkeypatch, driver):
         xb, yb = storage(gpu, x), storage(gpu, y0)
         bound.clear()
         src = matmul_source(int(qtype), driver=driver)
-        ds = prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=limit)
+        ds = prepare_matmul(
+            gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=limit, make=Spy()
+        )
         chunked = yb.size > limit or xb.size > limit
         assert chunked == (len(ds) > len(weight.windows)), what
+        assert len(bound) == len(ds), what  # every dispatch came through `make`
         for b in (b for pair in bound for b in pair):
             if isinstance(b, tuple):
                 buf, offset, size = b

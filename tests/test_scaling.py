@@ -400,10 +400,11 @@ def test_a_step_planned_ahead_is_taken_only_by_its_own_step(tiny_model):
 
 @pytest.mark.parametrize("real_lab", ["gemma3-270m", "smollm2-135m"], indirect=True)
 def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
-    """A warm decode step plans afresh only the stages that read the token (embed) or write the KV
-    cache through a matmul (v); those that read the position or a longer attention map (rope,
-    attention, softmax) keep their dispatches with new uniforms (labkit.gpu.step_refresh); every
-    other stage replays its last plan."""
+    """A warm decode step plans afresh only the stage that reads the token (embed); those that read
+    the position or a longer attention map (rope, attention, softmax) or write the KV cache through a
+    matmul (v) keep their dispatches with new uniforms (labkit.gpu.step_refresh); every other stage
+    replays its last plan. The logits, the dispatches' workgroups and the whole KV cache are those
+    of the same steps planned afresh."""
     ex = real_lab.executor
     ids = real_lab.prompt_ids("The capital of France is")
     kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
@@ -412,17 +413,25 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     replay, refreshed = ex.step_replay(), set()
     assert len(ids) <= 8
     while kv.n_past < 18:  # to 18 keys: SmolLM2's scores take a second workgroup of keys at 17, in one buffer
-        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-        want = ex.run_pass([5], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode"))
+        res = ex.run_pass([5 + kv.n_past], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        want = ex.run_pass(
+            [5 + fresh.n_past], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode")
+        )
         assert res.captures["logits"][-1].tobytes() == want.captures["logits"][-1].tobytes()
         for p, q in zip(res.plans, want.plans, strict=True):  # a moved plan launches what a fresh one does
             if p.stage.name in replay.refreshed:
                 assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name
         refreshed |= set(replay.refreshed)
+    queue = ex.gpu.device.queue
+    for layer, (a, b) in enumerate(zip(kv.k + kv.v, fresh.k + fresh.v, strict=True)):  # every position written
+        got, expected = (np.frombuffer(queue.read_buffer(buf), np.float32) for buf in (a, b))
+        n = got.size * kv.n_past // kv.capacity
+        assert np.isfinite(expected[:n]).all() and got[:n].tobytes() == expected[:n].tobytes(), f"cache buffer {layer}"
     # the last step (18 keys) is in the same pow2 attention-map buffers as the one before
-    planned = {st.name for st in real_lab.graph if st.op == "embed" or (st.op == "matmul" and st.kv_write)}
+    planned = {st.name for st in real_lab.graph if st.op == "embed"}
     assert set(replay.replanned) == planned, sorted(set(replay.replanned) ^ planned)
     moved = {st.name for st in real_lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
+    moved |= {st.name for st in real_lab.graph if st.op == "matmul" and st.kv_write}
     assert set(replay.refreshed) == moved == refreshed, sorted(set(replay.refreshed) ^ moved)
     assert {st.op for st in real_lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
 

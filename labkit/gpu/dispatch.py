@@ -29,7 +29,7 @@ class Dispatch:
     workgroups: tuple[int, int, int]
     label: str = ""
     tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
-    resources: tuple = ()  # what bind_group binds, its uniform last (labkit.gpu.step_refresh reads it)
+    resources: tuple = ()  # what bind_group binds, its uniform moved last (labkit.gpu.step_refresh reads it)
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:
@@ -58,6 +58,17 @@ def uniform_bytes(gpu: Any, data: bytes) -> Any:
     if cache is not None:
         return cache.uniform(data)
     return gpu.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
+
+
+def new_dispatch(gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str = "",
+                 tables: Any = None, after: tuple = ()) -> Dispatch:  # fmt: skip
+    """A dispatch binding `buffers` in order, a uniform holding `data`, then `after` (a fused
+    matmul's extra operands). Its resources are kept when the uniform is a slot of a step's arena:
+    only then can a step refresh (labkit.gpu.step_refresh) rewrite it, and a fresh pass's uniforms
+    go with its bind groups."""
+    u = uniform_bytes(gpu, data)
+    resources = (*buffers, *after, u) if isinstance(u, tuple) else ()
+    return Dispatch(pipeline, bind(gpu, pipeline, [*buffers, u, *after]), workgroups, label, tables, resources)
 
 
 def texture_view(gpu: Any, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:

@@ -3,7 +3,8 @@
 A matmul kernel is composed from three kernel files beside labkit/ops/matmul.py (see the top
 of labkit/ops/matmul.wgsl for the driver interface): common.wgsl + quant_<fmt>.wgsl + a driver. `prepare_matmul`
 returns one `Dispatch` per weight window (and per token chunk when X or Y is bigger than one
-storage binding); record them with `labkit.gpu.dispatch.encode`.
+storage binding); record them with `labkit.gpu.dispatch.encode`. It makes them through a
+`NewDispatches`; a step refresh passes its own, which hands out the kept ones with new uniforms.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
-from labkit.gpu.dispatch import Dispatch, bind, grid, uniform_bytes
+from labkit.gpu.dispatch import Dispatch, grid, new_dispatch
 from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import TEXTURE_DIM, Rows, fill_texture
@@ -135,6 +136,22 @@ X_TEXTURE = "var X: texture_2d<f32>"  # how a driver declares that it reads X fr
 X_TEXTURE_TOKENS = TEXTURE_DIM  # tokens per X texture (its height)
 
 
+class NewDispatches:
+    """How `prepare_matmul` makes its dispatches and X's texture fills: new ones. A step refresh
+    (labkit.gpu.step_refresh) passes an object with the same two methods that hands out a kept
+    plan's dispatches instead."""
+
+    def dispatch(self, gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str,
+                 tables: Any, after: tuple = ()) -> Dispatch:  # fmt: skip
+        return new_dispatch(gpu, pipeline, buffers, data, workgroups, label, tables, after)
+
+    def fill(self, gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
+        return fill_texture(gpu, rows, label)
+
+
+NEW = NewDispatches()
+
+
 def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[TokenChunk]:
     """A chunk cut into pieces of at most n_max tokens, binding the same buffers."""
     return [
@@ -143,12 +160,12 @@ def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[Toke
     ]
 
 
-def _x_textures(gpu: Any, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str):
+def _x_textures(gpu: Any, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str, make):
     """The dispatches filling one X texture per chunk (cut to X_TEXTURE_TOKENS), and the chunks
     binding those textures as X. A chunk's X may be bound at a byte offset: so is its fill's."""
     fills, out = [], []
     for c in (piece for whole in chunks for piece in _split(whole, X_TEXTURE_TOKENS, x_stride, y_stride)):
-        xt, fill = fill_texture(gpu, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
+        xt, fill = make.fill(gpu, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
         fills.append(fill)
         out.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
     return fills, out
@@ -176,6 +193,7 @@ def prepare_matmul(
     max_binding: int | None = None,
     window_filter: Callable[[int, int], bool] | None = None,
     epilogue: tuple[list, dict] | None = None,
+    make: NewDispatches = NEW,
 ) -> list[Dispatch]:
     """Dispatches computing Y[y_offset + t*y_stride + n] for all rows n, t < T: one per weight
     window and token chunk.
@@ -185,7 +203,8 @@ def prepare_matmul(
     are [T, 262144]: 1 MiB per token) is bound per chunk of tokens, at offsets aligned to
     max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
     windows that get dispatched (the lm_head variants); all by default. `epilogue` = (buffers bound
-    after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion)."""
+    after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion). `make`
+    makes the dispatches (see NewDispatches)."""
     format_name(weight.ggml_type)  # UnsupportedTensorTypeError before any work
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
@@ -211,11 +230,11 @@ def prepare_matmul(
     windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
     fills = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
-        fills, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name)
-    return fills + _dispatches(gpu, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}))
+        fills, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name, make)
+    return fills + _dispatches(gpu, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}), make)
 
 
-def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, epilogue) -> list[Dispatch]:
+def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, epilogue, make) -> list[Dispatch]:
     """One dispatch per weight window and token chunk."""
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{format_name(weight.ggml_type)}")
     rows_per_wg, tokens_per_wg = driver_geometry(source)
@@ -225,10 +244,10 @@ def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, e
         for c in chunks:
             values = dict(K=weight.n_cols, rows=w.n_rows, T=c.n, row0=w.first_row, x_offset=c.x_offset,
                           x_stride=x_stride, y_offset=c.y_offset, y_stride=y_stride, **extra_values)  # fmt: skip
-            params = uniform_bytes(gpu, PARAMS.pack(source, values))
-            bg = bind(gpu, pipeline, [w.buffer, c.x, c.y, params, *extra])
             n_wg = -(-w.n_rows // rows_per_wg) * -(-c.n // tokens_per_wg)
             label = f"matmul {weight.name}[{w.first_row}:{w.first_row + w.n_rows}] T={sum(c.n for c in chunks)}"
             label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""
-            out.append(Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), label, tables))
+            buffers, data = [w.buffer, c.x, c.y], PARAMS.pack(source, values)
+            n = grid(n_wg, gpu.max_workgroups)
+            out.append(make.dispatch(gpu, pipeline, buffers, data, n, label, tables, tuple(extra)))
     return out

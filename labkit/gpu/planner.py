@@ -100,9 +100,9 @@ def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunk
         kept = replay.kept(i, st, sel.signatures[i], inputs)
         if kept is not None:  # most stages of a warm step: nothing to build
             return kept
-        move = partial(refresh, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, arena=replay.arena)
+        move = partial(refresh, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, ep, arena=replay.arena)
         moved = replay.moved(i, st, sel.signatures[i], inputs, move)
-        if moved is not None:  # rope, attention, the KV writers: new uniforms in the kept dispatches
+        if moved is not None:  # rope, attention, the KV writers (V's matmul too): new uniforms in the kept dispatches
             return moved
     ctx = partial(StageContext, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
     make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))

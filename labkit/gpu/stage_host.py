@@ -19,9 +19,9 @@ import wgpu
 
 from labkit.errors import BufferLimitError
 from labkit.gpu.device import GpuDevice
-from labkit.gpu.dispatch import Dispatch, bind, grid, uniform_bytes
+from labkit.gpu.dispatch import Dispatch, grid, new_dispatch
 from labkit.gpu.kernel_selection import stage_policy
-from labkit.gpu.matmul import prepare_matmul
+from labkit.gpu.matmul import NEW, NewDispatches, prepare_matmul
 from labkit.gpu.pass_plan import Region
 from labkit.gpu.plan_cache import active_cache, storage_bytes
 from labkit.gpu.quant_table_buffer import tables_bind_group
@@ -145,18 +145,17 @@ class StageHost:
                 self.check_binding(st.name, b.size, shape, f"a {kernel.family} operand ({b.label or 'buffer'})")
         source = kernel.source(shape)
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
-        u = uniform_bytes(self.gpu, op.params.pack(source, values))
         tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
-        # kept for a step refresh (labkit.gpu.step_refresh) when the uniform is an arena slot: only
-        # steps' plans hold what they bind, so a fresh pass's uniforms go with its bind groups
-        resources = (*buffers, u) if isinstance(u, tuple) else ()
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), st.name, tables, resources)
+        data = op.params.pack(source, values)
+        return new_dispatch(self.gpu, pipe, list(buffers), data, grid(workgroups), st.name, tables)
 
     def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
-               epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
+               epilogue: tuple[str, list, dict] | None = None,
+               make: NewDispatches = NEW) -> list[Dispatch]:  # fmt: skip
         """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
         fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)
-        is given (labkit/ops/matmul.py decides both that and the bias)."""
+        is given (labkit/ops/matmul.py decides both that and the bias). `make`: new dispatches, or a
+        step refresh's kept ones (labkit.gpu.matmul.NewDispatches)."""
         w = self.matmul_weight(ctx.stage, ctx.kernel)
         K, N = w.n_cols, w.n_rows
         source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
@@ -182,6 +181,7 @@ class StageHost:
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
             epilogue=fused,
+            make=make,
         )
 
     def kernel_for_op(self, op: str, layer: int | None) -> Kernel:
@@ -192,8 +192,7 @@ class StageHost:
         kernel = get_kernel(op, "default", self.adapter)
         source = kernel.source()
         pipe = self.pipeline(op, source, f"{op}/default")
-        u = uniform_bytes(self.gpu, OPS[op].params.pack(source, values))
-        return Dispatch(pipe, bind(self.gpu, pipe, [*buffers, u]), grid(workgroups), label)
+        return new_dispatch(self.gpu, pipe, list(buffers), OPS[op].params.pack(source, values), grid(workgroups), label)
 
 
 def _mib(nbytes: int) -> str:
