@@ -56,7 +56,7 @@ class KeptDispatches:
         self.taken += 1
         return Dispatch(old.pipeline, old.bind_group, workgroups, old.label, old.tables, old.resources)
 
-    def fill(self, gpu: Any, rows: Any, label: str):
+    def fill(self, gpu: Any, rows: Any, label: str) -> tuple[Any, Dispatch]:
         raise Replan  # a texture fill makes a texture
 
 
