@@ -136,9 +136,11 @@ class StageHost:
             self._checked.add((op_name, source))
         return compile_pipeline(self.gpu, source, label=label)
 
-    def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups) -> Dispatch:
-        """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform. A buffer above
-        the binding limit is a BufferLimitError naming the stage."""
+    def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups,
+                 make: NewDispatches = NEW) -> Dispatch:  # fmt: skip
+        """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform (`make`: or a
+        step refresh's kept dispatch, as for a matmul). A buffer above the binding limit is a
+        BufferLimitError naming the stage."""
         limit = self.binding_limit
         for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
             if isinstance(b, wgpu.GPUBuffer) and b.size > limit:
@@ -147,7 +149,7 @@ class StageHost:
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
         tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
         data = op.params.pack(source, values)
-        return new_dispatch(self.gpu, pipe, list(buffers), data, grid(workgroups), st.name, tables)
+        return make.dispatch(self.gpu, pipe, list(buffers), data, grid(workgroups), st.name, tables)
 
     def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
                epilogue: tuple[str, list, dict] | None = None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from labkit.gpu.dispatch import Dispatch, grid
+from labkit.gpu.dispatch import Dispatch
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import UniformArena
 from labkit.gpu.stage_context import StageContext
@@ -77,14 +77,12 @@ class RefreshContext(StageContext):
         return Region(out.buffer, 0, shape, out.layout)
 
     def dispatch(self, operands: list, values: dict, workgroups: int) -> None:
-        op = OPS[self.stage.op]
-        source = self.kernel.source(self.shape)
-        bound, fills = bind_operands(self.ex.gpu, source, operands, self.stage.name)
+        st = self.stage
+        bound, fills = bind_operands(self.ex.gpu, self.kernel.source(self.shape), operands, st.name)
         if fills:
             raise Replan
-        pipeline = self.ex.pipeline(op.name, source, "")
-        data = op.params.pack(source, values)
-        self.dispatches.append(self.kept.dispatch(self.ex.gpu, pipeline, bound, data, grid(workgroups)))
+        d = self.ex.dispatch(st, OPS[st.op], self.kernel, self.shape, bound, values, workgroups, make=self.kept)
+        self.dispatches.append(d)
 
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None,
                epilogue: tuple[str, list, dict] | None = None) -> None:  # fmt: skip
