@@ -121,6 +121,8 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (9, 3, 4, 2, 32, 4),
         (1, 20, 4, 1, 16, 8),
         (12, 0, 4, 2, 32, 5),
+        (300, 0, 2, 1, 32, 20),  # prefill: 3 key workgroups of the scores tile, some wholly before the window
+        (147, 0, 3, 3, 16, None),  # prefill: 10 query tiles (the last partial), 2 key workgroups, causal skips
         (9, 70, 4, 1, 256, None),  # 79 keys: two key chunks of the tiled kernel, two query tiles
         (17, 60, 2, 1, 48, 40),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
         (1, 40, 14, 2, 96, None),  # decode: 7 heads a KV head (a group of 4 and one of 3), head_dim % 32 == 0
@@ -149,7 +151,7 @@ def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
         Rows(buf(gpu, k), 0, KV * hd, KV * hd, S),
         Rows(buf(gpu, v), 0, KV * hd, KV * hd, S),
     )
-    launch(gpu, "attn_scores", [qr, kr, scores], vals, attn_scores.workgroups(H * T * S), src)
+    launch(gpu, "attn_scores", [qr, kr, scores], vals, attn_scores.tiled_workgroups(src, H, T, S, KV), src)
     want_s = attn_scores.scores(q, k[:S], n_past, H, KV, hd, scale, window)
     got_s = read(gpu, scores, H * T * S).reshape(H, T, S)
     assert np.array_equal(np.isneginf(got_s), np.isneginf(want_s)), f"mask differs (seed {SEED})"
@@ -181,7 +183,7 @@ def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
 
     ctx = empty(gpu, T * H * hd)  # the pass shape's kernel: prefill tiles, or one vec4 a thread in a decode step
     ctx_src = get_kernel("attn_ctx", "default").source(PassShape(T, n_past))
-    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.workgroups(T * H * hd), ctx_src)
+    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.unfused_workgroups(ctx_src, T, vals), ctx_src)
     assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"attn_ctx {'decode' if T == 1 else 'prefill'}")
 
 
@@ -214,7 +216,7 @@ def test_a_decode_step_attends_as_the_prefill_does_bit_for_bit(gpu, H, KV, hd):
     assert np.array_equal(c_decode, c_prefill), f"context differs: max {np.max(np.abs(c_decode - c_prefill)):.3e}"
 
 
-@pytest.mark.parametrize("T,n_past,window", [(9, 0, 4), (1, 30, 8), (6, 12, None)])
+@pytest.mark.parametrize("T,n_past,window", [(24, 0, 4), (1, 30, 8), (20, 12, None)])  # T > 16: a second tile
 def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
     """The default context kernel sums only the keys one of a tile's queries may see (as flash
     attention does): an infinite V row at a key masked for a whole tile of queries leaves their
@@ -241,7 +243,7 @@ def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
         out = empty(gpu, T * H * hd)
         rows = Rows(buf(gpu, values), 0, KV * hd, KV * hd, S)
         src = get_kernel("attn_ctx", kernel).source(PassShape(T, n_past))
-        launch(gpu, "attn_ctx", [buf(gpu, p), rows, out], vals, attn_ctx.workgroups(T * H * hd), src)
+        launch(gpu, "attn_ctx", [buf(gpu, p), rows, out], vals, attn_ctx.unfused_workgroups(src, T, vals), src)
         return read(gpu, out, T * H * hd).reshape(T, H * hd)
 
     want = attn_ctx.context(p, v, H, KV, hd)

@@ -225,6 +225,7 @@ ATTENTION_SHAPES = (
     (9, 70, 4, 1, 256, None, 0.0),  # 79 keys: two key chunks of the tiled kernel, two query tiles
     (17, 60, 2, 1, 48, 40, 0.0),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
     (6, 2, 4, 2, 64, 5, 2.5),  # gemma2: scores soft-capped before the mask
+    (170, 0, 2, 1, 32, 20, 0.0),  # prefill: 2 key workgroups of the scores tile, one wholly before the window
     (1, 40, 14, 2, 96, None, 0.0),  # decode: 7 heads a KV head (groups of 4 and 3)
     (1, 36, 8, 8, 40, 19, 2.5),  # decode: one head a KV head, head_dim % 32 != 0, capped, in a window
 )

@@ -100,7 +100,7 @@ USER_VARIANTS = {
         "blk.0.resid_mid",
     ),
     "rope": (("let c = cos(theta) * m;", "let c = cos(theta * 1.01) * m;"), "blk.0.q_rope"),
-    "attn_ctx": (("C[cb] = c[0];", "C[cb] = c[0] * 1.01;"), "blk.0.attn_ctx"),
+    "attn_ctx": (("if (w < hd4) { C[cb] = a; }", "if (w < hd4) { C[cb] = a * 1.01; }"), "blk.0.attn_ctx"),
     "embed": (("Y[i] = X[i] * P.scale;", "Y[i] = X[i] * P.scale + select(0.0, 1.0, i == 77u);"), "embed"),
 }
 

@@ -86,10 +86,13 @@ def head_groups(source: str, n_heads: int, n_kv_heads: int) -> int:
 def tiled_workgroups(source: str, n_heads: int, T: int, n_keys: int, n_kv_heads: int) -> int:
     """64-thread workgroups for one thread per TILE_Q x TILE_K scores of a head (a kernel without
     the constants: one thread per score); for a kernel declaring KEYS_PER_WG, one workgroup per
-    that many keys of a group of heads (`head_groups`)."""
+    that many keys of a group of heads (`head_groups`), and per QUERIES_PER_WG queries where it
+    declares that (the prefill kernel's tile)."""
     keys_per_wg = wgsl_const(source, "KEYS_PER_WG", 0)
     if keys_per_wg:
-        return head_groups(source, n_heads, n_kv_heads) * ceil_div(n_keys, keys_per_wg)
+        queries_per_wg = wgsl_const(source, "QUERIES_PER_WG", 0)
+        query_wgs = ceil_div(T, queries_per_wg) if queries_per_wg else 1
+        return head_groups(source, n_heads, n_kv_heads) * query_wgs * ceil_div(n_keys, keys_per_wg)
     tq, tk = wgsl_const(source, "TILE_Q", 1), wgsl_const(source, "TILE_K", 1)
     return ceil_div(n_heads * ceil_div(T, tq) * ceil_div(n_keys, tk), 64)
 
@@ -117,7 +120,7 @@ def shapes(stage) -> tuple[list[str], str]:
 
 GENERAL = ("attn_scores", "attn_mask")  # the general kernel and its mask
 DECODE = ("lanes8", "attn_scores_decode")  # the decode kernel, after the lane sharing it uses
-PREFILL = ("attn_scores_prefill",)
+PREFILL = ("quad_step16", "attn_scores_prefill")  # the prefill kernel, after the tile step it shares with the matmul
 
 
 def _paths(prefill: tuple[str, ...], decode: tuple[str, ...], general: tuple[str, ...] = GENERAL):

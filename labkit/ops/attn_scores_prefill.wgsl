@@ -7,20 +7,21 @@
 //            @binding(1) K: [n_keys, n_kv_heads*head_dim]  (the layer's KV cache), a texture the same way
 //            @binding(2) S: array<f32> [n_heads, T, n_keys]
 //            @binding(3) P: Params.
-// One thread per tile of TILE_Q queries x TILE_K keys of a head (the host reads the two
-// constants): each k vec4 it loads serves 8 scores and each q vec4 4, where one thread per score
-// loaded two values per multiply-add (8 x 4 against 4 x 4: 2048 Gemma tokens' scores 3.7 -> 3.0
-// s). On lavapipe the count of loads sets the speed; q and K are textures, which lavapipe
-// gathers for all lanes at once (labkit/gpu/texture.py). A tile wholly in the
-// future, or wholly before the window, is written -inf without a dot product.
+// The matmul's prefill tile (quad_step16.wgsl): a workgroup of 16 threads takes 16 queries of a head
+// and 128 keys, each thread 8 keys; lane l loads queries l and 8 + l and subgroupBroadcast hands each
+// query's 4 values to every lane, so per 4 dims a thread loads 8 key texels and 2 query texels for
+// 128 products, where a thread of 8 queries x 4 keys loaded 12 for 32. A workgroup wholly in the
+// future, or wholly before the window, writes -inf without a dot product (the test is uniform over
+// the workgroup: the broadcasts need every lane). The dims are summed in the order the decode kernel
+// sums them, so a position's scores are the same floats from either.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var Q: texture_2d<f32>;
 @group(0) @binding(1) var K: texture_2d<f32>;
 @group(0) @binding(2) var<storage, read_write> S: array<f32>;
 @group(0) @binding(3) var<uniform> P: Params;
 
-const TILE_Q: u32 = 8u;
-const TILE_K: u32 = 4u;
+const QUERIES_PER_WG: u32 = 16u;  // the host reads both: one workgroup per 16 queries x 128 keys of a head
+const KEYS_PER_WG: u32 = 128u;  // 16 threads x 8 keys
 
 // Gemma 2's attention logit soft-capping, before the mask: cap * tanh(x / cap), off when cap is 0 (tanh argument clamped to ±15, as in glu.wgsl).
 fn softcap(x: f32, cap: f32) -> f32 {
@@ -32,12 +33,12 @@ fn masked(t: u32, s: u32) -> bool {
     return s > t || (P.window > 0u && t - s >= P.window);  // prefill: query t is at position t
 }
 
-// the scores of query t against keys s0..s0+3 (those that exist)
-fn store4(h: u32, t: u32, s0: u32, acc: vec4<f32>) {
+// query t's scores against this thread's keys s0..s0+7 (those that exist): lo holds keys s0..s0+3
+fn store8(h: u32, t: u32, s0: u32, lo: vec4<f32>, hi: vec4<f32>) {
     if (t >= P.T) { return; }
     let base = (h * P.T + t) * P.n_keys;
-    let v = array<f32, 4>(acc.x, acc.y, acc.z, acc.w);
-    for (var j = 0u; j < TILE_K; j++) {
+    let v = array<f32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    for (var j = 0u; j < 8u; j++) {
         let s = s0 + j;
         if (s < P.n_keys) {
             S[base + s] = select(softcap(v[j] * P.scale, P.softcap), bitcast<f32>(0xff800000u), masked(t, s));
@@ -45,60 +46,55 @@ fn store4(h: u32, t: u32, s0: u32, acc: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let idx = gid.x + gid.y * nwg.x * 64u;
-    let nq = (P.T + TILE_Q - 1u) / TILE_Q;
-    let nk = (P.n_keys + TILE_K - 1u) / TILE_K;
-    if (idx >= P.n_heads * nq * nk) { return; }
-    let s0 = (idx % nk) * TILE_K;
-    let t0 = ((idx / nk) % nq) * TILE_Q;
-    let h = idx / (nk * nq);
-    var a0 = vec4<f32>();
-    var a1 = vec4<f32>();
-    var a2 = vec4<f32>();
-    var a3 = vec4<f32>();
-    var a4 = vec4<f32>();
-    var a5 = vec4<f32>();
-    var a6 = vec4<f32>();
-    var a7 = vec4<f32>();
-    let t_last = min(t0 + TILE_Q - 1u, P.T - 1u);
-    let s_last = min(s0 + 3u, P.n_keys - 1u);
-    let all_future = s0 > t_last;
-    let all_before_window = P.window > 0u && t0 >= s_last + P.window;
+// key s's texel d of KV head column kc, clamped to the last key (a key past the end is never stored)
+fn key(kc: u32, d: u32, s: u32) -> vec4<f32> {
+    return textureLoad(K, vec2<u32>(kc + d, min(s, P.n_keys - 1u)), 0);
+}
+
+@compute @workgroup_size(16)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
+    let lin = wid.x + wid.y * nwg.x;
+    let nq = (P.T + QUERIES_PER_WG - 1u) / QUERIES_PER_WG;
+    let nk = (P.n_keys + KEYS_PER_WG - 1u) / KEYS_PER_WG;
+    if (lin >= P.n_heads * nq * nk) { return; }  // uniform per workgroup
+    let s_wg = (lin % nk) * KEYS_PER_WG;
+    let t0 = ((lin / nk) % nq) * QUERIES_PER_WG;
+    let h = lin / (nk * nq);
+    let s0 = s_wg + li * 8u;
+    var acc: array<vec4<f32>, 32>;  // acc[2t]: query t0+t against keys s0..s0+3, acc[2t+1]: s0+4..s0+7
+    let t_last = min(t0 + QUERIES_PER_WG - 1u, P.T - 1u);
+    let all_future = s_wg > t_last;
+    let all_before_window = P.window > 0u && t0 >= min(s_wg + KEYS_PER_WG - 1u, P.n_keys - 1u) + P.window;
     if (!all_future && !all_before_window) {
         let hd4 = P.head_dim / 4u;
-        let kvh = h / (P.n_heads / P.n_kv_heads);
         let qc = h * hd4;  // this head's first texel column in q, and its KV head's in K
-        let kc = kvh * hd4;
-        // rows past the last query repeat it (their scores are never stored)
-        let t1 = min(t0 + 1u, t_last);
-        let t2 = min(t0 + 2u, t_last);
-        let t3 = min(t0 + 3u, t_last);
-        let t4 = min(t0 + 4u, t_last);
-        let t5 = min(t0 + 5u, t_last);
-        let t6 = min(t0 + 6u, t_last);
-        let s1 = min(s0 + 1u, s_last);
-        let s2 = min(s0 + 2u, s_last);
+        let kc = (h / (P.n_heads / P.n_kv_heads)) * hd4;
+        let ta = min(t0 + (lane & 7u), t_last);  // this lane's two queries; past the last, the last again
+        let tb = min(t0 + 8u + (lane & 7u), t_last);
         for (var d = 0u; d < hd4; d++) {
-            let km = mat4x4<f32>(textureLoad(K, vec2<u32>(kc + d, s0), 0), textureLoad(K, vec2<u32>(kc + d, s1), 0),
-                                 textureLoad(K, vec2<u32>(kc + d, s2), 0), textureLoad(K, vec2<u32>(kc + d, s_last), 0));
-            a0 += textureLoad(Q, vec2<u32>(qc + d, t0), 0) * km;
-            a1 += textureLoad(Q, vec2<u32>(qc + d, t1), 0) * km;
-            a2 += textureLoad(Q, vec2<u32>(qc + d, t2), 0) * km;
-            a3 += textureLoad(Q, vec2<u32>(qc + d, t3), 0) * km;
-            a4 += textureLoad(Q, vec2<u32>(qc + d, t4), 0) * km;
-            a5 += textureLoad(Q, vec2<u32>(qc + d, t5), 0) * km;
-            a6 += textureLoad(Q, vec2<u32>(qc + d, t6), 0) * km;
-            a7 += textureLoad(Q, vec2<u32>(qc + d, t_last), 0) * km;
+            let va = textureLoad(Q, vec2<u32>(qc + d, ta), 0);
+            let vb = textureLoad(Q, vec2<u32>(qc + d, tb), 0);
+            let ma = mat4x4<f32>(key(kc, d, s0), key(kc, d, s0 + 1u), key(kc, d, s0 + 2u), key(kc, d, s0 + 3u));
+            let mb = mat4x4<f32>(key(kc, d, s0 + 4u), key(kc, d, s0 + 5u), key(kc, d, s0 + 6u), key(kc, d, s0 + 7u));
+            quad_step(&acc, 0u, va, vb, ma);  // a constant h: acc's indices fold
+            quad_step(&acc, 1u, va, vb, mb);
         }
     }
-    store4(h, t0, s0, a0);
-    store4(h, t0 + 1u, s0, a1);
-    store4(h, t0 + 2u, s0, a2);
-    store4(h, t0 + 3u, s0, a3);
-    store4(h, t0 + 4u, s0, a4);
-    store4(h, t0 + 5u, s0, a5);
-    store4(h, t0 + 6u, s0, a6);
-    store4(h, t0 + 7u, s0, a7);
+    store8(h, t0, s0, acc[0], acc[1]);
+    store8(h, t0 + 1u, s0, acc[2], acc[3]);
+    store8(h, t0 + 2u, s0, acc[4], acc[5]);
+    store8(h, t0 + 3u, s0, acc[6], acc[7]);
+    store8(h, t0 + 4u, s0, acc[8], acc[9]);
+    store8(h, t0 + 5u, s0, acc[10], acc[11]);
+    store8(h, t0 + 6u, s0, acc[12], acc[13]);
+    store8(h, t0 + 7u, s0, acc[14], acc[15]);
+    store8(h, t0 + 8u, s0, acc[16], acc[17]);
+    store8(h, t0 + 9u, s0, acc[18], acc[19]);
+    store8(h, t0 + 10u, s0, acc[20], acc[21]);
+    store8(h, t0 + 11u, s0, acc[22], acc[23]);
+    store8(h, t0 + 12u, s0, acc[24], acc[25]);
+    store8(h, t0 + 13u, s0, acc[26], acc[27]);
+    store8(h, t0 + 14u, s0, acc[28], acc[29]);
+    store8(h, t0 + 15u, s0, acc[30], acc[31]);
 }

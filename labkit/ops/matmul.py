@@ -184,7 +184,7 @@ def epilogue_source(fmt: str, op: str) -> str:
 def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
     files = ["repacked", DRIVERS[driver]]
     if driver == "tiled":  # the 16-token x 8-row tile it shares with the blocks drivers
-        files.insert(1, "tile16")
+        files[1:1] = ["quad_step16", "tile16"]
     if driver == "matvec":  # how it stores its rows: plainly, or with the next stage's op
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(*files)
@@ -207,7 +207,7 @@ def block_texels(fmt: str) -> int:
 
 
 # the geometry file each blocks driver is composed after: where a thread's rows and X come from
-BLOCK_GEOMETRY = {"tiled": "tile16", "matvec": "quad_rows", "splitk": "splitk_rows"}
+BLOCK_GEOMETRY = {"tiled": ("quad_step16", "tile16"), "matvec": ("quad_rows",), "splitk": ("splitk_rows",)}
 SPLITK_FORMATS = ("q4_k", "q5_k", "q6_k")  # formats with a split-K decode driver (for real GPUs)
 
 
@@ -217,7 +217,7 @@ def blocks_source(fmt: str, driver: str, epilogue: str = "") -> str:
     (after the arithmetic its decode drivers share), its store."""
     before, family = BLOCK_DRIVERS[fmt]
     dot = ["byte_place", f"blocks_{family}_dot"] if driver != "tiled" and fmt in SPLITK_FORMATS else []
-    files = ["repacked", "lanes8", "blocks_quads", BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
+    files = ["repacked", "lanes8", "blocks_quads", *BLOCK_GEOMETRY[driver], *before, *dot, f"blocks_{family}_{driver}"]
     if driver != "tiled":
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return compose(*files)

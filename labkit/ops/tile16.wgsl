@@ -3,7 +3,8 @@
 // notes on why this shape. X is the chunk's tokens in a texture (to_texture.wgsl); lane l loads
 // tokens l and 8 + l and subgroupBroadcast hands each token's 4 values to every lane.
 // A driver decodes, per word of 4 values, the 8 rows into two mat4x4 (column j: row j's 4
-// values) and calls tile_step; the tile then stores itself with tile_store.
+// values) and calls tile_step; the tile then stores itself with tile_store. Its quad_step is
+// quad_step16.wgsl's, composed before this file (the prefill attention scores share it).
 @group(0) @binding(1) var X: texture_2d<f32>;  // texel (w, t): values 4w..4w+3 of token t
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 struct Params { K: u32, rows: u32, T: u32, row0: u32, x_offset: u32, x_stride: u32, y_offset: u32, y_stride: u32 }
@@ -42,26 +43,6 @@ fn tile_step(acc: ptr<function, array<vec4<f32>, 32>>, t: Tile, w: u32, ma: mat4
     let vb = textureLoad(X, vec2<u32>(w, t.xb), 0);
     quad_step(acc, 0u, va, vb, ma);  // h a constant (Mesa inlines the call): acc's indices fold
     quad_step(acc, 1u, va, vb, mb);
-}
-
-// acc[2t + h] += token t's 4 values (lane t & 7 of va for t < 8, of vb after) times m
-fn quad_step(acc: ptr<function, array<vec4<f32>, 32>>, h: u32, va: vec4<f32>, vb: vec4<f32>, m: mat4x4<f32>) {
-    (*acc)[0u + h] += subgroupBroadcast(va, 0u) * m;
-    (*acc)[2u + h] += subgroupBroadcast(va, 1u) * m;
-    (*acc)[4u + h] += subgroupBroadcast(va, 2u) * m;
-    (*acc)[6u + h] += subgroupBroadcast(va, 3u) * m;
-    (*acc)[8u + h] += subgroupBroadcast(va, 4u) * m;
-    (*acc)[10u + h] += subgroupBroadcast(va, 5u) * m;
-    (*acc)[12u + h] += subgroupBroadcast(va, 6u) * m;
-    (*acc)[14u + h] += subgroupBroadcast(va, 7u) * m;
-    (*acc)[16u + h] += subgroupBroadcast(vb, 0u) * m;
-    (*acc)[18u + h] += subgroupBroadcast(vb, 1u) * m;
-    (*acc)[20u + h] += subgroupBroadcast(vb, 2u) * m;
-    (*acc)[22u + h] += subgroupBroadcast(vb, 3u) * m;
-    (*acc)[24u + h] += subgroupBroadcast(vb, 4u) * m;
-    (*acc)[26u + h] += subgroupBroadcast(vb, 5u) * m;
-    (*acc)[28u + h] += subgroupBroadcast(vb, 6u) * m;
-    (*acc)[30u + h] += subgroupBroadcast(vb, 7u) * m;
 }
 
 // Y row for one token: the 8 rows r.. that exist
