@@ -187,13 +187,13 @@ def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
     assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"attn_ctx {'decode' if T == 1 else 'prefill'}")
 
 
-@pytest.mark.parametrize("H,KV,hd", [(14, 2, 96), (8, 8, 40), (4, 1, 256)])
-def test_a_decode_step_attends_as_the_prefill_does_bit_for_bit(gpu, H, KV, hd):
+@pytest.mark.parametrize("H,KV,hd,S", [(14, 2, 96, 37), (8, 8, 40, 37), (4, 1, 256, 37), (4, 2, 64, 9)])
+def test_a_decode_step_attends_as_the_prefill_does_bit_for_bit(gpu, H, KV, hd, S):
     """The decode kernels (a thread per key or vec4 for a group of heads) sum in the prefill
     kernels' order: the last query's scores and context are the same floats either way, so a
-    position's logits do not depend on whether a prefill or a decode step computed it."""
+    position's logits do not depend on whether a prefill or a decode step computed it. S = 9: a
+    prompt shorter than the prefill tile, whose scores kernel is attn_scores_prefill_short.wgsl."""
     r = rng()
-    S = 37
     q, k, v = r.standard_normal((S, H * hd)), r.standard_normal((S, KV * hd)), r.standard_normal((S, KV * hd))
     P = dict(n_heads=H, n_kv_heads=KV, head_dim=hd, window=0, scale=1 / np.sqrt(hd), softcap=0.0, sinks=0)
 

@@ -121,15 +121,19 @@ def shapes(stage) -> tuple[list[str], str]:
 GENERAL = ("attn_scores", "attn_mask")  # the general kernel and its mask
 DECODE = ("lanes8", "attn_scores_decode")  # the decode kernel, after the lane sharing it uses
 PREFILL = ("quad_step16", "attn_scores_prefill")  # the prefill kernel, after the tile step it shares with the matmul
+PREFILL_SHORT = ("attn_scores_prefill_short",)  # a prompt shorter than the prefill tile (PREFILL_TILE)
+PREFILL_TILE = wgsl_const(compose(*PREFILL), "QUERIES_PER_WG", 16)  # the prefill kernel's queries a workgroup
 
 
-def _paths(prefill: tuple[str, ...], decode: tuple[str, ...], general: tuple[str, ...] = GENERAL):
+def _paths(prefill: tuple[str, ...], decode: tuple[str, ...], general: tuple[str, ...] = GENERAL,
+           prefill_short: tuple[str, ...] = PREFILL_SHORT):  # fmt: skip
     """The kernel by pass shape, each a tuple of files composed in order: `prefill` for a fresh
-    prompt, `decode` for one new token, `general` for several new tokens after cached ones."""
+    prompt (`prefill_short` below PREFILL_TILE tokens), `decode` for one new token, `general` for
+    several new tokens after cached ones."""
 
     def pick(shape: PassShape) -> str:
         if shape.n_past == 0:
-            return compose(*prefill)
+            return compose(*(prefill if shape.T >= PREFILL_TILE else prefill_short))
         return compose(*(decode if shape.T == 1 else general))
 
     return pick
@@ -162,7 +166,7 @@ OP = Op(
             "decode_uses_prefill",
             "decode runs the prefill kernel, which assumes no cached positions: the new token attends to "
             "position 0 only (000, phase 1)",
-            _paths(PREFILL, PREFILL, PREFILL),
+            _paths(PREFILL_SHORT, PREFILL_SHORT, PREFILL_SHORT),  # the prefill kernel of any prompt length
             faulty=True,
         ),
         Kernel(
