@@ -1,5 +1,5 @@
 // One step of a 16 x 8 register tile shared through subgroupBroadcast (tile16.wgsl's matmul tile,
-// attn_scores_tiled.wgsl's scores): no bindings, so any kernel with such a tile composes it.
+// attn_scores_prefill.wgsl's scores): no bindings, so any kernel with such a tile composes it.
 // Lane l of a group of 8 holds vector l in va and vector 8 + l in vb; every lane of the subgroup
 // wants the same 16 (a workgroup shares its tokens or queries), so any subgroup of 8 or more lanes
 // serves.
