@@ -1,6 +1,6 @@
 // Matmul driver for decode (T = 1) on the legacy formats in grouped blocks (blocks_group.wgsl, and
-// the format's file, composed before this one): same bindings and Params as matmul_matvec.wgsl, the
-// geometry and X's sharing of quad_rows.wgsl. A block is 32 values: lane l loads values 4l .. 4l + 3
+// the format's file, composed before this one): Params as matmul_matvec.wgsl's; X (a texture), the
+// geometry and X's sharing are quad_rows.wgsl's. A block is 32 values: lane l loads values 4l .. 4l + 3
 // and subgroupBroadcast hands all 32 to every lane; each of a thread's 4 rows reads its block's
 // quant texels once, and its group's other fields once per 8 blocks.
 
@@ -32,7 +32,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let a3 = aux_of(q.b3 + o);
         let n = min(GROUP_BLOCKS, blocks - gi * GROUP_BLOCKS);  // the last group may hold fewer
         for (var i = 0u; i < n; i++) {
-            let x = broadcast8(X[q.xl + 8u * (gi * GROUP_BLOCKS + i)]);
+            let x = broadcast8(x_lane(q, 8u * (gi * GROUP_BLOCKS + i)));
             let sx = dot(x.a + x.b + x.c + x.d + x.e + x.f + x.g + x.h, vec4<f32>(1.0));
             acc += vec4<f32>(block_dot(block_at(q.b0 + o, i, a0), x, sx), block_dot(block_at(q.b1 + o, i, a1), x, sx),
                              block_dot(block_at(q.b2 + o, i, a2), x, sx), block_dot(block_at(q.b3 + o, i, a3), x, sx));

@@ -1,7 +1,7 @@
 // Matmul driver for decode (T = 1) on Q4_K and Q5_K weights in the blocks layout: the GGUF
 // blocks themselves in texels, read with textureLoad (the format's file, blocks_q4_k.wgsl or
-// blocks_q5_k.wgsl, composed before this one, says where each field lives). Same bindings and
-// Params as matmul_matvec.wgsl; the geometry and X's sharing are quad_rows.wgsl's.
+// blocks_q5_k.wgsl, composed before this one, says where each field lives). Params as
+// matmul_matvec.wgsl's; X (a texture), the geometry and X's sharing are quad_rows.wgsl's.
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
 // matmul_matvec.wgsl); a sub-block's sum of X serves the - dmin * m term of all 8 rows.
 // The chunk arithmetic is blocks_k_dot.wgsl's.
@@ -34,11 +34,11 @@ fn chunk_quad(q: QuadRows, o: u32, c: u32, xl: Vec8, xh: Vec8, sums: vec2<f32>, 
                      chunk_row(q.b3 + o, c, xl, xh, pick(qb.s3, c), sums, qb.h3));
 }
 
-// Both quads' sums over chunk c into acc; xi: this lane's first vec4 of the chunk's X.
+// Both quads' sums over chunk c into acc; xi: the chunk's first vec4 of X.
 fn chunk_quads(acc: ptr<function, array<vec4<f32>, 2>>, q: array<QuadRows, 2>, o: u32, c: u32, xi: u32,
                qb: array<QuadBlock, 2>) {
-    let xl = broadcast8(X[xi] * BYTE_PLACE);
-    let xh = broadcast8(X[xi + 8u] * BYTE_PLACE);
+    let xl = broadcast8(x_lane(q[0], xi) * BYTE_PLACE);
+    let xh = broadcast8(x_lane(q[0], xi + 8u) * BYTE_PLACE);
     let sums = vec2<f32>(x32_sum(xl), x32_sum(xh));
     (*acc)[0] += chunk_quad(q[0], o, c, xl, xh, sums, qb[0]);
     (*acc)[1] += chunk_quad(q[1], o, c, xl, xh, sums, qb[1]);
@@ -57,7 +57,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var k = 0u; k < P.K / 256u; k++) {
         let o = k * QUAD * BLOCK_TEXELS;
         let qb = array<QuadBlock, 2>(quad_block(q[0], o), quad_block(q[1], o));
-        let xi = first.xl + 64u * k;
+        let xi = 64u * k;
         // the 4 chunks written out, not looped (see the header)
         chunk_quads(&acc, q, o, 0u, xi, qb);
         chunk_quads(&acc, q, o, 1u, xi + 16u, qb);

@@ -1,7 +1,7 @@
 // Matmul driver for decode (T = 1) on Q6_K weights in the blocks layout (blocks_repack.wgsl):
 // the GGUF blocks themselves, 210 bytes padded to 224 = 14 texels, read with textureLoad.
-// 7 bits a weight, where the int8 layout takes 12. Same bindings and Params as
-// matmul_matvec.wgsl; the geometry and X's sharing are quad_rows.wgsl's.
+// 7 bits a weight, where the int8 layout takes 12. Params as
+// matmul_matvec.wgsl's; X (a texture), the geometry and X's sharing are quad_rows.wgsl's.
 //
 // The block's layout and a quarter's arithmetic are blocks_q6_k_dot.wgsl's.
 // Each lane loads 4 of every 32 values of X and subgroupBroadcast shares them (as
@@ -41,10 +41,10 @@ fn half_quad(q: QuadRows, o: u32, n: u32, x: array<Vec8, 4>, s: array<Scales6, 4
                      half_row(q.b2 + o, n, x, half_scales(s[2], n)), half_row(q.b3 + o, n, x, half_scales(s[3], n)));
 }
 
-// A half's X, placed and shared once for the 8 rows: its 4 quarters, lane l's share from X[xi + 8 g]
-fn half_x(xi: u32) -> array<Vec8, 4> {
-    return array<Vec8, 4>(broadcast8(X[xi] * BYTE_PLACE), broadcast8(X[xi + 8u] * BYTE_PLACE), broadcast8(X[xi + 16u] * BYTE_PLACE),
-                         broadcast8(X[xi + 24u] * BYTE_PLACE));
+// A half's X, placed and shared once for the 8 rows: its 4 quarters, quarter g from vec4s xi + 8 g ..
+fn half_x(q: QuadRows, xi: u32) -> array<Vec8, 4> {
+    return array<Vec8, 4>(broadcast8(x_lane(q, xi) * BYTE_PLACE), broadcast8(x_lane(q, xi + 8u) * BYTE_PLACE),
+                          broadcast8(x_lane(q, xi + 16u) * BYTE_PLACE), broadcast8(x_lane(q, xi + 24u) * BYTE_PLACE));
 }
 
 // A quad's 4 rows' scales for the block at texel offset o, read once per block.
@@ -65,12 +65,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var k = 0u; k < P.K / 256u; k++) {
         let o = k * QUAD * BLOCK_TEXELS;
         let s = array<array<Scales6, 4>, 2>(quad_scales(first, o), quad_scales(second, o));
-        let xi = first.xl + 64u * k;
+        let xi = 64u * k;
         // the 2 halves written out, not looped (see the header)
-        let xa = half_x(xi);
+        let xa = half_x(first, xi);
         acc[0] += half_quad(first, o, 0u, xa, s[0]);
         acc[1] += half_quad(second, o, 0u, xa, s[1]);
-        let xb = half_x(xi + 32u);
+        let xb = half_x(first, xi + 32u);
         acc[0] += half_quad(first, o, 1u, xb, s[0]);
         acc[1] += half_quad(second, o, 1u, xb, s[1]);
     }
