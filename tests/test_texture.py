@@ -25,14 +25,16 @@ def gpu():
 
 def test_texture_bindings_of_the_shipped_kernels():
     """The prefill scores kernel reads q and K as textures, the prefill context kernel V, the tiled
-    matmul driver X; the decode matvec, the decode scores and context kernels and the fused tiers
-    read buffers."""
+    and the matvec matmul drivers X; the split-K matvec (for real GPUs), the decode scores and
+    context kernels and the fused tiers read buffers."""
     assert texture_bindings(wgsl_file("attn_scores_prefill")) == {0, 1}
     ctx = get_kernel("attn_ctx", "default")
     assert texture_bindings(ctx.source(PassShape(T=9, n_past=0))) == {1}
     assert texture_bindings(ctx.source(PassShape(T=1, n_past=9))) == frozenset()  # decode reads the cache buffer
     assert texture_bindings(wgsl_file("tile16")) == {1}  # the tiled drivers' X
-    assert texture_bindings(wgsl_file("matmul_matvec")) == frozenset()
+    assert texture_bindings(wgsl_file("matmul_matvec")) == {1}  # llvmpipe loads a buffer a lane at a time
+    assert texture_bindings(wgsl_file("quad_rows")) == {1}  # the blocks layout's matvec drivers
+    assert texture_bindings(wgsl_file("splitk_rows")) == frozenset()
     assert texture_bindings(wgsl_file("attn_scores_decode")) == frozenset()
     assert texture_bindings(kernel_source("attn_ctx", "streaming")) == frozenset()
 

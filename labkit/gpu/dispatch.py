@@ -30,6 +30,7 @@ class Dispatch:
     label: str = ""
     tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
     resources: tuple = ()  # what bind_group binds, its uniform moved last (labkit.gpu.step_refresh reads it)
+    filled: tuple = ()  # a texture fill's (Rows, view): the rows it copies and the texture it fills
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:

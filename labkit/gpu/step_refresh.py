@@ -8,14 +8,15 @@ moves is its uniform bytes and its workgroup count. Planning it afresh cost abou
 a stage (Gemma 3 270M: 90 such stages, 9 ms of a step's 15 ms of planning).
 
 The V projection of a decode step writes the cache at its position too: its matmul keeps its
-dispatch (the weight, X and the cache bound whole) and moves its uniform's y_offset.
+dispatch (the weight, X and the cache bound whole) and moves its uniform's y_offset; the fill of
+its X texture, from the same rows every step, is kept as it is.
 
 `refresh` runs the op's own `plan` against a `RefreshContext`: the stage context with the kept
 plan's output buffer, whose `dispatch` and `matmul` hand out the kept dispatches (`KeptDispatches`)
 with new uniform slots and workgroup counts instead of building new ones. So the values are the
 op's own, from one implementation (labkit.gpu.matmul's for a matmul). Anything that would need a
-new object (a bigger buffer, other operands, another pipeline, a texture fill, a fused next stage,
-a bias's product) raises `Replan`, and the stage is planned afresh.
+new object (a bigger buffer, other operands, another pipeline, a texture fill of other rows, a fused
+next stage, a bias's product) raises `Replan`, and the stage is planned afresh.
 """
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ class KeptDispatches:
         return Dispatch(old.pipeline, old.bind_group, workgroups, old.label, old.tables, old.resources)
 
     def fill(self, gpu: Any, rows: Any, label: str) -> tuple[Any, Dispatch]:
-        raise Replan  # a texture fill makes a texture
+        """The kept fill of the same rows (a matmul's X: the same region every step), and its texture."""
+        old = self.old[self.taken] if self.taken < len(self.old) else None
+        if old is None or old.filled[:1] != (rows,):
+            raise Replan  # other rows: a fill of them makes a texture
+        self.taken += 1
+        return old.filled[1], old
 
 
 class RefreshContext(StageContext):

@@ -67,7 +67,7 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     values = dict(width=rows.width, rows=rows.rows, offset=rows.offset, stride=rows.stride)
     bg = bind(gpu, pipeline, [rows.buffer, view, uniform_bytes(gpu, FILL_PARAMS.pack(src, values))])
     n_wg = -(-rows.rows * (rows.width // 4) // 64)
-    return view, Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), f"to texture: {label}")
+    return view, Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), f"to texture: {label}", filled=(rows, view))
 
 
 def bind_operands(gpu: Any, source: str, operands: list[Any], label: str) -> tuple[list[Any], list[Dispatch]]:

@@ -1,23 +1,24 @@
 // Matmul driver for decode (T = 1) on repacked weights (repack.wgsl): each thread owns one
 // quad of weight rows of one token; a workgroup covers 128 rows. Same bindings, Params and
 // geometry constants as matmul.wgsl, except that W holds one window in the repacked layout
-// and X is read as vec4 (x_offset, x_stride multiples of 4). Composed after a line declaring
-// the format's GROUP.
+// and X is a texture (texel (w, t): values 4w..4w+3 of token t), which to_texture.wgsl fills
+// before the driver runs, as the tiles' X. Composed after a line declaring the format's GROUP.
 //
-// Per 32 values of K, lane l loads X[k + 4l .. k + 4l + 3] and subgroupBroadcast shares them,
+// Per 32 values of K, lane l loads vec4 l of them and subgroupBroadcast shares them,
 // so each X value is loaded once per subgroup, not once per lane; one texel of W brings a
 // word of all 4 rows, and each group's scales and offsets come once per group.
-// X stays a storage buffer: it is read once per subgroup, so a texture would not pay for the
-// dispatch that fills it. Measured in one decode step of Gemma after 64 tokens (lavapipe,
-// GB/s of GGUF bytes): Q8_0 6.0 and Q5_0 8.7 with X in a buffer, 4.5 and 1.4 with X copied
-// into a texture first (a whole step: 91 ms against 101).
+// X is a texture because llvmpipe loads a storage buffer a lane at a time. On lavapipe (AMD EPYC
+// family 25, 2 cores, AVX2, best of 7, alternating, the fill included; the same floats), against X
+// in a buffer: Q8_0 8192 x 2048 7.12 -> 5.19 ms, 2048 x 640 0.94 -> 0.49 ms, 640 x 640 0.41 ->
+// 0.32 ms; Q5_0 8192 x 2048 7.20 -> 5.15 ms; Q4_1 576 x 576 0.30 -> 0.27 ms. (On an Intel Xeon
+// with AVX-512, with an earlier driver, the fill did not pay: a Gemma decode step 91 ms against 101.)
 // 32 threads a workgroup (128 rows): against 64, SmolLM2 decode went from 12.5 to 13.0 tok/s
 // and Gemma's from 11.5 to 11.8 (fewer rows computed past the end of 192-, 576- and 640-row
 // weights; 16 threads lost on Gemma's 262 144-row unembedding).
 // Needs subgroups of at least 8 lanes.
 // Y, Params and `store4` come from the composed store file: matvec_store.wgsl (plain), or
 // matvec_store_epilogue.wgsl (fused with the elementwise stage after the matmul).
-@group(0) @binding(1) var<storage, read> X: array<vec4<f32>>;
+@group(0) @binding(1) var X: texture_2d<f32>;
 
 const ROWS_PER_THREAD: u32 = 4u;
 const ROWS_PER_WG: u32 = 128u;  // 32 threads x ROWS_PER_THREAD
@@ -38,7 +39,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let words = P.K / 4u;
     let gpr = P.K / GROUP;
     let s = quads * words + 2u * q * gpr;
-    let xl = (P.x_offset + t * P.x_stride) / 4u + (lane & 7u);
+    let xl = lane & 7u;  // this lane's first vec4 of X (x_offset is the fill's)
     var acc = vec4<f32>();
     // 32 values (8 words) per step; a group is 32 values, or 16 (Q6_K: two per step)
     for (var c = 0u; c < P.K / 32u; c++) {
@@ -52,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             sb = bitcast<vec4<f32>>(slot(s + 2u * g1));
             ob = bitcast<vec4<f32>>(slot(s + 2u * g1 + 1u));
         }
-        let v = X[xl + 8u * c];
+        let v = textureLoad(X, vec2<u32>(xl + 8u * c, t), 0);
         let w = q * words + 8u * c;
         acc += subgroupBroadcast(v, 0u) * quad4(slot(w), sa, oa);
         acc += subgroupBroadcast(v, 1u) * quad4(slot(w + 1u), sa, oa);
