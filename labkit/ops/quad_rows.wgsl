@@ -3,9 +3,9 @@
 // owns one or two quads of rows of one token: the driver declares ROWS_PER_THREAD, 4 or 8, and
 // ROWS_PER_WG, its workgroup's threads' rows), 32 values of X shared through the subgroup (lanes8.wgsl's
 // broadcast8), and where a thread's rows start in the weight's texture (blocks_quads.wgsl).
-// X is a texture, not a storage buffer as in matmul_matvec.wgsl: llvmpipe loads a storage buffer a
-// lane at a time, and at these widths those loads took a fifth of the driver's time, more than the
-// fill's dispatch costs. On lavapipe (AMD EPYC family 25, 2 cores, best of 7, alternating, the fill
+// X is a texture, as in matmul_matvec.wgsl and the prefill tiles: llvmpipe loads a storage buffer a
+// lane at a time, and those loads took a fifth of the driver's time, more than the fill's dispatch
+// costs. On lavapipe (AMD EPYC family 25, 2 cores, best of 7, alternating, the fill
 // included; same floats): Q4_K 8192 x 2048 4.52 -> 3.85 ms, 4096 x 14336 13.3 -> 10.7 ms,
 // 2048 x 2048 1.14 -> 0.99 ms; Q6_K 32768 x 2048 23.1 -> 19.3 ms, 8192 x 2048 6.08 -> 5.17 ms.
 @group(0) @binding(1) var X: texture_2d<f32>;  // texel (w, t): values 4w..4w+3 of token t
