@@ -346,3 +346,38 @@ def test_add_writes_at_output_offset(gpu):
     assert np.all(got[:y_off] == -7.0) and np.all(got[y_off + a.size :] == -7.0), f"add wrote outside (seed {SEED})"
     want = a + np.tile(bias, rows)
     assert np.array_equal(got[y_off : y_off + a.size], want), f"add at offset {y_off} differs (seed {SEED})"
+
+
+Y_BINDING = "@group(0) @binding(0) var<storage, read_write> Y: array<f32>;"
+Y_AT_1 = "@group(0) @binding(1) var<storage, read_write> Y: array<f32>;"
+
+
+def _write_pipeline(gpu, bindings: str, value: str):
+    src = f"{bindings}\n@compute @workgroup_size(1) fn main() {{ Y[0] = {value}; }}"
+    return compile_pipeline(gpu, src, label="encode test")
+
+
+def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu):
+    """encode records through wgpu-native's own functions (dispatch._record_native): each dispatch
+    runs its own pipeline over its own bind group, in the order given."""
+    from labkit.gpu import dispatch
+
+    assert dispatch._NATIVE_PASS_CALLS is not None, "the native recording path is the one under test"
+    y = empty(gpu, 4)
+    store = _write_pipeline(gpu, Y_BINDING, "3.5")
+    double = _write_pipeline(gpu, Y_BINDING, "Y[0] * 2.0")
+    run(gpu, [Dispatch(store, bind(gpu, store, [y]), grid(1)), Dispatch(double, bind(gpu, double, [y]), grid(1))])
+    got = np.frombuffer(gpu.queue.read_buffer(y), np.float32)[0]
+    assert got == 7.0, f"store then double gave {got}, want 7.0"
+
+
+def test_a_dispatch_over_another_pipelines_bind_group_raises(gpu):
+    """The native recording path skips wgpu-py's per-call checks; wgpu still validates the pass
+    when its encoder finishes, so a mismatched bind group is a GPUValidationError, not silence."""
+    y, u = empty(gpu, 4), uniform_bytes(gpu, np.zeros(4, np.float32).tobytes())
+    plain = _write_pipeline(gpu, Y_BINDING, "1.0")
+    uniform_then_y = "@group(0) @binding(0) var<uniform> U: vec4<f32>;\n" + Y_AT_1
+    with_uniform = _write_pipeline(gpu, uniform_then_y, "U.x")
+    wrong = Dispatch(plain, bind(gpu, with_uniform, [u, y]), grid(1))
+    with pytest.raises(wgpu.GPUValidationError):
+        run(gpu, [wrong])
