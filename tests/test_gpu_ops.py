@@ -357,12 +357,16 @@ def _write_pipeline(gpu, bindings: str, value: str):
     return compile_pipeline(gpu, src, label="encode test")
 
 
-def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu):
-    """encode records through wgpu-native's own functions (dispatch._record_native): each dispatch
-    runs its own pipeline over its own bind group, in the order given."""
+@pytest.mark.parametrize("path", ["native", "wgpu-py"])
+def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu, path, monkeypatch):
+    """encode records through wgpu-native's own functions (dispatch._record_native), or wgpu-py's
+    methods where this wgpu-py has none: either way each dispatch runs its own pipeline over its
+    own bind group, in the order given."""
     from labkit.gpu import dispatch
 
-    assert dispatch._NATIVE_PASS_CALLS is not None, "the native recording path is the one under test"
+    assert dispatch._NATIVE_PASS_CALLS is not None, "this wgpu-py no longer offers the native recording path"
+    if path == "wgpu-py":
+        monkeypatch.setattr(dispatch, "_NATIVE_PASS_CALLS", None)
     y = empty(gpu, 4)
     store = _write_pipeline(gpu, Y_BINDING, "3.5")
     double = _write_pipeline(gpu, Y_BINDING, "Y[0] * 2.0")
