@@ -65,14 +65,18 @@ def assert_close(got, want, thresh: float, what: str):
     assert err <= thresh, f"{what}: nmse {err:.3e} > {thresh:.0e}, max|diff| {mx:.3e} (seed {SEED})"
 
 
-@pytest.mark.parametrize("n_groups,group", [(1, 640), (7, 640), (28, 256), (5, 37)])
-def test_rmsnorm(gpu, n_groups, group):
+@pytest.mark.parametrize("driver", ["lanes8", "wide"])
+@pytest.mark.parametrize("n_groups,group", [(1, 640), (7, 640), (28, 256), (5, 37), (1, 4099)])
+def test_rmsnorm(gpu, n_groups, group, driver):
+    """Both correct drivers: 8 threads a group (CPU) and a workgroup of 256 a group (GPU), on rows
+    narrower and wider than 256 and of odd width."""
+    source = get_kernel("rmsnorm", driver).source()
     r = rng()
     x = r.standard_normal((n_groups, group)) * r.uniform(0.1, 100)
     w = r.standard_normal(group)
     y = empty(gpu, x.size)
     values = {"n_groups": n_groups, "group": group, "eps": 1e-6}
-    launch(gpu, "rmsnorm", [buf(gpu, x), buf(gpu, w), y], values, rmsnorm.workgroups(n_groups))
+    launch(gpu, "rmsnorm", [buf(gpu, x), buf(gpu, w), y], values, rmsnorm.workgroups(n_groups, source), source)
     assert_close(read(gpu, y, x.size), rmsnorm.rmsnorm(x, w, 1e-6, group).ravel(), 1e-12, "rmsnorm")
 
 

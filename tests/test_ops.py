@@ -104,7 +104,7 @@ def cases_embed() -> list[OpCase]:
 
 def cases_rmsnorm() -> list[OpCase]:
     r, out = _rng("rmsnorm"), []
-    for n_groups, group, mag in ((1, 640, 1.0), (7, 64, 30.0), (5, 37, 0.2), (3, 256, 1e-4)):
+    for n_groups, group, mag in ((1, 640, 1.0), (7, 64, 30.0), (5, 37, 0.2), (3, 256, 1e-4), (2, 4099, 3.0)):
         w: dict = {}
         name = _vector(w, "norm.weight", 1.0 + 0.1 * r.standard_normal(group))
         x = r.standard_normal((n_groups, group)) * mag

@@ -290,15 +290,16 @@ def test_layer_binding_on_a_live_lab_and_its_typed_errors(tiny_model):
 
 
 def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
-    """The matmul default follows the adapter: forcing the adapter type to a discrete GPU (what an
-    H100 reports) runs wg_reduce, a CPU adapter the blocks kernels (Q4_K's own width); both pass, and
-    a selection wins."""
+    """The matmul and rmsnorm defaults follow the adapter: forcing the adapter type to a discrete GPU
+    (what an H100 reports) runs wg_reduce and the workgroup-wide rmsnorm, a CPU adapter the blocks
+    kernels (Q4_K's own width) and 8 threads a norm; both pass, and a selection wins."""
     lab = labkit.open(tiny_model("llama", "Q4_K"))
     assert lab.kernels()["q"] | {"why": ""} == {"family": "matmul_q4_k", "kernel": "blocks", "why": ""}
+    assert lab.kernels()["attn_norm"]["kernel"] == "lanes8"
     lab.executor.adapter_type = "DiscreteGPU"
     kinds = lab.kernels()
     assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]
-    assert kinds["attn_norm"]["kernel"] == "default"
+    assert kinds["attn_norm"]["kernel"] == "wide" and "DiscreteGPU" in kinds["attn_norm"]["why"]
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
     assert cmp.passed, cmp.table(only_failed=True)
     lab.use("matmul_q4_k", "row")
