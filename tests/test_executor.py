@@ -101,15 +101,20 @@ def test_kv_cached_decode_matches_reference_decode(tiny_model, arch):
     assert gpu.ids == ref.ids
 
 
+@pytest.mark.parametrize("adapter", ["CPU", "DiscreteGPU"])
 @pytest.mark.parametrize("arch", ["gemma3", "llama", "qwen2"])
-def test_decode_pass_stages_match_reference_with_cache(tiny_model, arch):
+def test_decode_pass_stages_match_reference_with_cache(tiny_model, arch, adapter):
     """Decode steps (T=1 after 9 and 10 cached positions, past the gemma window of 4) stage by
-    stage, on the same KV history as the reference. qwen2's biased v goes into the cache at n_past."""
+    stage, on the same KV history as the reference. qwen2's biased v goes into the cache at n_past.
+    Under a discrete GPU's adapter type the defaults are a real GPU's (wide rmsnorm, masked_wide
+    context, wg_reduce matmuls), run here on lavapipe."""
     from labkit.captures import Run
     from labkit.model.reference import KVCache
 
     lab = labkit.open(tiny_model(arch, "Q5_0"))
     ex = lab.executor
+    ex.adapter_type = adapter
+    assert lab.kernels()["attn_ctx"]["kernel"] == ("masked_wide" if adapter == "DiscreteGPU" else "masked")
     cache = ex.new_cache(len(IDS) + 2)
     ex.run_pass(IDS, cache, names=[])
     rc = KVCache()

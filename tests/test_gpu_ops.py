@@ -131,6 +131,7 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
         (17, 60, 2, 1, 48, 40),  # a partial tile, a window across the chunk edge, head_dim % 64 != 0
         (1, 40, 14, 2, 96, None),  # decode: 7 heads a KV head (a group of 4 and one of 3), head_dim % 32 == 0
         (1, 36, 8, 8, 40, 19),  # decode: one head a KV head, head_dim % 32 != 0, 37 keys in a window of 19
+        (1, 299, 8, 2, 64, 97),  # decode: 300 keys, a window of 97 not a multiple of the wide driver's 32 slices
     ],
 )
 @pytest.mark.parametrize("path,sinks", [("default", False), ("general", False), ("default", True)])
@@ -185,10 +186,11 @@ def test_attention_stages(gpu, path, sinks, T, n_past, H, KV, hd, window):
         assert not np.isnan(got).any(), f"{name}: {int(np.isnan(got).sum())} outputs unwritten (seed {SEED})"
         assert_close(got, want_c, 1e-11, f"{name} attention")
 
-    ctx = empty(gpu, T * H * hd)  # the pass shape's kernel: prefill tiles, or one vec4 a thread in a decode step
-    ctx_src = get_kernel("attn_ctx", "default").source(PassShape(T, n_past))
-    launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.unfused_workgroups(ctx_src, T, vals), ctx_src)
-    assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"attn_ctx {'decode' if T == 1 else 'prefill'}")
+    for name in ("masked", "masked_wide"):  # the pass shape's kernel: prefill tiles, or a decode step's units
+        ctx = empty(gpu, T * H * hd)
+        ctx_src = get_kernel("attn_ctx", name).source(PassShape(T, n_past))
+        launch(gpu, "attn_ctx", [probs, vr, ctx], vals, attn_ctx.unfused_workgroups(ctx_src, T, vals), ctx_src)
+        assert_close(read(gpu, ctx, T * H * hd), want_c, 1e-11, f"{name} {'decode' if T == 1 else 'prefill'}")
 
 
 @pytest.mark.parametrize("H,KV,hd,S", [(14, 2, 96, 37), (8, 8, 40, 37), (4, 1, 256, 37), (4, 2, 64, 9)])
@@ -253,11 +255,13 @@ def test_attn_ctx_sums_the_keys_the_mask_shows(gpu, T, n_past, window):
     want = attn_ctx.context(p, v, H, KV, hd)
     without_bad = v.copy()
     without_bad[bad_key] = 0.0
-    for kernel in ("default", "every_key"):
+    for kernel in ("masked", "masked_wide", "every_key"):
         assert_close(ctx_of(kernel, v).ravel(), want.ravel(), 1e-11, kernel)
-    got = ctx_of("default", v_inf)[masked]
-    assert np.isfinite(got).all(), "default: an inf at a masked key reached the context"
-    assert_close(got.ravel(), attn_ctx.context(p, without_bad, H, KV, hd)[masked].ravel(), 1e-11, "default, inf V")
+    for kernel in ("masked", "masked_wide"):
+        got = ctx_of(kernel, v_inf)[masked]
+        assert np.isfinite(got).all(), f"{kernel}: an inf at a masked key reached the context"
+        want_masked = attn_ctx.context(p, without_bad, H, KV, hd)[masked].ravel()
+        assert_close(got.ravel(), want_masked, 1e-11, f"{kernel}, inf V")
     assert np.isnan(ctx_of("every_key", v_inf)[masked]).all(), "every_key: 0 * inf at a masked key must be NaN"
 
 

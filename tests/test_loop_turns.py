@@ -101,7 +101,7 @@ def test_unfused_decode_is_right_at_its_longest_context(gpu):
     """The unfused decode kernel (V a buffer, so no 16384-row texture bound) loops a key a turn: at
     65534 keys, the most the cap allows, one head of 16 dims against numpy; on a GPU, 70000."""
     cap = gpu.loop_turn_cap
-    keys = attn_loop_turns.max_keys("default", 16, cap) if cap else 70000
+    keys = attn_loop_turns.max_keys("masked", 16, cap) if cap else 70000
     assert not cap or keys == cap - 1
     r = np.random.default_rng(11)
     p = softmax.softmax(r.standard_normal((1, 1, keys)) * 3)
@@ -136,5 +136,5 @@ def test_a_pass_past_the_bound_is_a_typed_error(tiny_model, monkeypatch):
         lab.run(ids, names=["logits"])
     lab.use("attn_ctx", "default")
     assert np.isfinite(lab.run(ids, names=["logits"]).logits()).all()
-    with pytest.raises(GpuLimitError, match="default attention kernel over 80 keys"):
+    with pytest.raises(GpuLimitError, match="masked attention kernel over 80 keys"):
         lab.run(list(range(1, 81)), names=["logits"])

@@ -227,6 +227,7 @@ ATTENTION_SHAPES = (
     (6, 2, 4, 2, 64, 5, 2.5),  # gemma2: scores soft-capped before the mask
     (170, 0, 2, 1, 32, 20, 0.0),  # prefill: 2 key workgroups of the scores tile, one wholly before the window
     (1, 40, 14, 2, 96, None, 0.0),  # decode: 7 heads a KV head (groups of 4 and 3)
+    (1, 299, 8, 2, 64, 97, 0.0),  # decode: 300 keys in a window of 97, over the wide driver's 32 slices
     (1, 36, 8, 8, 40, 19, 2.5),  # decode: one head a KV head, head_dim % 32 != 0, capped, in a window
 )
 

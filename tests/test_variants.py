@@ -300,6 +300,7 @@ def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
     kinds = lab.kernels()
     assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]
     assert kinds["attn_norm"]["kernel"] == "wide" and "DiscreteGPU" in kinds["attn_norm"]["why"]
+    assert kinds["attn_ctx"]["kernel"] == "masked_wide"
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))
     assert cmp.passed, cmp.table(only_failed=True)
     lab.use("matmul_q4_k", "row")

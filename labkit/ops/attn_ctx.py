@@ -72,13 +72,14 @@ def shapes(stage) -> tuple[list[str], str]:
     )
 
 
-def _with_keys(keys: str):
+def _with_keys(keys: str, decode: str = "attn_ctx_decode"):
     """The context kernel with a key range (masked or every key): tiles of tokens reading V as a
-    texture in a prefill, one vec4 of dims a thread reading the cache buffer in a decode step (T = 1)."""
+    texture in a prefill, one vec4 of dims a thread reading the cache buffer in a decode step (T = 1),
+    its keys walked by one thread (attn_ctx_decode) or split over 32 (attn_ctx_decode_wide)."""
 
     def pick(shape: PassShape) -> str:
         if shape.T == 1:
-            return compose("lanes8", "attn_ctx_io", "attn_ctx_decode", "attn_ctx_v_buffer", keys)
+            return compose("lanes8", "attn_ctx_io", "attn_ctx_decode_unit", decode, "attn_ctx_v_buffer", keys)
         return compose("attn_ctx_io", "attn_ctx", "attn_ctx_v_texture", keys)
 
     return pick
@@ -100,9 +101,19 @@ OP = Op(
     kernels=(
         Kernel(
             "attn_ctx",
-            "default",
-            "the correct kernel (reads the probabilities): sums the keys the mask lets a query see",
+            "masked",
+            "the correct kernel (reads the probabilities): sums the keys the mask lets a query see; in a "
+            "decode step one thread walks a unit's keys (the default on a CPU)",
             _with_keys("attn_ctx_keys_masked"),
+            prefer="cpu",
+        ),
+        Kernel(
+            "attn_ctx",
+            "masked_wide",
+            "masked, with a decode step's keys split over 32 threads a unit (the default on a real GPU: one "
+            "thread a unit took 126 us a layer at 512 keys on an H200)",
+            _with_keys("attn_ctx_keys_masked", "attn_ctx_decode_wide"),
+            prefer="gpu",
         ),
         Kernel(
             "attn_ctx",

@@ -8,7 +8,7 @@ inner loops out to keep the count near two a key (streaming) or 300 a chunk of 6
 and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are read off
 the WGSL's loops, with a measured margin for the tiled tier (UNMODELED); tests check each tier
 right at its bound on lavapipe, and docs/architecture.md gives where each went wrong past it.
-The unfused kernels (`default`, `every_key`) loop once over the keys too, a key a turn, so in a
+The unfused kernels (`masked`, `masked_wide`, `every_key`) loop once over the keys too, a key a turn, so in a
 decode step, whose V is a buffer and not a texture of at most 16384 rows, they meet the cap at
 65535 keys of context."""
 
@@ -55,7 +55,13 @@ def tiled_turns(n_keys: int, head_dim: int) -> int:
 UNMODELED = 8  # turns a chunk takes that the loops above do not show: 299-303 measured against 298
 
 
-TURNS = {"default": unfused_turns, "every_key": unfused_turns, "streaming": streaming_turns, "tiled": tiled_turns}
+TURNS = {
+    "masked": unfused_turns,
+    "masked_wide": unfused_turns,
+    "every_key": unfused_turns,
+    "streaming": streaming_turns,
+    "tiled": tiled_turns,
+}
 
 
 def max_keys(kernel: str, head_dim: int, cap: int) -> int:
