@@ -107,7 +107,7 @@ def test_decode_pass_stages_match_reference_with_cache(tiny_model, arch, adapter
     """Decode steps (T=1 after 9 and 10 cached positions, past the gemma window of 4) stage by
     stage, on the same KV history as the reference. qwen2's biased v goes into the cache at n_past.
     Under a discrete GPU's adapter type the defaults are a real GPU's (wide rmsnorm, masked_wide
-    context, wg_reduce matmuls), run here on lavapipe."""
+    context, wg_tile matmuls), run here on lavapipe."""
     from labkit.captures import Run
     from labkit.model.reference import KVCache
 

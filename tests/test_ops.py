@@ -130,6 +130,12 @@ def cases_matmul() -> list[OpCase]:
             exposes = FAULTS_BY_FORMAT.get(fmt.name, frozenset())
             x = r.standard_normal((T, K))
             out.append(OpCase(f"{fmt.type_name} T{T} K{K} N{N}", st, [x], T, weights=w, exposes=exposes))
+    # wg_tile's prefill tiles: two of 64 tokens, a third row tile, and an F16 row of odd width (values past K)
+    for wt, T, K, N in (("Q4_K", 70, 512, 130), ("F16", 70, 37, 65)):
+        w = {}
+        name = _weight(r, w, "w.weight", N, K, wt)
+        st = Stage("y", "matmul", ("x",), name, params={"out": N, "in": K, "width": N})
+        out.append(OpCase(f"{wt} T{T} K{K} N{N}", st, [r.standard_normal((T, K))], T, weights=w))
     # the unembedding: its weight in row windows (a small window size), the lm_head policy applies
     w = {}
     name = _weight(r, w, "head.weight", 200, 64, "Q8_0")

@@ -534,12 +534,12 @@ def test_a_user_matmul_driver_runs_in_decode_steps(tiny_model):
 
 
 def test_replayed_decode_on_a_real_gpu_adapter(tiny_model):
-    """With the adapter forced to a discrete GPU (wg_reduce matmuls on the GGUF bytes), decode steps
+    """With the adapter forced to a discrete GPU (wg_tile matmuls on the GGUF bytes), decode steps
     still replay, bit for bit with steps planned afresh, and nothing is fused: the epilogues belong
     to the repacked matvec."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     lab.executor.adapter_type = "DiscreteGPU"
-    assert lab.kernels()["q"]["kernel"] == "wg_reduce"
+    assert lab.kernels()["q"]["kernel"] == "wg_tile"
     assert decode(lab, IDS, 12) == decode(lab, IDS, 12, replay=False)
     plans = warm_step_plans(lab)
     assert not any(p.also_writes for p in plans.values())

@@ -291,14 +291,14 @@ def test_layer_binding_on_a_live_lab_and_its_typed_errors(tiny_model):
 
 def test_a_real_gpu_adapter_gets_the_gpu_matmul_by_default(tiny_model):
     """The matmul and rmsnorm defaults follow the adapter: forcing the adapter type to a discrete GPU
-    (what an H100 reports) runs wg_reduce and the workgroup-wide rmsnorm, a CPU adapter the blocks
+    (what an H100 reports) runs wg_tile and the workgroup-wide rmsnorm, a CPU adapter the blocks
     kernels (Q4_K's own width) and 8 threads a norm; both pass, and a selection wins."""
     lab = labkit.open(tiny_model("llama", "Q4_K"))
     assert lab.kernels()["q"] | {"why": ""} == {"family": "matmul_q4_k", "kernel": "blocks", "why": ""}
     assert lab.kernels()["attn_norm"]["kernel"] == "lanes8"
     lab.executor.adapter_type = "DiscreteGPU"
     kinds = lab.kernels()
-    assert kinds["q"]["kernel"] == "wg_reduce" and "DiscreteGPU" in kinds["q"]["why"]
+    assert kinds["q"]["kernel"] == "wg_tile" and "DiscreteGPU" in kinds["q"]["why"]
     assert kinds["attn_norm"]["kernel"] == "wide" and "DiscreteGPU" in kinds["attn_norm"]["why"]
     assert kinds["attn_ctx"]["kernel"] == "masked_wide"
     cmp = labkit.compare(lab.run(IDS), lab.reference(IDS))

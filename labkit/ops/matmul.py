@@ -7,8 +7,9 @@ block reader (quant_<fmt>.wgsl, transcribed from ggml's dequantize_row_*) and a 
   matmul_tiled.wgsl (16 tokens x 8 rows per thread, prefill) or matmul_matvec.wgsl (4 rows
   per thread, decode and prompts of up to MATVEC_MAX_T tokens) reads it. Chosen per matmul by
   its token count.
-- `row` (matmul.wgsl) and `wg_reduce` (matmul_wg_reduce.wgsl, the default on real GPUs)
-  read the GGUF bytes themselves.
+- `row` (matmul.wgsl), `wg_reduce` (matmul_wg_reduce.wgsl) and `wg_tile` (the default on real
+  GPUs: matmul_wg_tile.wgsl for a prefill, wg_reduce's driver for a decode step) read the GGUF
+  bytes themselves.
 Each weight format is its own kernel family (`matmul_q8_0`, `matmul_q4_k`, ...), so a format
 fault (Q4_K mins added) binds to exactly the weights of that format; it lives in the block
 reader, so it is repacked with the weight. The unembedding stage carries the `lm_head`
@@ -43,7 +44,9 @@ EPILOGUES = {"add": ("epilogue_add",), "glu": ("glu_act", "epilogue_glu")}  # op
 FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
-DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "tiled": "matmul_tiled", "matvec": "matmul_matvec"}
+DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "wg_tile": "matmul_wg_tile", "tiled": "matmul_tiled",
+           "matvec": "matmul_matvec"}  # fmt: skip
+WG_REDUCE_MAX_T = 8  # wg_tile's kernel runs wg_reduce up to this many tokens (one pass over the weight)
 # what a driver file is composed after: the row drivers share their X, W and Y access
 DRIVER_HELPERS = {d: ("matmul_row_io",) for d in ("matmul", "moe_matmul", "moe_matmul_gathered")}
 DRIVER_HELPERS["blocks_repack"] = ("blocks_quads",)  # where the layout puts each block
@@ -269,6 +272,17 @@ FAULTY_READERS = (
 REPACKED_DOC = "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
 
 
+WG_TILE_DOC = (
+    "on the GGUF bytes for real GPUs: a prefill in 64-row x 64-token tiles through workgroup memory, "
+    "a decode step (up to 8 tokens) as wg_reduce"
+)
+
+
+def _wg_tile_source(fmt: str, T: int) -> str:
+    """wg_tile's driver for a pass of T tokens: the tile for a prefill, wg_reduce's row for a few tokens."""
+    return source(fmt, "wg_tile" if T > WG_REDUCE_MAX_T else "wg_reduce")
+
+
 def _kernels() -> tuple[Kernel, ...]:
     """Each format's kernels, one per layout its record lists; the one its record names is the CPU
     default (the K-quants' blocks: as fast on lavapipe as int8, half the bytes; the legacy formats'
@@ -286,7 +300,8 @@ def _kernels() -> tuple[Kernel, ...]:
         out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
                           lambda shape, f=fmt: source(f), prefer=cpu.get("row")))  # fmt: skip
         out.append(Kernel(fam, "wg_reduce", "one workgroup per row on the GGUF bytes, shared-memory reduction "
-                          "(for real GPUs)", lambda shape, f=fmt: source(f, "wg_reduce"), prefer="gpu"))  # fmt: skip
+                          "(for real GPUs)", lambda shape, f=fmt: source(f, "wg_reduce")))  # fmt: skip
+        out.append(Kernel(fam, "wg_tile", WG_TILE_DOC, lambda shape, f=fmt: _wg_tile_source(f, shape.T), prefer="gpu"))
     out += [repacked_kernel(fmt, name, doc, quant=name, faulty=True) for fmt, name, doc in FAULTY_READERS]
     return tuple(out)
 
