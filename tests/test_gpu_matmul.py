@@ -197,16 +197,18 @@ def shape_for(qtype: Q) -> tuple[int, int]:
     return 67, 768
 
 
-@pytest.mark.parametrize("driver", ["row", "wg_reduce"])
+@pytest.mark.parametrize("driver", ["row", "wg_reduce", "wg_tile"])
 @pytest.mark.parametrize("qtype", FORMATS, ids=lambda q: q.name)
 def test_matmul_format(gpu, qtype, driver):
     n_rows, n_cols = shape_for(qtype)
-    seed = SEED + 1000 * int(qtype) + (7 if driver == "row" else 11)
+    seed = SEED + 1000 * int(qtype) + {"row": 7, "wg_reduce": 11, "wg_tile": 13}[driver]
     # T at the tile edges; windows of 5 rows (row0 offsets); strided, offset X and Y
     run_case(gpu, qtype, n_rows, n_cols, 1, seed, driver)
     run_case(gpu, qtype, n_rows, n_cols, 3, seed + 1, driver, window_rows=5, offsets=True)
     run_case(gpu, qtype, n_rows, n_cols, 8, seed + 2, driver)
     run_case(gpu, qtype, n_rows, n_cols, 9, seed + 3, driver, window_rows=13, offsets=True)
+    if driver == "wg_tile":  # past one 64-token tile, and past one 64-row tile within a window
+        run_case(gpu, qtype, n_rows, n_cols, 70, seed + 4, driver, window_rows=66, offsets=True)
 
 
 INTEGER_TYPES = [q for q in FORMATS if format_name(int(q)) in INTEGER_FORMATS]
