@@ -26,8 +26,8 @@ __all__ = ["FORMATS", "format_name", "matmul_source", "prepare_matmul", "token_c
 
 
 def default_driver(gpu: Any | None = None) -> str:
-    """'row' (one row per thread) on CPU adapters, 'wg_reduce' on real GPUs (the driver that serves any
-    token count; `lab`'s GPU default, the matmul families' wg_tile, picks by token count)."""
+    """The driver file for a source-less `prepare_matmul`: 'row' (one row per thread) on CPU adapters,
+    'wg_reduce' on real GPUs, drivers that serve any token count (a lab's kernels choose their own)."""
     if gpu is None:
         from labkit.gpu.device import get_device
 

@@ -276,8 +276,8 @@ REPACKED_DOC = "weights repacked on the GPU to aligned int8; 16x8 tiles for pref
 
 
 WG_TILE_DOC = (
-    "on the GGUF bytes for real GPUs: a prefill in 64-row x 64-token tiles through workgroup memory, "
-    "a decode step (up to 8 tokens) as wg_reduce"
+    "on the GGUF bytes for real GPUs: a prefill past 64 tokens in 64-row x 64-token tiles through workgroup "
+    "memory, shorter passes as wg_reduce"
 )
 
 

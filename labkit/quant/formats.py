@@ -23,7 +23,7 @@ from labkit.quant import random_blocks
 Q = GGMLQuantizationType
 
 # how a matmul reads the weight on the GPU (ops/matmul.py composes a kernel per layout):
-# row / wg_reduce: the GGUF bytes themselves; repacked: int8 quants + per-group f32 scales;
+# row / wg_reduce / wg_tile: the GGUF bytes themselves; repacked: int8 quants + per-group f32 scales;
 # blocks: the GGUF blocks in a texture, read by the format's own drivers
 RAW_LAYOUTS = ("row", "wg_reduce", "wg_tile")
 
