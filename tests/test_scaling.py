@@ -403,8 +403,8 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     """A warm decode step plans afresh only the stage that reads the token (embed); those that read
     the position or a longer attention map (rope, attention, softmax) or write the KV cache through a
     matmul (v) keep their dispatches with new uniforms (labkit.gpu.step_refresh); every other stage
-    replays its last plan. The logits, the dispatches' workgroups and the whole KV cache are those
-    of the same steps planned afresh."""
+    replays its last plan, handed back without its inputs compared. The logits, the dispatches'
+    workgroups and the whole KV cache are those of the same steps planned afresh."""
     ex = real_lab.executor
     ids = real_lab.prompt_ids("The capital of France is")
     kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
@@ -433,6 +433,8 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     moved |= {st.name for st in real_lab.graph if st.op == "matmul" and st.kv_write}
     assert set(replay.refreshed) == moved == refreshed, sorted(set(replay.refreshed) ^ moved)
     assert {st.op for st in real_lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
+    # every other stage was handed back without its inputs compared (StepReplay.unchanged)
+    assert replay.handed_back == len(real_lab.graph) - len(planned | moved), replay.handed_back
 
 
 def test_cached_plans_leak_no_state(tiny_model):

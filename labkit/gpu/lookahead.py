@@ -6,13 +6,14 @@ position is known once this one is submitted; only its token is not. So while th
 k, `plan_ahead` plans step k+1 with a placeholder token (the current one), through the same step
 replay (labkit.gpu.replay) the step would use anyway. When step k+1 comes with its real token,
 `take` hands those plans back with only the stages that read the token ids planned again (the
-embedding: labkit.gpu.planner.replan_for_ids). On a real GPU the planning then overlaps the GPU's
-work. On lavapipe it takes the cores the step runs on (10% slower), so generate plans ahead only
-on a real GPU (GpuExecutor.plans_ahead).
+embedding: labkit.gpu.planner.replan_for_ids). So the look-ahead does not plan those for the
+placeholder: they keep this step's plans (StepReplay.placeholder_ids), whose regions the real ones
+must match. On a real GPU the planning then overlaps the GPU's work. On lavapipe it takes the cores
+the step runs on (10% slower), so generate plans ahead only on a real GPU (GpuExecutor.plans_ahead).
 
-Writes the look-ahead makes (uniforms, the placeholder's embedding rows) go through the queue, so
-they land after step k's work; the plans it makes are used only by a step of the same pass key,
-position and kernel selection, else dropped.
+Writes the look-ahead makes (uniforms) go through the queue, so they land after step k's work; the
+plans it makes are used only by a step of the same pass key, position and kernel selection, else
+dropped.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ def plan_ahead(ex: Any, ids: list[int], cache: GpuKVCache, last_only: bool, key:
     if len(ids) != 1 or cache.n_past + 2 > cache.capacity:
         return None
     cache.advance(1)
+    replay = ex.step_replay()
+    replay.placeholder_ids = True  # the embedding keeps its plan: take() makes it for the real token
     try:
         plans, _ = plans_under(ex, ids, cache, last_only, Reuse.steps(), None, None)
     finally:
         cache.rewind(1)
+        replay.placeholder_ids = False
     return Lookahead(key, cache, cache.n_past + 1, ex.selection(), plans)
 
 

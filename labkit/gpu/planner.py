@@ -59,6 +59,8 @@ def plan_pass(
     fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
     plans: list[StagePlan] = []
     where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
+    if replay is not None:
+        replay.begin(ex.graph, sel)
     for i, st in enumerate(ex.graph):
         if reuse is not None and i < start:
             old = reuse[i]
@@ -95,6 +97,9 @@ def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunk
     ep = inputs = None
     kernel = sel.kernels[st.name]
     if replay is not None:
+        same = replay.unchanged(i)
+        if same is not None:  # most stages of a warm step: nothing it reads moved
+            return same
         ep = _epilogues(ex.graph, sel, len(w.ids))[i]
         inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
         kept = replay.kept(i, st, sel.signatures[i], inputs)
