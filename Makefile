@@ -59,8 +59,14 @@ lab: setup bytecode
 # Two workers, whole files each (tests/conftest.py groups them): one process alone kept the
 # 2 cores 63% busy, waiting on notebook kernels, Chromium and subprocesses. TEST_WORKERS=0: one.
 TEST_WORKERS ?= 2
+# Each worker's process tree gets its share of the cores, no more: OpenBLAS's and lavapipe's
+# thread pools default to every core, and OpenBLAS's idle threads spin, taking the other worker's
+# core. Measured on this 2-core machine, four of the heaviest files: 432 s of wall and 797 s of
+# CPU with the defaults, 336 s and 604 s with OpenBLAS at one thread, 329 s and 589 s with both.
+TEST_THREADS = $(shell n=$$(( $$(nproc) / $(or $(filter-out 0,$(TEST_WORKERS)),1) )); echo $$(( n > 0 ? n : 1 )))
 test: setup oracle chromium hf bytecode
-	LABKIT_STRICT=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	LABKIT_STRICT=1 LP_NUM_THREADS=$(TEST_THREADS) OPENBLAS_NUM_THREADS=$(TEST_THREADS) OMP_NUM_THREADS=$(TEST_THREADS) \
+	  $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint:
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

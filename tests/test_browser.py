@@ -99,6 +99,12 @@ def jupyter(tmp_path_factory):
     tracker = home / "lab" / "user-settings" / "@jupyterlab" / "notebook-extension"
     tracker.mkdir(parents=True)
     (tracker / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
+    # no autosave: a live lesson runs past its 2-minute interval under the suite's load, and an
+    # autosave in flight when keep_run saves made JupyterLab ask "File Changed" (a modal dialog
+    # over the plots, so no hover reached them); keep_run's save is the only one
+    docmanager = home / "lab" / "user-settings" / "@jupyterlab" / "docmanager-extension"
+    docmanager.mkdir(parents=True)
+    (docmanager / "plugin.jupyterlab-settings").write_text('{"autosave": false}')
     env = dict(
         os.environ,
         JUPYTERLAB_SETTINGS_DIR=str(home / "lab" / "user-settings"),
@@ -255,6 +261,9 @@ def keep_run(page, jupyter: Served, name: str) -> None:
     else:
         raise AssertionError(f"{name}: JupyterLab never saved the notebook")
     page.wait_for_function("() => !document.querySelector('.jp-mod-dirty')", timeout=60_000)  # the save returned
+    if page.locator(".jp-Dialog").count():  # the save asked something: a modal would block every hover
+        page.screenshot(path=str(ARTIFACTS / f"{name}-dialog.png"))
+        raise AssertionError(f"{name}: saving opened a dialog: {page.locator('.jp-Dialog').inner_text()[:200]}")
     for _ in range(20):  # the server writes the file in place: a read may meet it half written
         try:
             saved = nbformat.read(path, as_version=4)

@@ -50,6 +50,23 @@ def test_sweep_two_worker_processes(client, tiny_model):
     assert (opened <= 1).all(), opened
 
 
+def test_a_prompts_selections_on_one_worker_share_its_reference_pass(tiny_model):
+    """Tasks run in this process, as a worker runs them: the second selection of a prompt compares
+    with the reference its first made; another prompt makes its own, and the first prompt's is then
+    made again. The kept reference gives the verdict a freshly made one gives, to the last NMSE."""
+    from labkit.sweep.task import run_task
+
+    model = str(tiny_model("gemma3", "Q8_0"))
+    a, b, bad = PROMPTS[0], PROMPTS[1], {"rope": "normal_pairs"}
+    rows = [run_task(model, p, v, "reference") for p, v in ((a, {}), (a, bad), (b, bad), (a, bad))]
+    assert not any("error" in r for r in rows), rows
+    assert [r["against_kept"] for r in rows[1:]] == [True, False, False]
+    kept, fresh = rows[1], rows[3]  # the same task: against the kept reference, and a new one
+    assert kept["diverged"] and kept["first_divergence_kind"] == "q_rope"
+    verdict = [k for k in fresh if k.startswith("nmse.") or k.startswith("first_divergence")]
+    assert len(verdict) > 5 and {k: kept[k] for k in verdict} == {k: fresh[k] for k in verdict}
+
+
 def test_a_failing_task_is_an_error_row(client, tiny_model, tmp_path):
     model = str(tiny_model("llama", "Q8_0"))
     df = sweep(model, [[1, 5, 9], [1, 99999], "x" * 4], [{}], client=client, progress=False)

@@ -15,7 +15,7 @@ from labkit.sweep.task import AGAINST, run_task, selection_label
 
 COLUMNS = ["model", "prompt", "tokens", "n_tokens", "variants", "against", "diverged", "first_divergence",
            "first_divergence_kind", "first_divergence_position", "top1", "top1_against", "top1_agree",
-           "pass_s", "against_s", "open_s", "task_s", "worker", "error", "error_type"]  # fmt: skip
+           "pass_s", "against_s", "against_kept", "open_s", "task_s", "worker", "error", "error_type"]  # fmt: skip
 
 
 def parse_selection(text: str) -> dict[str, str]:
@@ -48,8 +48,10 @@ def sweep(
 
     Runs on `client` (a distributed.Client), on the scheduler at `scheduler`, or on a
     LocalCluster of one-thread worker processes sized to this machine. Each worker opens a model
-    once and keeps its Lab. `against`: "reference" (float64), "llamacpp", or "default" (the same
-    prompt with no variant). `out`: also saved as Parquet, this sweep's configuration in its metadata."""
+    once and keeps its Lab, and the last run it compared against: a prompt's selections are adjacent
+    tasks, so a worker makes a prompt's reference about once (`against_kept`). `against`:
+    "reference" (float64), "llamacpp", or "default" (the same prompt with no variant). `out`: also
+    saved as Parquet, this sweep's configuration in its metadata."""
     import pandas as pd
 
     models = [models] if isinstance(models, str) else list(models)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from labkit import progress
-from labkit.captures import stage_kind
+from labkit.captures import Run, stage_kind
 from labkit.compare import compare
 from labkit.lab import Lab
 from labkit.lab import open as open_lab
 
 AGAINST = ("reference", "llamacpp", "default")
 _LABS: dict[str, Lab] = {}  # this process's labs, by model: opened once per worker, not per task
+# the last run this process compared against, as (lab, token ids, against, run): one run, never more
+_KEPT: list[tuple[Lab, tuple[int, ...], str, Run]] = []
 
 
 def worker_lab(model: str) -> tuple[Lab, float]:
@@ -55,8 +57,19 @@ def select(lab: Lab, variants: dict[str, str]) -> None:
         lab.use(key, name)
 
 
-def pass_pair(lab: Lab, prompt, variants: dict[str, str], against: str):
-    """(run under the variants, the run it is compared with, seconds of each)."""
+class PassPair(NamedTuple):
+    """A task's two runs and their seconds; `against_kept`: the compared run was the worker's last
+    task's (the same prompt), not made again."""
+
+    run: Run
+    other: Run
+    pass_s: float
+    against_s: float
+    against_kept: bool = False
+
+
+def pass_pair(lab: Lab, prompt, variants: dict[str, str], against: str) -> PassPair:
+    """The run under the variants and the run it is compared with."""
     if against == "default":  # the same prompt with no variant; the switch re-runs only what it affects
         select(lab, {})
         t0 = time.perf_counter()
@@ -64,14 +77,27 @@ def pass_pair(lab: Lab, prompt, variants: dict[str, str], against: str):
         t1 = time.perf_counter()
         select(lab, variants)
         run = lab.run(prompt, timestamps=False)
-        return run, other, time.perf_counter() - t1, t1 - t0
+        return PassPair(run, other, time.perf_counter() - t1, t1 - t0)
     select(lab, variants)
     t0 = time.perf_counter()
     lab.forget_last_pass()
     run = lab.run(prompt, timestamps=False)
     t1 = time.perf_counter()
+    other, kept = against_run(lab, prompt, against)
+    return PassPair(run, other, t1 - t0, time.perf_counter() - t1, kept)
+
+
+def against_run(lab: Lab, prompt, against: str) -> tuple[Run, bool]:
+    """(the reference pass or llama.cpp's tensors of a prompt, whether it was kept): kept for the
+    worker's next task, as a sweep's selections of one prompt are adjacent tasks and no variant
+    changes either run. One run is kept, so a worker holds at most the two runs its compare holds."""
+    ids = tuple(lab.prompt_ids(prompt))
+    if _KEPT and _KEPT[0][0] is lab and _KEPT[0][1:3] == (ids, against):
+        return _KEPT[0][3], True
+    _KEPT.clear()  # before the new run is made: never two kept
     other = lab.reference(prompt) if against == "reference" else lab.oracle(prompt)
-    return run, other, t1 - t0, time.perf_counter() - t1
+    _KEPT.append((lab, ids, against, other))
+    return other, False
 
 
 def run_task(model: str, prompt, variants: dict[str, str], against: str) -> dict[str, Any]:
@@ -87,7 +113,7 @@ def run_task(model: str, prompt, variants: dict[str, str], against: str) -> dict
         lab, row["open_s"] = worker_lab(model)
         row["tokens"] = lab.prompt_ids(prompt)
         row["n_tokens"] = len(row["tokens"])
-        run, other, row["pass_s"], row["against_s"] = pass_pair(lab, prompt, variants, against)
+        run, other, row["pass_s"], row["against_s"], row["against_kept"] = pass_pair(lab, prompt, variants, against)
         row.update(divergence_fields(compare(run, other)))
         mine, theirs = run.top(1)[0], other.top(1)[0]
         row.update(top1=mine.piece, top1_against=theirs.piece, top1_agree=mine.id == theirs.id)
