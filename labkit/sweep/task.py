@@ -20,8 +20,8 @@ from labkit.lab import open as open_lab
 
 AGAINST = ("reference", "llamacpp", "default")
 _LABS: dict[str, Lab] = {}  # this process's labs, by model: opened once per worker, not per task
-# the last run this process compared against, as (lab, token ids, against, run): one run, never more
-_KEPT: list[tuple[Lab, tuple[int, ...], str, Run]] = []
+# the last run this process compared against, by (lab, token ids, against): one entry, never more
+_KEPT: dict[tuple[Lab, tuple[int, ...], str], Run] = {}
 
 
 def worker_lab(model: str) -> tuple[Lab, float]:
@@ -91,13 +91,12 @@ def against_run(lab: Lab, prompt, against: str) -> tuple[Run, bool]:
     """(the reference pass or llama.cpp's tensors of a prompt, whether it was kept): kept for the
     worker's next task, as a sweep's selections of one prompt are adjacent tasks and no variant
     changes either run. One run is kept, so a worker holds at most the two runs its compare holds."""
-    ids = tuple(lab.prompt_ids(prompt))
-    if _KEPT and _KEPT[0][0] is lab and _KEPT[0][1:3] == (ids, against):
-        return _KEPT[0][3], True
+    key = (lab, tuple(lab.prompt_ids(prompt)), against)  # a Lab hashes by identity
+    if key in _KEPT:
+        return _KEPT[key], True
     _KEPT.clear()  # before the new run is made: never two kept
-    other = lab.reference(prompt) if against == "reference" else lab.oracle(prompt)
-    _KEPT.append((lab, ids, against, other))
-    return other, False
+    _KEPT[key] = lab.reference(prompt) if against == "reference" else lab.oracle(prompt)
+    return _KEPT[key], False
 
 
 def run_task(model: str, prompt, variants: dict[str, str], against: str) -> dict[str, Any]:
