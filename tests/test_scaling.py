@@ -418,6 +418,7 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
             [5 + fresh.n_past], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode")
         )
         assert res.captures["logits"][-1].tobytes() == want.captures["logits"][-1].tobytes()
+        assert replay.at_once == (kv.n_past > len(ids) + 1), kv.n_past  # warm: the kept step handed back whole
         for p, q in zip(res.plans, want.plans, strict=True):  # a moved plan launches what a fresh one does
             if p.stage.name in replay.refreshed:
                 assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name

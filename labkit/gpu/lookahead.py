@@ -34,6 +34,7 @@ class Lookahead:
     n_past: int  # the cache position it was planned for
     selection: Any  # the kernel selection it was planned with (the executor's object)
     plans: list[StagePlan]
+    regions: tuple[dict, dict]  # the plans' regions and fused regions by stage name (StepReplay.kept_regions)
 
 
 def plan_ahead(ex: Any, ids: list[int], cache: GpuKVCache, last_only: bool, key: tuple) -> Lookahead | None:
@@ -49,7 +50,7 @@ def plan_ahead(ex: Any, ids: list[int], cache: GpuKVCache, last_only: bool, key:
     finally:
         cache.rewind(1)
         replay.placeholder_ids = False
-    return Lookahead(key, cache, cache.n_past + 1, ex.selection(), plans)
+    return Lookahead(key, cache, cache.n_past + 1, ex.selection(), plans, replay.kept_regions())
 
 
 def take(ahead: Lookahead | None, ex: Any, ids: list[int], cache: GpuKVCache, last_only: bool, key: tuple):
@@ -59,6 +60,6 @@ def take(ahead: Lookahead | None, ex: Any, ids: list[int], cache: GpuKVCache, la
         return None
     if ahead.selection is not ex.selection():  # a variant switched since
         return None
-    plans = replan_for_ids(ex, ahead.plans, ids, cache, last_only, ex.step_replay())
+    plans = replan_for_ids(ex, ahead.plans, ahead.regions, ids, cache, last_only, ex.step_replay())
     ex.step_replay().ahead_taken += plans is not None
     return plans

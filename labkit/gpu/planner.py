@@ -61,7 +61,9 @@ def plan_pass(
     where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
     if replay is not None:
         replay.begin(ex.graph, sel)
-    for i, st in enumerate(ex.graph):
+    first = 0 if replay is None or scratch is not None or streamed else _plan_moving(ex, sel, where, replay, plans)
+    for i in range(first, len(ex.graph)):
+        st = ex.graph[i]
         if reuse is not None and i < start:
             old = reuse[i]
             plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
@@ -75,8 +77,36 @@ def plan_pass(
     if plans and streamed:
         plans[-1].segment_end = True  # the last captures are read after the last stage
     if replay is not None:
-        replay.flush()
+        replay.end(regions, fused)
     return plans
+
+
+def _plan_moving(ex: Any, sel, w: Where, replay: StepReplay, plans: list[StagePlan]) -> int:
+    """A warm step: every kept plan handed back at once, and only the stages the last step could
+    not hand back planned (rope, attention, the KV writers, the embedding: StepReplay.moving),
+    instead of each of a step's stages asking in turn (a Llama-3.2-1B step has 275, 80 of which
+    move). Returns the stage the planner's loop goes on from: past the last stage, or past the
+    first planned stage that changed a region a handed-back stage reads (that reader must then be
+    planned again)."""
+    moving = replay.moving()
+    if moving is None:
+        return 0
+    kept, regions, fused = replay.kept_step()
+    plans.extend(kept)
+    w.regions.update(regions)
+    w.fused.update(fused)
+    stop, planned = len(plans), 0
+    for i in moving:
+        plans[i] = plan = _stage_plan(ex, sel, i, w, replay)
+        w.regions[plan.stage.name] = plan.out
+        w.fused.update(plan.also_writes)
+        planned += 1
+        if replay.changed_under_kept():
+            del plans[i + 1 :]
+            stop = i + 1
+            break
+    replay.handed_back += stop - planned  # the kept plans before `stop`, as `unchanged` counts them
+    return stop
 
 
 class Where(NamedTuple):
@@ -130,19 +160,20 @@ def _epilogues(graph: list[Stage], sel, T: int) -> list:
     return held[2]
 
 
-def replan_for_ids(ex: Any, plans: list[StagePlan], ids: list[int], cache, last_only: bool, replay: StepReplay):
+def replan_for_ids(ex: Any, plans: list[StagePlan], regions: tuple[dict, dict], ids: list[int], cache,
+                   last_only: bool, replay: StepReplay):  # fmt: skip
     """A decode step planned ahead (labkit.gpu.lookahead) with a placeholder token, finished for the
     real one: only the stages whose plan read the token ids (the embedding) are planned again.
-    None when that moved a region the other stages were planned over (then plan the step afresh)."""
+    `regions`: the plans' regions and fused regions by stage name. None when that moved a region
+    the other stages were planned over (then plan the step afresh)."""
     sel = ex.selection()
-    regions = {p.stage.name: p.out for p in plans}
-    fused = {n: r for p in plans for n, r in p.also_writes.items()}
-    where = Where(regions, fused, cache, ids, last_only, None, TexturePool(ex.device))
+    where = Where(dict(regions[0]), dict(regions[1]), cache, ids, last_only, None, TexturePool(ex.device))
     out = list(plans)
     for i, p in enumerate(plans):
         if p.reads_ids:
             out[i] = _stage_plan(ex, sel, i, where, replay)
             if out[i].out != p.out or not out[i].reads_ids:
+                replay.distrust()  # its kept plan moved under the readers the look-ahead handed back
                 return None
     replay.flush()
     return out
