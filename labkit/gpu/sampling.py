@@ -13,7 +13,7 @@ import numpy as np
 
 from labkit.gpu.dispatch import encode
 from labkit.gpu.executor import STORAGE, GpuExecutor
-from labkit.sampling import Sampler, truncate
+from labkit.sampling import Sampler, ranked, truncate
 
 SOFTMAX_ROW = {"n_rows": 1, "rows_per_head": 1, "sinks": 0}  # one row, no sink (its SINKS bound, unread)
 
@@ -48,7 +48,7 @@ class GpuSampler:
         if s.variant != "default":
             return s.distribution(logits)
         p = self.probs(logits)
-        ids = np.argsort(-p, kind="stable")
+        ids = ranked(p, s.top_k)
         return truncate(ids, p[ids], s.top_k, s.top_p)
 
     def __call__(self, logits: np.ndarray) -> int:
