@@ -61,7 +61,8 @@ def plan_pass(
     where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
     if replay is not None:
         replay.begin(ex.graph, sel)
-    first = 0 if replay is None or scratch is not None or streamed else _plan_moving(ex, sel, where, replay, plans)
+    stepping = replay is not None and reuse is None and scratch is None and not streamed  # a decode step's pass
+    first = _plan_moving(ex, sel, where, replay, plans) if stepping else 0
     for i in range(first, len(ex.graph)):
         st = ex.graph[i]
         if reuse is not None and i < start:
@@ -91,7 +92,7 @@ def _plan_moving(ex: Any, sel, w: Where, replay: StepReplay, plans: list[StagePl
     moving = replay.moving()
     if moving is None:
         return 0
-    kept, regions, fused = replay.kept_step()
+    kept, regions, fused = replay.take_kept_step()
     plans.extend(kept)
     w.regions.update(regions)
     w.fused.update(fused)
@@ -99,6 +100,8 @@ def _plan_moving(ex: Any, sel, w: Where, replay: StepReplay, plans: list[StagePl
     for i in moving:
         plans[i] = plan = _stage_plan(ex, sel, i, w, replay)
         w.regions[plan.stage.name] = plan.out
+        for name in kept[i].also_writes.keys() - plan.also_writes.keys():
+            w.fused.pop(name, None)  # no longer written by this stage's kernel
         w.fused.update(plan.also_writes)
         planned += 1
         if replay.changed_under_kept():

@@ -23,7 +23,8 @@ the embedding kept as well.
 
 A pass after a whole one under the same selection and key goes further: it takes the kept step
 whole, with its regions, and plans only the stages the last pass could not hand back (`moving`:
-the embedding and the stages below, 80 of a Llama-3.2-1B step's 275), instead of each stage asking
+the embedding, and those that read the position, write the KV cache or read a grown attention
+map, as below: 80 of a Llama-3.2-1B step's 275), instead of each stage asking
 `unchanged` in turn. If one of them writes a region a stage handed back reads, the pass goes on
 stage by stage from there. That step's look-ahead planning: 0.90-0.92x (same host, blocks of
 steps alternated in one process).
@@ -78,8 +79,8 @@ class StepReplay:
         self._trusted = False  # this pass may hand back kept plans without comparing their inputs
         self._complete = False  # the last pass was planned to its end (`end`): its plans agree with each other
         self.placeholder_ids = False  # this pass is a look-ahead over a placeholder token (see `unchanged`)
-        self.handed_back = 0  # plans the last pass handed back through `unchanged` (tests, profiling)
-        self.at_once = False  # the last pass took the kept step whole (labkit.gpu.planner; tests, profiling)
+        self.handed_back = 0  # plans the last pass handed back unplanned, one by one or at once (tests, profiling)
+        self.at_once = False  # the last pass started from the kept step whole (`take_kept_step`; tests, profiling)
 
     @contextmanager
     def active(self, key: tuple) -> Iterator[StepReplay]:
@@ -103,6 +104,7 @@ class StepReplay:
                 graph,
                 [None if st.kv_write or OPS[st.op].per_step else frozenset((*st.inputs, st.name)) for st in graph],
             )
+            self._moving, self._unsafe = (), ((), frozenset())  # they name another graph's stages
         self._trusted = selection is self._selection and self._complete
         self._complete = False
         self._selection, self._changed, self.handed_back, self.at_once = selection, set(), 0, False
@@ -126,8 +128,8 @@ class StepReplay:
         """The stages this pass plans when every other one is handed back at once: a trusted pass (see
         `begin`) after a whole one. They are the stages the last pass could not hand back (those that
         read the position or the token, write the KV cache, or read an attention map that grew), and
-        the embedding unless this is a look-ahead over a placeholder token. None otherwise: then each
-        stage asks `unchanged` in turn."""
+        the embedding when this pass is not a look-ahead over a placeholder token (in one, `unchanged`
+        still hands the embedding back). None otherwise: then each stage asks `unchanged` in turn."""
         if not self._trusted or self._changed or len(self._plans) != len(self._graph):
             return None
         moving = self._moving
@@ -144,9 +146,9 @@ class StepReplay:
         planned after all, so the pass goes on stage by stage."""
         return not self._changed.isdisjoint(self._unsafe[1])
 
-    def kept_step(self) -> tuple[list, dict, dict]:
-        """Every kept plan, in stage order, with the last pass's regions and fused regions by stage
-        name (the pass copies them into its own; see `moving`)."""
+    def take_kept_step(self) -> tuple[list, dict, dict]:
+        """Start this pass from the kept step whole (`at_once`): every kept plan, in stage order, with
+        the last pass's regions and fused regions by stage name (the pass copies them into its own)."""
         regions, fused = self._regions
         self.at_once = True
         return [self._plans[i] for i in range(len(self._graph))], regions, fused
