@@ -60,7 +60,7 @@ def plan_pass(
     plans: list[StagePlan] = []
     where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
     if replay is not None:
-        replay.begin(ex.graph, sel)
+        replay.begin(ex.graph, sel, _epilogues(ex.graph, sel, len(ids)))
     stepping = replay is not None and reuse is None and scratch is None and not streamed  # a decode step's pass
     first = _plan_moving(ex, sel, where, replay, plans) if stepping else 0
     for i in range(first, len(ex.graph)):
@@ -134,7 +134,8 @@ def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunk
         if same is not None:  # most stages of a warm step: nothing it reads moved
             return same
         ep = _epilogues(ex.graph, sel, len(w.ids))[i]
-        inputs = (*(w.regions[n] for n in st.inputs), w.fused.get(st.name), ep)  # ep: fused or not
+        other = () if ep is None else (w.regions[ep.other],)  # what the fused stage's kernel adds or gates
+        inputs = (*(w.regions[n] for n in st.inputs), *other, w.fused.get(st.name), ep)  # ep: fused or not
         kept = replay.kept(i, st, sel.signatures[i], inputs)
         if kept is not None:  # most stages of a warm step: nothing to build
             return kept

@@ -69,6 +69,7 @@ class StepReplay:
         self.refreshed: list[str] = []  # stages the last step moved to its position (labkit.gpu.step_refresh)
         self._selection: Any = None  # the kernel selection the kept plans were made under
         self._graph: list | None = None  # the graph `_steady` describes
+        self._epilogues: list | None = None  # and the fusions it describes (labkit.gpu.planner._epilogues)
         self._steady: list[frozenset | None] = []  # per stage: what its plan reads, or None if it moves each step
         self._asked: list[int] = []  # the stages this pass planned, moved or compared (not handed back)
         self._moving: tuple[int, ...] = ()  # the stages the last pass asked for: those the next plans
@@ -93,16 +94,20 @@ class StepReplay:
         with self.shared.active():
             yield self
 
-    def begin(self, graph: list, selection: Any) -> None:
-        """Start planning a pass under `selection`. A stage that moves no step (not per-step, no KV
-        write) and reads no region this pass changed keeps its plan without its inputs being
-        compared (`unchanged`): under the same selection and pass key its signature and fusion are
-        the ones it was planned with, so that comparison could only find them equal. Stages planned
+    def begin(self, graph: list, selection: Any, epilogues: list) -> None:
+        """Start planning a pass under `selection`, whose stages fuse `epilogues` (per stage, the next
+        stage fused into its kernel, or None: labkit.gpu.fusion). A stage that moves no step (not
+        per-step, no KV write) and reads no region this pass changed keeps its plan without its
+        inputs being compared (`unchanged`): under the same selection and pass key its signature
+        and fusion are the ones it was planned with, so that comparison could only find them equal.
+        What a stage reads: its inputs, its own region (an earlier kernel may write it), and the
+        other input of a stage fused into it (the residual stream its kernel adds). Stages planned
         or moved again record the regions they changed (`_note`)."""
-        if graph is not self._graph:
-            self._graph, self._steady = (
+        if graph is not self._graph or epilogues is not self._epilogues:
+            self._graph, self._epilogues, self._steady = (
                 graph,
-                [None if st.kv_write or OPS[st.op].per_step else frozenset((*st.inputs, st.name)) for st in graph],
+                epilogues,
+                [_reads(st, ep) for st, ep in zip(graph, epilogues)],
             )
             self._moving, self._unsafe = (), ((), frozenset())  # they name another graph's stages
         self._trusted = selection is self._selection and self._complete
@@ -229,3 +234,11 @@ class StepReplay:
     def created(self) -> int:
         """GPU objects created through this replay's caches (tests: a warm step creates none)."""
         return self.shared.created + sum(c.created for c in self._caches.values())
+
+
+def _reads(st: Any, epilogue: Any) -> frozenset | None:
+    """The regions a stage's plan is bound to (its inputs, its own, a fused stage's other input), or
+    None for a stage that moves each step (reads the position or the token, writes the KV cache)."""
+    if st.kv_write or OPS[st.op].per_step:
+        return None
+    return frozenset((*st.inputs, st.name, *((epilogue.other,) if epilogue is not None else ())))
