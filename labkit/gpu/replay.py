@@ -10,8 +10,9 @@ stage's plan and hands it back unchanged when
 - its op does not read the pass position (`Op.per_step` is False) and it writes no KV cache,
 - its kernel, policy and skip (the stage signature) are the ones it was planned with,
 - the regions it reads are the ones it was planned over (a region that moved, because an
-  attention map outgrew its buffer, makes its readers plan again), and so is its fusion with the
-  next stage (labkit.gpu.fusion: a variant selected for that stage ends it).
+  attention map outgrew its buffer, makes its readers plan again), the other input of a stage
+  fused into its kernel among them (the residual stream a matmul's epilogue adds), and so is its
+  fusion with the next stage (labkit.gpu.fusion: a variant selected for that stage ends it).
 
 Under the kernel selection and pass key of the last step, a stage's signature and fusion are the
 ones it was planned with, so a stage that moves no step is handed back without its inputs compared,
