@@ -465,6 +465,25 @@ def test_a_warm_step_plans_the_readers_of_a_region_that_moved(tiny_model):
     assert got == want
 
 
+def test_steps_after_the_fusions_are_worked_out_again_equal_fresh_steps(tiny_model, monkeypatch):
+    """The planner's table of fused epilogues is shared by every lab and cleared past 8 selections; a
+    step after it was worked out again (a new list, the same fusions) asks every stage again rather
+    than handing back a kept step whose moving stages it no longer knows: bit for bit with steps
+    planned afresh."""
+    from labkit.gpu import planner
+
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    want = decode(lab, IDS, 8, replay=False)
+    rebuilt = planner._epilogues
+
+    def every_step_anew(graph, sel, T):
+        planner._EPILOGUES.clear()
+        return rebuilt(graph, sel, T)
+
+    monkeypatch.setattr(planner, "_epilogues", every_step_anew)
+    assert decode(lab, IDS, 8) == want
+
+
 def test_cached_plans_leak_no_state(tiny_model):
     """Decode after another prompt equals a fresh lab's decode; a pass after a faulty-variant pass
     equals a fresh lab's pass; both bit for bit."""

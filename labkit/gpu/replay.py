@@ -110,7 +110,8 @@ class StepReplay:
                 epilogues,
                 [_reads(st, ep) for st, ep in zip(graph, epilogues)],
             )
-            self._moving, self._unsafe = (), ((), frozenset())  # they name another graph's stages
+            self._moving, self._unsafe = (), ((), frozenset())  # learned over other reads: learn again
+            self._complete = False  # so this pass asks every stage, as the first of a new graph does
         self._trusted = selection is self._selection and self._complete
         self._complete = False
         self._selection, self._changed, self.handed_back, self.at_once = selection, set(), 0, False
