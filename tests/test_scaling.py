@@ -296,7 +296,7 @@ def test_longer_gemma_prompt_says_what_to_capture():
         lab.run(ids)
     assert isinstance(e.value, GpuLimitError) and isinstance(e.value, PromptTooLongError)
     msg = str(e.value)
-    assert "attn_scores" in msg and "256.0 MiB" in msg and "streaming" in msg, msg
+    assert "attn_scores" in msg and "256.0 MiB" in msg and 'lab.use("attn_ctx", "tiled")' in msg, msg
 
 
 def decode(lab, prompt_ids, steps: int, replay: bool = True, lookahead: bool = False, forced=None) -> list[bytes]:

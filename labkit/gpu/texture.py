@@ -55,7 +55,7 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     if rows.width // 4 > dim or rows.rows > dim:
         raise GpuLimitError(
             f"{label}: {rows.rows} rows of {rows.width} floats do not fit this device's {dim} x {dim} textures; "
-            "use a shorter prompt, or a fused attention kernel that reads buffers: lab.use('attn_ctx', 'streaming')"
+            "use a shorter prompt, or a fused attention kernel that reads buffers: lab.use('attn_ctx', 'tiled')"
         )
     usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses
