@@ -138,3 +138,19 @@ def test_a_pass_past_the_bound_is_a_typed_error(tiny_model, monkeypatch):
     assert np.isfinite(lab.run(ids, names=["logits"]).logits()).all()
     with pytest.raises(GpuLimitError, match="masked attention kernel over 80 keys"):
         lab.run(list(range(1, 81)), names=["logits"])
+
+
+def test_errors_suggest_the_fused_tier_that_reaches_the_context():
+    """A context too long for the unfused attention is told to use tiled (the fast fused tier) while
+    the loop cap lets it run, streaming past that, and neither past streaming's reach; with no cap
+    (a real GPU), always tiled. The bounds are the ones the tests above check on lavapipe."""
+    cap = LLVMPIPE_LOOP_TURNS
+    tiled, streaming = (attn_loop_turns.max_keys(k, 256, cap) for k in ("tiled", "streaming"))
+    assert (tiled, streaming) == (13632, 32767)
+    assert attn_loop_turns.fused_tier(4096, cap) == "tiled"
+    assert attn_loop_turns.fused_tier(tiled, cap) == "tiled"
+    assert attn_loop_turns.fused_tier(tiled + 1, cap) == "streaming"
+    assert attn_loop_turns.fused_tier(streaming + 1, cap) is None
+    assert attn_loop_turns.fused_tier(1 << 20, None) == "tiled"
+    assert 'lab.use("attn_ctx", "streaming")' in attn_loop_turns.fused_tier_hint(16385, cap)
+    assert "shorter prompt" in attn_loop_turns.fused_tier_hint(streaming + 1, cap)

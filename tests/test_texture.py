@@ -54,8 +54,9 @@ def test_bind_operands_binds_buffers_or_filled_textures(gpu):
 def test_rows_past_the_texture_size_are_a_typed_error(gpu):
     buf = gpu.device.create_buffer(size=4 * 16 * 9, usage=STORAGE)
     small = dataclasses.replace(gpu, limits={**gpu.limits, "max-texture-dimension-2d": 8})
-    with pytest.raises(GpuLimitError, match="9 rows of 16 floats do not fit this device's 8 x 8 textures"):
+    with pytest.raises(GpuLimitError, match="9 rows of 16 floats do not fit this device's 8 x 8 textures") as e:
         fill_texture(small, Rows(buf, 0, 16, 16, 9), "V")
+    assert 'lab.use("attn_ctx", "tiled")' in str(e.value), str(e.value)  # 9 keys: the fast fused tier reaches them
     fill_texture(small, Rows(buf, 0, 16, 16, 8), "V")  # 8 rows fit
     with pytest.raises(GpuLimitError, match="whole vec4s"):
         fill_texture(gpu, Rows(buf, 2, 16, 16, 4), "q")

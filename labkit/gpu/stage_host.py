@@ -31,6 +31,7 @@ from labkit.gpu.weights import GpuWeight
 from labkit.model.graph import Stage
 from labkit.model.stage_kinds import BY_KIND, layout_of
 from labkit.ops import OPS
+from labkit.ops.attn_loop_turns import fused_tier_hint
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
 from labkit.ops.registry import adapter_kind, get_kernel, selected
@@ -105,10 +106,7 @@ class StageHost:
             return
         attention_map = label.split(".")[-1] in ("attn_scores", "attn_probs")
         hint = (
-            ' Use variants={"attn_ctx": "tiled"} (or lab.use("attn_ctx", "tiled")): fused attention does not'
-            ' materialize the scores and probabilities. "tiled" is the fast fused tier; "streaming" reaches'
-            " longer contexts under llvmpipe's loop cap, far slower (a 256-token Gemma 3 270M pass on lavapipe:"
-            " 8.6 s tiled, over 100 s streaming)."
+            " " + _sentence(fused_tier_hint(shape.n_past + shape.T, self.gpu.loop_turn_cap))
             if attention_map
             else LONG_PROMPT_HINT
         )
@@ -201,3 +199,7 @@ class StageHost:
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -22,6 +22,7 @@ from labkit.errors import GpuLimitError
 from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
 from labkit.gpu.plan_cache import pow2_at_most
 from labkit.gpu.shader import compile_pipeline
+from labkit.ops.attn_loop_turns import fused_tier_hint
 from labkit.ops.base import Params, wgsl_file
 
 TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d (devices may give more)
@@ -55,7 +56,7 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     if rows.width // 4 > dim or rows.rows > dim:
         raise GpuLimitError(
             f"{label}: {rows.rows} rows of {rows.width} floats do not fit this device's {dim} x {dim} textures; "
-            "use a shorter prompt, or a fused attention kernel that reads buffers: lab.use('attn_ctx', 'tiled')"
+            f"use a shorter prompt, or {fused_tier_hint(rows.rows, gpu.loop_turn_cap)}"
         )
     usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses

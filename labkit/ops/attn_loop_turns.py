@@ -86,3 +86,29 @@ def check(stage_name: str, kernel: str, n_keys: int, head_dim: int, cap: int | N
         f"invocation past llvmpipe's {cap} loop turns, where its loops stop and the output is wrong. The keys "
         f"each kernel reaches on this device: {reach}. Use fewer tokens{fix}."
     )
+
+
+def fused_tier(n_keys: int, cap: int | None, head_dim: int = 256) -> str | None:
+    """The fused attention tier to suggest for a context of n_keys when the unfused one cannot run
+    (its maps or its V texture too big): tiled, the fast one (a 256-token Gemma 3 270M pass on
+    lavapipe: 8.6 s, against over 100 s streaming), unless the device's loop cap stops it short of
+    n_keys; then streaming, which reaches further; None when neither does. head_dim: the largest a
+    message may meet (the reach is the same for any head_dim up to 256)."""
+    for tier in ("tiled", "streaming"):
+        if cap is None or TURNS[tier](n_keys, head_dim) <= cap:
+            return tier
+    return None
+
+
+def fused_tier_hint(n_keys: int, cap: int | None) -> str:
+    """What an error for a context too long for the unfused attention tells the user to do."""
+    tier = fused_tier(n_keys, cap)
+    if tier is None:
+        return "no fused attention kernel reaches that many keys here: use a shorter prompt."
+    slower = (
+        ' ("streaming" also reaches longer contexts under llvmpipe\'s loop cap, far slower)' if tier == "tiled" else ""
+    )
+    return (
+        f'use variants={{"attn_ctx": "{tier}"}} (or lab.use("attn_ctx", "{tier}")): fused attention does not '
+        f"materialize the scores and probabilities, and reads V from a buffer{slower}."
+    )
