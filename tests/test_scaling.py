@@ -406,6 +406,8 @@ def test_a_warm_step_plans_only_what_reads_the_step(real_lab):
     replays its last plan, handed back without its inputs compared. The logits, the dispatches'
     workgroups and the whole KV cache are those of the same steps planned afresh."""
     ex = real_lab.executor
+    # the session's shared lab: a variant or adapter another file left would change what moves
+    assert real_lab.selected == {} and ex.adapter_type == ex.gpu.adapter_type, (real_lab.selected, ex.adapter_type)
     ids = real_lab.prompt_ids("The capital of France is")
     kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
     for cache in (kv, fresh):
