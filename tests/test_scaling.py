@@ -408,9 +408,9 @@ def test_a_warm_step_plans_only_what_reads_the_step(model):
     the session's shared lab, after other files' tests in one pytest-xdist worker, every layer's
     attn_scores and v were planned afresh each step (their kept dispatches' operands or pipeline
     differed; logits still equal): an open problem docs/architecture.md records (StepReplay)."""
-    real_lab = labkit.open(model)
-    ex = real_lab.executor
-    ids = real_lab.prompt_ids("The capital of France is")
+    lab = labkit.open(model)
+    ex = lab.executor
+    ids = lab.prompt_ids("The capital of France is")
     kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
     for cache in (kv, fresh):
         ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
@@ -427,19 +427,19 @@ def test_a_warm_step_plans_only_what_reads_the_step(model):
             if p.stage.name in replay.refreshed:
                 assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name
         refreshed |= set(replay.refreshed)
-    queue, n = ex.gpu.device.queue, kv.n_past * real_lab.config.n_kv_heads * real_lab.config.head_dim
+    queue, n = ex.gpu.device.queue, kv.n_past * lab.config.n_kv_heads * lab.config.head_dim
     for layer, (a, b) in enumerate(zip(kv.k + kv.v, fresh.k + fresh.v, strict=True)):  # every position written
         got, expected = (np.frombuffer(queue.read_buffer(buf), np.float32)[:n] for buf in (a, b))
         assert np.isfinite(expected).all() and got.tobytes() == expected.tobytes(), f"cache buffer {layer}"
     # the last step (18 keys) is in the same pow2 attention-map buffers as the one before
-    planned = {st.name for st in real_lab.graph if st.op == "embed"}
+    planned = {st.name for st in lab.graph if st.op == "embed"}
     assert set(replay.replanned) == planned, sorted(set(replay.replanned) ^ planned)
-    moved = {st.name for st in real_lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
-    moved |= {st.name for st in real_lab.graph if st.op == "matmul" and st.kv_write}
+    moved = {st.name for st in lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
+    moved |= {st.name for st in lab.graph if st.op == "matmul" and st.kv_write}
     assert set(replay.refreshed) == moved == refreshed, sorted(set(replay.refreshed) ^ moved)
-    assert {st.op for st in real_lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
+    assert {st.op for st in lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
     # every other stage was handed back without its inputs compared (StepReplay.unchanged)
-    assert replay.handed_back == len(real_lab.graph) - len(planned | moved), replay.handed_back
+    assert replay.handed_back == len(lab.graph) - len(planned | moved), replay.handed_back
 
 
 def test_a_warm_step_plans_the_readers_of_a_region_that_moved(tiny_model):

@@ -106,9 +106,7 @@ class StageHost:
             return
         attention_map = label.split(".")[-1] in ("attn_scores", "attn_probs")
         hint = (
-            " " + _sentence(fused_tier_hint(shape.n_past + shape.T, self.gpu.loop_turn_cap))
-            if attention_map
-            else LONG_PROMPT_HINT
+            " " + fused_tier_hint(shape.n_past + shape.T, self.gpu.loop_turn_cap) if attention_map else LONG_PROMPT_HINT
         )
         raise BufferLimitError(
             f"{label}: {what or 'its output'} takes {_mib(nbytes)} for {shape.T} tokens"
@@ -199,7 +197,3 @@ class StageHost:
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
-
-
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]

@@ -55,8 +55,8 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     dim = int(gpu.limits.get("max-texture-dimension-2d", TEXTURE_DIM))  # lavapipe 16384, NVIDIA 32768
     if rows.width // 4 > dim or rows.rows > dim:
         raise GpuLimitError(
-            f"{label}: {rows.rows} rows of {rows.width} floats do not fit this device's {dim} x {dim} textures; "
-            f"use a shorter prompt, or {fused_tier_hint(rows.rows, gpu.loop_turn_cap)}"
+            f"{label}: {rows.rows} rows of {rows.width} floats do not fit this device's {dim} x {dim} textures. "
+            + fused_tier_hint(rows.rows, gpu.loop_turn_cap)
         )
     usage = wgpu.TextureUsage.STORAGE_BINDING | wgpu.TextureUsage.TEXTURE_BINDING
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses

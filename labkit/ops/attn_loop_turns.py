@@ -101,14 +101,14 @@ def fused_tier(n_keys: int, cap: int | None, head_dim: int = 256) -> str | None:
 
 
 def fused_tier_hint(n_keys: int, cap: int | None) -> str:
-    """What an error for a context too long for the unfused attention tells the user to do."""
+    """The sentence an error for a context too long for the unfused attention ends with: what to do."""
     tier = fused_tier(n_keys, cap)
     if tier is None:
-        return "no fused attention kernel reaches that many keys here: use a shorter prompt."
+        return "No fused attention kernel reaches that many keys here: use a shorter prompt."
     slower = (
         ' ("streaming" also reaches longer contexts under llvmpipe\'s loop cap, far slower)' if tier == "tiled" else ""
     )
     return (
-        f'use variants={{"attn_ctx": "{tier}"}} (or lab.use("attn_ctx", "{tier}")): fused attention does not '
-        f"materialize the scores and probabilities, and reads V from a buffer{slower}."
+        f'Use a shorter prompt, or variants={{"attn_ctx": "{tier}"}} (or lab.use("attn_ctx", "{tier}")): fused '
+        f"attention does not materialize the scores and probabilities, and reads V from a buffer{slower}."
     )
