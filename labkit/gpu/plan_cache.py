@@ -48,7 +48,13 @@ def active_cache() -> PlanCache | None:
 class UniformArena:
     """Many passes' small uniforms in one buffer, each at its own slot, and one queue write per
     step for all that changed. A decode step rewrites about six uniforms per layer (its position
-    moved on); one write_buffer each cost 1.7 ms of a Llama-3.2-1B step's 10 ms of Python."""
+    moved on); one write_buffer each cost 1.7 ms of a Llama-3.2-1B step's 10 ms of Python.
+
+    A slot a cache no longer uses (its uniform changed size, or its pass asked for fewer) is freed
+    and given to the next request of its size: a long-lived lab switches kernels many times, and
+    slots that were only ever added filled the arena after a few switches (SmolLM2: six switches of
+    attn_scores), after which the stages planned again had uniforms of their own, which a step
+    refresh cannot move (labkit.gpu.step_refresh), so they were planned afresh at every step."""
 
     ALIGN = 256  # WebGPU's largest min-uniform-buffer-offset-alignment
 
@@ -56,16 +62,31 @@ class UniformArena:
         self.device, self.capacity = device, capacity
         self.buffer = device.create_buffer(size=capacity, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
         self.host = bytearray(capacity)  # what the buffer holds once flushed
-        self.used = 0
+        self.used = 0  # the end of the slots ever handed out
+        self._free: dict[int, list[int]] = {}  # rounded slot size -> offsets of freed slots
         self._lo, self._hi = capacity, 0  # the span written since the last flush
 
     def alloc(self, size: int) -> int | None:
-        """A new slot's offset, or None when the arena is full (the caller makes its own buffer)."""
+        """A slot's offset (a freed one of its size first), or None when the arena is full (the
+        caller makes its own buffer)."""
+        rounded = -(-size // self.ALIGN) * self.ALIGN
+        freed = self._free.get(rounded)
+        if freed:
+            return freed.pop()
         off = self.used
-        if off + size > self.capacity:
+        if off + rounded > self.capacity:
             return None
-        self.used = off + -(-size // self.ALIGN) * self.ALIGN
+        self.used = off + rounded
         return off
+
+    def free(self, off: int, size: int) -> None:
+        """Slot `off` of `size` bytes is no longer bound by its cache's plans: the next alloc may take it."""
+        self._free.setdefault(-(-size // self.ALIGN) * self.ALIGN, []).append(off)
+
+    @property
+    def n_free(self) -> int:
+        """Freed slots not yet handed out again (tests)."""
+        return sum(map(len, self._free.values()))
 
     def write(self, off: int, data: bytes) -> None:
         end = off + len(data)
@@ -86,7 +107,7 @@ class PlanCache:
         so the attention maps a decode step grows by one key reuse one buffer for many steps.
         `arena`: uniforms live in its slots, written when it is flushed (a decode step's caches)."""
         self.device, self.round_limit, self.arena = device, int(round_limit), arena
-        self._slots: list[tuple[int, int]] = []  # uniform i's (offset, size) in the arena
+        self._slots: list[tuple[int, int] | None] = []  # uniform i's (offset, size) in the arena, None: full
         self._buffers: dict[tuple, list[Any]] = {}
         self._uniforms: list[tuple[Any, bytes]] = []
         self._binds: dict[tuple, Any] = {}
@@ -133,21 +154,26 @@ class PlanCache:
 
     def uniform(self, data: bytes) -> Any:
         """The pass's next uniform slot, rewritten only if its bytes changed: a buffer, or with an
-        arena (buffer, offset, size) of its slot."""
+        arena (buffer, offset, size) of its slot. While the arena is full, a buffer of its own,
+        until a slot of its size is freed (asked again each pass)."""
         i = self._n_uniforms
         self._n_uniforms += 1
-        if self.arena is not None:
-            if i == len(self._slots) or self._slots[i][1] != len(data):
-                off = self.arena.alloc(len(data))
-                if off is None:  # full: this cache's uniforms are buffers of their own from now on
-                    self.arena = None
-                    return self.uniform_buffer(i, data)
-                slot = (off, len(data))
-                self._slots[i : i + 1] = [slot]  # replaces slot i, or appends it
-            off = self._slots[i][0]
-            self.arena.write(off, data)
-            return (self.arena.buffer, off, len(data))
-        return self.uniform_buffer(i, data)
+        arena = self.arena
+        if arena is None:
+            return self.uniform_buffer(i, data)
+        slot = self._slots[i] if i < len(self._slots) else None
+        if slot is None or slot[1] != len(data):
+            if slot is not None:
+                arena.free(*slot)
+            off = arena.alloc(len(data))
+            slot = None if off is None else (off, len(data))
+            self._slots[i : i + 1] = [slot]  # replaces slot i, or appends it
+        if slot is None:
+            return self.uniform_buffer(i, data)
+        if i < len(self._uniforms):
+            self._uniforms[i] = None  # a buffer of its own from a full arena, no longer bound
+        arena.write(slot[0], data)
+        return (arena.buffer, slot[0], len(data))
 
     def uniform_buffer(self, i: int, data: bytes) -> Any:
         """Uniform i as a buffer of its own, rewritten only if its bytes changed."""
@@ -185,6 +211,10 @@ class PlanCache:
         if len(self._used_binds) != len(self._binds):
             self._binds = {k: v for k, v in self._binds.items() if k in self._used_binds}
         del self._uniforms[self._n_uniforms :]
+        for slot in self._slots[self._n_uniforms :]:
+            if slot is not None:
+                self.arena.free(*slot)
+        del self._slots[self._n_uniforms :]
 
     @property
     def n_objects(self) -> int:

@@ -211,8 +211,15 @@ class StepReplay:
         cache = self._caches.get(st.name) or self._caches.setdefault(
             st.name, PlanCache(self.device, self.round_limit, self.arena)
         )
-        with cache.active():
-            plan = make()
+        try:
+            with cache.active():
+                plan = make()
+        except BaseException:
+            # its cache has rewritten (or freed) uniforms the kept plan binds: never hand that plan back
+            self._plans.pop(i, None)
+            self._inputs.pop(i, None)
+            self._complete = False
+            raise
         self.replanned.append(st.name)
         (self._ids_readers.add if plan.reads_ids else self._ids_readers.discard)(i)
         self._note(self._plans.get(i), plan)
