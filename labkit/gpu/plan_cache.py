@@ -69,7 +69,7 @@ class UniformArena:
     def alloc(self, size: int) -> int | None:
         """A slot's offset (a freed one of its size first), or None when the arena is full (the
         caller makes its own buffer)."""
-        rounded = -(-size // self.ALIGN) * self.ALIGN
+        rounded = self.slot_bytes(size)
         freed = self._free.get(rounded)
         if freed:
             return freed.pop()
@@ -81,7 +81,12 @@ class UniformArena:
 
     def free(self, off: int, size: int) -> None:
         """Slot `off` of `size` bytes is no longer bound by its cache's plans: the next alloc may take it."""
-        self._free.setdefault(-(-size // self.ALIGN) * self.ALIGN, []).append(off)
+        self._free.setdefault(self.slot_bytes(size), []).append(off)
+
+    @classmethod
+    def slot_bytes(cls, size: int) -> int:
+        """The bytes a slot for `size` bytes takes: whole ALIGNs (a uniform binding's offset alignment)."""
+        return -(-size // cls.ALIGN) * cls.ALIGN
 
     @property
     def n_free(self) -> int:
