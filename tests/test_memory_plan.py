@@ -103,10 +103,12 @@ def test_weight_cache_holds_exactly_what_gguf_quants_gives(qtype, chunked, tmp_p
 
 # ----------------------------------------------------------------- the streaming reference
 def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
-    """float32 held, the biggest weights streamed in row chunks, least recently used evicted: the
-    same float64 values as every weight held in float64."""
+    """float32 held, the rest streamed in row chunks: the same float64 values as every weight held in
+    float64, on a first pass and on a second that finds the held third (plain LRU would have evicted
+    each weight just before the next pass read it: no hits at all)."""
     free = labkit.open(tiny).reference(PROMPT)
     from labkit.model import weight_cache
+    from labkit.model.memory import weights_read_whole
 
     old = weight_cache.CHUNK_BYTES
     weight_cache.CHUNK_BYTES = 4096  # row chunks of a few rows: every streamed product crosses chunk edges
@@ -120,12 +122,49 @@ def test_reference_under_a_tight_budget_equals_the_unbounded_one(tiny):
         budget = -(-(fixed + weights // 3) * share // (share - 1))  # a third of the float32 weights fits
         lab.budget = replace(lab.budget, nbytes=int(budget))
         cache = lab.reference_engine.weights = WeightCache(lab.gguf)  # its own, not the file's shared one
-        tight = lab.reference(PROMPT)
+        first = lab.reference(PROMPT)
+        loads, held = cache.loads, len(cache)
+        second = lab.reference(PROMPT)
     finally:
         weight_cache.CHUNK_BYTES = old
-    assert cache.dtype == np.float32 and cache.evictions > 0 and cache.nbytes <= weights // 3 + 1
+    read = len(weights_read_whole(lab.graph))
+    assert cache.dtype == np.float32 and 0 < cache.nbytes <= weights // 3 + 1 and 0 < held < read
+    assert loads == read and cache.loads - loads == read - held, (loads, cache.loads, read, held)
     for name in free.stages:
-        np.testing.assert_allclose(tight[name], free[name], rtol=1e-12, atol=1e-12, err_msg=name)
+        for tight in (first, second):
+            np.testing.assert_allclose(tight[name], free[name], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+def test_a_full_cache_streams_rather_than_evict_what_the_last_two_passes_read(tiny):
+    """The cache's own policy, weight by weight: a full cache streams what does not fit rather than
+    evict what this pass or the last one read; a weight neither read goes, least recently used
+    first; the memory plan's bound (shrink_to) evicts whatever it must."""
+    f = open_gguf(tiny)
+    shapes: dict[tuple, list[str]] = {}
+    for n, t in f.tensors.items():
+        shapes.setdefault(tuple(t.shape), []).append(n)
+    a, b, c = next(names for shape, names in shapes.items() if len(shape) == 2 and len(names) >= 3)[:3]
+    cache = WeightCache(f)
+    cache.set_capacity(2 * 4 * int(np.prod(f.tensors[a].shape)))  # float32, room for two of the three
+    assert cache.dtype == np.float32
+    t = f.tensors[c]
+    x = np.random.default_rng(0).standard_normal((3, t.n_cols))
+    want = x @ oracle_dequantize(np.asarray(f.raw(c)), T(t.ggml_type)).reshape(t.n_rows, t.n_cols).astype(np.float64).T
+    held = lambda: [n for n in (a, b, c) if n in cache]  # noqa: E731
+    cache.begin_pass()
+    cache.get(a), cache.get(b)
+    np.testing.assert_allclose(cache.matmul(x, c), want, rtol=1e-12, atol=1e-12)  # streamed: this pass read a, b
+    assert held() == [a, b] and cache.evictions == 0
+    cache.get(c)  # dequantized whole and handed back, not held
+    assert held() == [a, b] and cache.evictions == 0
+    cache.begin_pass()
+    cache.get(b), cache.get(c)  # a, which the last pass read, stays; c is not held
+    assert held() == [a, b] and cache.evictions == 0
+    cache.begin_pass()
+    cache.get(c)  # a: read by neither this pass nor the last, it goes
+    assert held() == [b, c] and cache.evictions == 1
+    cache.shrink_to(cache.held_bytes(c))  # the plan's bound takes b although this pass read it
+    assert held() == [c] and cache.evictions == 2
 
 
 def test_reference_frees_what_no_later_stage_reads(tiny):

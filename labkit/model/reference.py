@@ -2,9 +2,9 @@
 
 Like llm.c's reference beside its fast path: slow, obvious, and the yardstick for
 every GPU stage. It streams: a weight is dequantized from the memory-mapped file when a
-stage needs it and kept in a cache under the memory budget (labkit.model.weight_cache,
-least recently used out first), and a stage's output is dropped after its last reader
-unless it is captured (labkit.model.liveness). So the models people debug (1B to 8B) fit,
+stage needs it and kept in a cache under the memory budget (labkit.model.weight_cache: the
+weights a pass reads first stay for the next), and a stage's output is dropped after its
+last reader unless it is captured (labkit.model.liveness). So the models people debug (1B to 8B) fit,
 and a small model's weights all stay, as before.
 """
 
@@ -122,6 +122,7 @@ class ReferenceEngine:
         unknown = sorted(want - {st.name for st in self.graph}) if want is not None else []
         if unknown:
             raise UnknownStageError(f"names filter has unknown stage(s): {', '.join(unknown)}")
+        self.weights.begin_pass()  # a full cache evicts for this pass only what neither it nor the last one read
         todo = self._to_dequantize()
         with progress.bar(len(todo), "reference: dequantizing weights", "tensor") as bar:
             self.weights.on_load = lambda name: bar.update(name in todo)
