@@ -22,13 +22,18 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+    """x · sigmoid(x). Far below zero exp(-x) overflows to inf and x / inf is the exact limit, -0:
+    no warning for it."""
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-x))
 
 
 def swiglu_oai(g: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """alpha 1.702 and limit 7, fixed in llama.cpp's gpt-oss graph (no GGUF key)."""
+    """alpha 1.702 and limit 7, fixed in llama.cpp's gpt-oss graph (no GGUF key); a gate far below
+    zero gives silu's exact limit."""
     x = np.minimum(g, 7.0)
-    return x / (1.0 + np.exp(-1.702 * x)) * (np.clip(u, -7.0, 7.0) + 1.0)
+    with np.errstate(over="ignore"):
+        return x / (1.0 + np.exp(-1.702 * x)) * (np.clip(u, -7.0, 7.0) + 1.0)
 
 
 ACTIVATIONS = {"gelu_tanh": gelu_tanh, "silu": silu}
