@@ -149,7 +149,12 @@ def test_a_full_cache_streams_rather_than_evict_what_the_last_two_passes_read(ti
     assert cache.dtype == np.float32
     t = f.tensors[c]
     x = np.random.default_rng(0).standard_normal((3, t.n_cols))
-    want = x @ oracle_dequantize(np.asarray(f.raw(c)), T(t.ggml_type)).reshape(t.n_rows, t.n_cols).astype(np.float64).T
+
+    def product(name: str) -> np.ndarray:  # x @ W.T on gguf.quants' values
+        w = oracle_dequantize(np.asarray(f.raw(name)), T(t.ggml_type)).reshape(t.n_rows, t.n_cols)
+        return x @ w.astype(np.float64).T
+
+    want = product(c)
     held = lambda: [n for n in (a, b, c) if n in cache]  # noqa: E731
     cache.begin_pass()
     cache.get(a), cache.get(b)
@@ -165,6 +170,11 @@ def test_a_full_cache_streams_rather_than_evict_what_the_last_two_passes_read(ti
     assert held() == [b, c] and cache.evictions == 1
     cache.shrink_to(cache.held_bytes(c))  # the plan's bound takes b although this pass read it
     assert held() == [c] and cache.evictions == 2
+    cache.begin_pass()
+    cache.get(a)  # room without evicting
+    cache.begin_pass(), cache.begin_pass()
+    np.testing.assert_allclose(cache.matmul(x, b), product(b), rtol=1e-12, atol=1e-12)
+    assert held() == [a, b] and cache.evictions == 3  # c and a both stale: c, the least recently used, went
 
 
 def test_reference_frees_what_no_later_stage_reads(tiny):

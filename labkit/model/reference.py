@@ -85,7 +85,7 @@ class ReferenceEngine:
         self.forced_ids: dict[int, np.ndarray] | None = None  # a mixture's routing taken from another run
 
     def weight(self, name: str) -> np.ndarray:
-        """A dequantized weight (float32 or float64, exact either way), held under the cache's budget."""
+        """A dequantized weight (float32 or float64, exact either way), held when the cache has room."""
         return self.weights.get(name)
 
     def unembed(self, hidden: np.ndarray) -> np.ndarray:

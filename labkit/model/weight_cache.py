@@ -8,7 +8,9 @@ memory-mapped file when a stage needs it and held while the capacity allows (bel
 larger than the whole capacity is never cached: the reference streams it in row chunks.
 
 A full cache evicts, for a weight it does not hold, only weights that neither this pass nor the
-last one read (`begin_pass`); otherwise it streams the weight and holds nothing new. A model
+last one read (`begin_pass`), least recently used first; when that is not room enough it holds
+nothing new: `matmul` streams the weight in row chunks, `get` (vectors) hands it back unheld. A
+pass that never calls `begin_pass` (attribution's evaluations) counts as the last one's. A model
 larger than the budget is read as the same cyclic scan every pass, and under plain LRU each
 weight was evicted just before the next pass needed it: no hits at all (a Llama-3.1-8B pass
 decoded all 32 GB again with 18.6 GB held). Now the weights a pass reads first stay, and the
@@ -190,7 +192,8 @@ class WeightCache:
         self._read_in.clear()
 
     def _evict(self, name: str) -> None:
-        del self._held[name], self._read_in[name]
+        del self._held[name]
+        self._read_in.pop(name, None)
         self.evictions += 1
 
     def _make_room(self, need: int) -> bool:
@@ -201,7 +204,7 @@ class WeightCache:
             return True
         while self.nbytes + need > self.capacity and self._held:
             oldest = next(iter(self._held))
-            if self._read_in[oldest] >= self._pass - 1:
+            if self._read_in.get(oldest, -1) >= self._pass - 1:  # unstamped (put there from outside): stale
                 return False
             self._evict(oldest)
         return self.nbytes + need <= self.capacity
