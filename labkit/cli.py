@@ -1,5 +1,5 @@
 """The `labkit` command. Every LabkitError (and every usage error) becomes one `labkit: error: ...`
-line and exit 2; any other exception one `labkit: error: internal error: ...` line and exit 3
+line and exit 1; any other exception one `labkit: error: internal error: ...` line and exit 3
 (LABKIT_TRACEBACK=1 shows its traceback instead)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from labkit.errors import (
     UnknownVariantError,
 )
 
-EXIT_ERROR = 2
+EXIT_ERROR = 1  # a bad input: a missing, malformed or unsupported file, an unknown name, a usage error
 EXIT_INTERNAL = 3
 
 
@@ -38,7 +38,7 @@ def _fail(message: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with labkit's error format: one `labkit: error: ...` line, exit 2."""
+    """argparse with labkit's error format: one `labkit: error: ...` line, exit 1."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sub = self.prog.split(" ", 1)[1] if " " in self.prog else ""

@@ -8,7 +8,63 @@ class LabkitError(Exception):
 
 
 class ModelFileError(LabkitError):
-    """The GGUF file is missing, truncated, or not a GGUF file."""
+    """The GGUF file is missing, malformed, or not a model labkit's graph can read. Each kind of
+    defect has its own subclass below; the message names the key or tensor, what was found and what
+    was expected."""
+
+
+class GgufFormatError(ModelFileError):
+    """Bytes that are not a well-formed GGUF file: magic, version, a count or length the file
+    cannot hold, a value type GGUF does not have, nested arrays (llama.cpp's gguf.cpp refuses them)."""
+
+
+class TruncatedFileError(GgufFormatError):
+    """The file ends inside the header, or before the last byte of a tensor's data."""
+
+
+class MetadataKeyError(ModelFileError):
+    """A metadata key that is empty or written twice (llama.cpp refuses both; labkit never picks one)."""
+
+
+class MetadataTypeError(ModelFileError):
+    """A metadata value of another type than the spec and the architecture read it as (an integer
+    stored as a string is refused, never coerced)."""
+
+
+class HyperparameterError(ModelFileError):
+    """An architecture's hyperparameter that is missing, out of range, or inconsistent with another
+    (a head count of 0, a layer count past the tensors the file has, a width heads do not divide)."""
+
+
+class TensorTableError(ModelFileError):
+    """A row of the tensor table that no loader can read: its name, dimensions, type or offset."""
+
+
+class DuplicateTensorError(TensorTableError):
+    """Two rows of the tensor table with the same name."""
+
+
+class TensorDimensionsError(TensorTableError):
+    """A tensor's dimensions: not 1 to 4 of them, a zero, a product past int64, or a row that is
+    not a whole number of its type's blocks."""
+
+
+class TensorOffsetError(TensorTableError):
+    """A tensor's data offset: not a multiple of general.alignment, overlapping another tensor, or
+    not where llama.cpp's loader expects it (tensors back to back in table order)."""
+
+
+class MissingTensorError(ModelFileError):
+    """A tensor the architecture's graph reads is not in the file."""
+
+
+class TensorShapeMismatchError(ModelFileError):
+    """A tensor whose shape differs from the one the file's hyperparameters imply (a transposed or
+    narrower weight): the message gives both shapes."""
+
+
+class ModelFileWarning(UserWarning):
+    """Something in a model file that labkit does not read (tensors its architecture has no use for)."""
 
 
 class UnsupportedArchitectureError(LabkitError):
@@ -53,6 +109,15 @@ class TensorDataError(ModelFileError, ValueError):
 
 class TokenizerError(LabkitError, ValueError):
     """Text the model's vocabulary cannot tokenize, or a vocabulary without a token it needs."""
+
+
+class UnknownTensorTypeError(TensorTableError, UnsupportedTensorTypeError):
+    """A tensor table row whose type code ggml does not define (or no longer defines)."""
+
+
+class VocabularyError(ModelFileError, TokenizerError):
+    """The file's vocabulary contradicts itself or the model: scores or types of another length than
+    the tokens, merges naming tokens it does not have, a vocabulary of another size than token_embd."""
 
 
 class TokenIdError(TokenizerError, IndexError):

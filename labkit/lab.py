@@ -19,10 +19,11 @@ from labkit import progress
 from labkit.captures import Run
 from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
 from labkit.memory_fit import MemoryFit
-from labkit.model.config import ModelConfig, config_from_metadata
-from labkit.model.gguf_file import GgufFile, open_gguf
-from labkit.model.graph import Stage, build_graph
+from labkit.model.config import ModelConfig
+from labkit.model.gguf_file import GgufFile
+from labkit.model.graph import Stage
 from labkit.model.memory import Budget, MemoryPlan, budget_of
+from labkit.model.model_file import open_model_file
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.model.stage_kinds import role_of
@@ -57,9 +58,10 @@ class Lab:
         t0 = time.perf_counter()
         self.budget: Budget = budget_of(memory)  # for weights, caches and captures of both engines
         self.name, self.path = name, path
-        self.gguf: GgufFile = open_gguf(path)
-        self.config: ModelConfig = config_from_metadata(self.gguf.metadata, set(self.gguf.tensors))
-        self.graph: list[Stage] = build_graph(self.config)
+        opened = open_model_file(path)  # every field checked (labkit.model.model_file)
+        self.gguf: GgufFile = opened.gguf
+        self.config: ModelConfig = opened.config
+        self.graph: list[Stage] = opened.graph
         from labkit.ops.registry import check_selection
 
         # {family or blk.L.family: variant}, aliases resolved; shared with the executor

@@ -49,9 +49,7 @@ def load_run(path: str | Path, model: Any = None) -> Run:
             captures = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (safe_open has no iter)
     except (SafetensorError, OSError, ValueError) as e:
         raise RunFileError(f"{path}: cannot read a saved run: {e}") from None
-    fields = {name: json.loads(meta.get(name, "{}")) for name in _JSON_FIELDS}  # older files have no "heads"
-    fields["positions"] = {k: tuple(v) for k, v in fields["positions"].items()}
-    fields["heads"] = {k: tuple(v) for k, v in fields["heads"].items()}
+    fields = _checked_fields(path, meta, captures)
     return Run(
         model=meta["model"],
         engine=meta["engine"],
@@ -61,6 +59,68 @@ def load_run(path: str | Path, model: Any = None) -> Run:
         piece=_piece(model if model is not None else meta["model"]),
         **fields,
     )
+
+
+# each JSON field's container and item type (older files lack some: "heads", "unmapped")
+_FIELD_TYPES = {
+    "tokens": (list, int),
+    "stages": (list, str),
+    "variants": (dict, str),
+    "timings": (dict, object),  # seconds, a stage's ms, and words (recomputed_from)
+    "unwritten": (dict, int),
+    "positions": (dict, list),
+    "heads": (dict, list),
+    "unmapped": (dict, str),
+}
+
+
+def _checked_fields(path: Path, meta: dict[str, str], captures: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The metadata's fields, each of the type a Run holds, and the captures' shapes consistent with
+    them (a stage's positions and heads say how many rows it has): a RunFileError names the first
+    that is not."""
+    missing = [k for k in ("model", "engine", "precision", "n_past") if k not in meta]
+    if missing or not meta.get("n_past", "").isdigit():
+        raise RunFileError(
+            f"{path}: a saved run needs model, engine, precision and n_past (an integer): {missing or meta['n_past']!r}"
+        )
+    fields = {}
+    for name, (container, item) in _FIELD_TYPES.items():
+        try:
+            value = json.loads(meta.get(name, "[]" if container is list else "{}"))
+        except ValueError as e:
+            raise RunFileError(f"{path}: the run's {name!r} is not JSON: {e}") from None
+        items = value.values() if isinstance(value, dict) else value
+        if not isinstance(value, container) or not all(_is(v, item) for v in items):
+            raise RunFileError(f"{path}: the run's {name!r} is not a {container.__name__} of {item.__name__}")
+        fields[name] = value
+    for name in ("positions", "heads"):
+        fields[name] = {k: tuple(v) for k, v in fields[name].items()}
+    _check_rows(path, fields, captures)
+    return fields
+
+
+def _is(value: Any, kind: type) -> bool:
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))  # JSON's true is no count
+
+
+def _check_rows(path: Path, fields: dict[str, Any], captures: dict[str, np.ndarray]) -> None:
+    n = len(fields["tokens"])
+    for what in ("positions", "heads"):
+        for stage, rows in fields[what].items():
+            a = captures.get(stage)
+            if a is None:
+                raise RunFileError(f"{path}: the run lists {what} for {stage!r}, which it did not capture")
+            if not a.ndim or a.shape[0] != len(rows):
+                raise RunFileError(
+                    f"{path}: {stage!r} has shape {list(a.shape)}, but the run lists {len(rows)} {what} for it"
+                )
+            if what == "positions" and not all(isinstance(p, int) and 0 <= p < n for p in rows):
+                raise RunFileError(
+                    f"{path}: {stage!r}'s positions {list(rows)[:8]} are not within the run's {n} tokens"
+                )
+    unknown = [k for k in captures if fields["stages"] and k not in fields["stages"]]
+    if unknown:
+        raise RunFileError(f"{path}: captures {unknown[:5]} are not among the run's stages")
 
 
 def _piece(model: Any):

@@ -204,7 +204,9 @@ def llama_loadable_tiny(tmp_path, monkeypatch):
     import gguf
 
     orig = gguf.GGUFWriter.add_token_merges
-    monkeypatch.setattr(gguf.GGUFWriter, "add_token_merges", lambda self, merges: orig(self, list(merges) or ["< t"]))
+    monkeypatch.setattr(
+        gguf.GGUFWriter, "add_token_merges", lambda self, merges: orig(self, list(merges) or ["<t1> <t2>"])
+    )
 
     def make(arch: str, weight_type: str = "F32") -> Path:
         spec = TinySpec(arch=arch, weight_type=weight_type, embed_type=weight_type, seed=3)

@@ -28,7 +28,7 @@ IDS = [5, 80, 3, 17, 250, 9, 41, 7, 120]
 def demo_path(monkeypatch, tmp_path):
     monkeypatch.setitem(ARCHITECTURES, "labkit-demo", DEMO)
     spec = TinySpec(arch="labkit-demo", n_layers=3, swa_pattern=3, seed=3)
-    return write_tiny_model(tmp_path / "demo.gguf", spec, merges=["< t"])
+    return write_tiny_model(tmp_path / "demo.gguf", spec, merges=["<t1> <t2>"])
 
 
 def test_a_family_is_one_row(demo_path):

@@ -26,7 +26,7 @@ IDS = [3, 17, 100, 5, 9, 44, 200, 7]
 
 def _f32(tmp_path, scales: bool):
     spec = TinySpec(arch="bitnet", weight_type="F32", embed_type="F32", seed=4, weight_scales=scales)
-    return write_tiny_model(tmp_path / f"bitnet-f32-{scales}.gguf", spec, merges=["< t"])
+    return write_tiny_model(tmp_path / f"bitnet-f32-{scales}.gguf", spec, merges=["<t1> <t2>"])
 
 
 def test_bitnet_graph_has_its_sub_norms_and_scales(tmp_path):

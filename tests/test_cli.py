@@ -125,7 +125,7 @@ def snapshot(*paths: Path) -> dict:
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in paths}
 
 
-def check_one_line(code: int, err: str, needle: str = "", want_code: int = 2) -> str:
+def check_one_line(code: int, err: str, needle: str = "", want_code: int = 1) -> str:
     assert code == want_code, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1, err

@@ -99,7 +99,7 @@ def test_with_f32_weights_every_stage_is_llamacpps_to_1e5(tmp_path):
     """With F32 weights llama.cpp does not quantize activations: every stage, the dense layer's, the
     shared experts' and the biased router's, is the same quantity as the reference's."""
     spec = dataclasses.replace(SPEC, weight_type="F32", embed_type="F32")
-    lab = labkit.open(write_tiny_model(tmp_path / "ernie-f32.gguf", spec, merges=["< t"]))
+    lab = labkit.open(write_tiny_model(tmp_path / "ernie-f32.gguf", spec, merges=["<t1> <t2>"]))
     orc, ref = lab.oracle(IDS), lab.reference(IDS)
     assert set(orc.captures) == set(lab.stages)
     cmp = compare(ref, orc, thresholds={kind: 1e-5 for kind in KIND_ORDER})
@@ -111,7 +111,7 @@ def test_a_near_tie_of_biased_scores_is_reported_as_a_tie(tmp_path):
     """Seed 4 has a token whose 4th and 5th experts are closer in biased score than llama.cpp's 8-bit
     activations and labkit's float32 agree there. The tie is judged on what the top k ranked (the
     probabilities plus exp_probs_b): compare names it a near-tie and passes."""
-    path = write_tiny_model(tmp_path / "ernie4.gguf", dataclasses.replace(SPEC, seed=4), merges=["< t"])
+    path = write_tiny_model(tmp_path / "ernie4.gguf", dataclasses.replace(SPEC, seed=4), merges=["<t1> <t2>"])
     lab = labkit.open(path)
     gpu, orc = lab.run(IDS), lab.oracle(IDS)
     swapped = [L for L in MOE_LAYERS if any(set(a) != set(b) for a, b in

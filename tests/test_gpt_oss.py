@@ -135,7 +135,7 @@ def test_a_file_quantized_by_llamacpp_passes(tmp_path):
     """llama.cpp's MXFP4_MOE of an F32 gpt-oss (what its converter makes of OpenAI's checkpoint):
     MXFP4 experts from llama.cpp's own quantizer, Q8_0 attention, F32 router, sinks and biases."""
     f32 = dataclasses.replace(SPEC, weight_type="F32", embed_type="F32", type_overrides=())
-    src = write_tiny_model(tmp_path / "oss-f32.gguf", f32, merges=["< t"])
+    src = write_tiny_model(tmp_path / "oss-f32.gguf", f32, merges=["<t1> <t2>"])
     dst = quantize(src, tmp_path / "oss-mxfp4.gguf", "MXFP4_MOE")
     tensors = open_gguf(dst).tensors
     assert {t.type_name for n, t in tensors.items() if n.endswith("_exps.weight")} == {"MXFP4"}
@@ -153,7 +153,7 @@ def test_a_near_tie_of_router_logits_is_reported_as_a_tie(tmp_path):
     """Seed 13 has a token whose 4th and 5th experts are closer in logit than llama.cpp's 8-bit
     activations and labkit's float32 agree there: llama.cpp picks the other one. compare names it a
     near-tie (judged on the softmax of the logits: gpt-oss has no probabilities stage) and passes."""
-    path = write_tiny_model(tmp_path / "oss13.gguf", dataclasses.replace(SPEC, seed=13), merges=["< t"])
+    path = write_tiny_model(tmp_path / "oss13.gguf", dataclasses.replace(SPEC, seed=13), merges=["<t1> <t2>"])
     lab = labkit.open(path)
     gpu, orc = lab.run(IDS), lab.oracle(IDS)
     swapped = [L for L in range(N_LAYERS) if any(set(a) != set(b) for a, b in

@@ -28,7 +28,7 @@ MOE = TinySpec(arch="qwen3moe", weight_type="Q8_0", n_expert=8, n_expert_used=2,
 
 @pytest.fixture(scope="module")
 def moe_path(tmp_path_factory):
-    return write_tiny_model(tmp_path_factory.mktemp("moe") / "tiny-qwen3moe.gguf", MOE, merges=["< t"])
+    return write_tiny_model(tmp_path_factory.mktemp("moe") / "tiny-qwen3moe.gguf", MOE, merges=["<t1> <t2>"])
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_both_engines_agree_with_llamacpp_on_every_stage(moe):
 def test_a_file_quantized_by_llamacpp_passes(tmp_path):
     """llama.cpp's Q4_K_M of an F32 qwen3moe: K-quant experts, the router kept in F32."""
     src = write_tiny_model(tmp_path / "moe-f32.gguf", TinySpec(**{**MOE.__dict__, "weight_type": "F32",
-                           "embed_type": "F32"}), merges=["< t"])  # fmt: skip
+                           "embed_type": "F32"}), merges=["<t1> <t2>"])  # fmt: skip
     dst = quantize(src, tmp_path / "moe-q4_k_m.gguf", "Q4_K_M")
     types = {t.type_name for n, t in open_gguf(dst).tensors.items() if "_exps" in n}
     assert types <= {"Q4_K", "Q5_K", "Q6_K", "Q8_0"} and "Q4_K" in types, types

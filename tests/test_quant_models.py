@@ -45,7 +45,7 @@ BY_RANDOM_BLOCKS = ("IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M", "
 def f32_tiny(tmp_path_factory):
     """A tiny F32 llama that llama.cpp loads (its gpt2 vocab loader wants a merge)."""
     path = tmp_path_factory.mktemp("quant") / "tiny-f32.gguf"
-    return write_tiny_model(path, TinySpec(weight_type="F32", embed_type="F32", seed=3), merges=["< t"])
+    return write_tiny_model(path, TinySpec(weight_type="F32", embed_type="F32", seed=3), merges=["<t1> <t2>"])
 
 
 def _types(path) -> set[str]:
@@ -79,7 +79,7 @@ def test_file_llamacpp_quantized(ftype, f32_tiny, tmp_path):
 @pytest.mark.parametrize("type_name", BY_RANDOM_BLOCKS)
 def test_file_of_random_valid_blocks(type_name, tmp_path):
     spec = TinySpec(weight_type=type_name, embed_type="Q8_0", seed=5)
-    path = write_tiny_model(tmp_path / f"tiny-{type_name}.gguf", spec, merges=["< t"])
+    path = write_tiny_model(tmp_path / f"tiny-{type_name}.gguf", spec, merges=["<t1> <t2>"])
     assert type_name in _types(path)
     _passes_everywhere(path)
 
@@ -91,7 +91,7 @@ def test_file_of_mixed_low_bit_types(tmp_path):
     IQ2_S matrices, IQ3_S for ffn_down, IQ4_XS for attn_v, IQ1_M for attn_q, a Q5_K embedding."""
     mix = (("ffn_down.weight", "IQ3_S"), ("attn_v.weight", "IQ4_XS"), ("attn_q.weight", "IQ1_M"))
     spec = TinySpec(weight_type="IQ2_S", embed_type="Q5_K", seed=6, type_overrides=mix)
-    path = write_tiny_model(tmp_path / "tiny-iq2-mix.gguf", spec, merges=["< t"])
+    path = write_tiny_model(tmp_path / "tiny-iq2-mix.gguf", spec, merges=["<t1> <t2>"])
     assert {"IQ2_S", "IQ3_S", "IQ4_XS", "IQ1_M", "Q5_K"} <= _types(path)
     _passes_everywhere(path)
 
@@ -111,7 +111,7 @@ FAULTY = [
 def test_faulty_reader_diverges_at_the_first_matmul_that_reads_it(family, variant, made, f32_tiny, tmp_path):
     if made in BY_RANDOM_BLOCKS:
         spec = TinySpec(weight_type=made, embed_type="Q8_0", seed=5)
-        path = write_tiny_model(tmp_path / f"tiny-{made}.gguf", spec, merges=["< t"])
+        path = write_tiny_model(tmp_path / f"tiny-{made}.gguf", spec, merges=["<t1> <t2>"])
     else:
         path = quantize(f32_tiny, tmp_path / f"tiny-{made}.gguf", made)
     lab = labkit.open(path, variants={family: variant})

@@ -37,7 +37,7 @@ def _lab(tmp_path, arch: str, weight_type: str = "F32", **kw) -> labkit.Lab:
     tied = arch != "gpt-oss"  # llama.cpp's openai-moe wants an output.weight
     spec = TinySpec(arch=arch, weight_type=weight_type, embed_type=weight_type, seed=3, rope_scaling=SCALED[arch],
                     tied=tied, **kw)  # fmt: skip
-    return labkit.open(write_tiny_model(tmp_path / f"{arch}-scaled.gguf", spec, merges=["< t"]))
+    return labkit.open(write_tiny_model(tmp_path / f"{arch}-scaled.gguf", spec, merges=["<t1> <t2>"]))
 
 
 def _stages(lab: labkit.Lab):
@@ -60,7 +60,7 @@ def test_a_scaled_rope_differs_from_an_unscaled_one(tmp_path):
     """The scaling is not a no-op on these prompts: the roped keys move (the test below can fail)."""
     lab = _lab(tmp_path, "gpt-oss")
     spec = TinySpec(arch="gpt-oss", weight_type="F32", embed_type="F32", seed=3, tied=False)
-    plain = labkit.open(write_tiny_model(tmp_path / "plain.gguf", spec, merges=["< t"]))
+    plain = labkit.open(write_tiny_model(tmp_path / "plain.gguf", spec, merges=["<t1> <t2>"]))
     a, b = lab.reference(IDS, names=["blk.1.k_rope"]), plain.reference(IDS, names=["blk.1.k_rope"])
     assert not np.allclose(a["blk.1.k_rope"], b["blk.1.k_rope"], rtol=1e-2)
 
@@ -82,7 +82,7 @@ def test_yarn_gpt_oss_on_the_gpu_matches_reference_and_llamacpp(tmp_path):
     # seeds llama.cpp's 8-bit activations then break a near-tie of two experts the other way at some token,
     # which moves that token's ffn_moe_out past its threshold (the F32 test above has no such noise)
     spec = dataclasses.replace(TINY_MODELS["tiny-gpt-oss"], rope_scaling=SCALED["gpt-oss"], seed=3)
-    lab = labkit.open(write_tiny_model(tmp_path / "oss-yarn.gguf", spec, merges=["< t"]))
+    lab = labkit.open(write_tiny_model(tmp_path / "oss-yarn.gguf", spec, merges=["<t1> <t2>"]))
     gpu, ref, orc = lab.run(IDS), lab.reference(IDS), lab.oracle(IDS)
     for a, b in ((gpu, ref), (gpu, orc), (ref, orc)):
         cmp = compare(a, b)

@@ -87,6 +87,46 @@ def test_load_run_errors(tmp_path):
         labkit.load_run(tmp_path / "junk.safetensors")
 
 
+def _lying_run(tmp_path, **changes) -> object:
+    """A run saved by labkit, its metadata then rewritten with `changes` (a string each)."""
+    from safetensors.numpy import save_file
+
+    meta = {"format": "labkit-run/1", "model": "tiny", "engine": "reference", "precision": "float64", "n_past": "0",
+            "tokens": "[1, 2, 3]", "stages": json.dumps(["blk.0.attn_norm", "logits"]), "positions": "{}"}  # fmt: skip
+    meta.update(changes)
+    path = tmp_path / "lying.safetensors"
+    caps = {"blk.0.attn_norm": np.ones((3, 8), np.float32), "logits": np.ones((1, 16), np.float32)}
+    save_file(caps, str(path), metadata=meta)
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"tokens": "[1, 2"}, "'tokens' is not JSON"),
+        ({"tokens": '["a"]'}, "'tokens' is not a list of int"),
+        ({"positions": "[]"}, "'positions' is not a dict"),
+        ({"n_past": "minus one"}, "n_past"),
+        ({"positions": '{"logits": [0, 1]}'}, "has shape \\[1, 16\\], but the run lists 2 positions"),
+        ({"positions": '{"logits": [7]}'}, "not within the run's 3 tokens"),
+        ({"positions": '{"blk.9.v": [2]}'}, "did not capture"),
+        ({"heads": '{"logits": [0, 1, 2]}'}, "3 heads"),
+        ({"stages": '["logits"]'}, "not among the run's stages"),
+        ({"timings": "[1.5]"}, "'timings' is not a dict"),
+        ({"unwritten": '{"logits": "many"}'}, "'unwritten' is not a dict of int"),
+    ],
+)
+def test_a_saved_run_whose_metadata_contradicts_its_captures_is_refused(tmp_path, changes, fragment):
+    path = _lying_run(tmp_path, **{"positions": '{"logits": [2]}', **changes})
+    with pytest.raises(RunFileError, match=fragment):
+        labkit.load_run(path)
+
+
+def test_a_consistent_hand_written_run_loads(tmp_path):
+    run = labkit.load_run(_lying_run(tmp_path, positions='{"logits": [2]}'))
+    assert run.positions == {"logits": (2,)} and run.tokens == [1, 2, 3]
+
+
 # ----------------------------------------------------------------- diff-weights
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "labkit.cli", *args], capture_output=True, text=True, timeout=600)

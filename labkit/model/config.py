@@ -6,7 +6,10 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from labkit.errors import ModelFileError, UnsupportedArchitectureError
+import numpy as np
+
+from labkit.errors import HyperparameterError, UnsupportedArchitectureError
+from labkit.model.gguf_keys import check_key_types
 from labkit.ops.rope import UNSCALED
 
 
@@ -217,16 +220,87 @@ class ModelConfig:
         return "dense"
 
 
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: its per-layer arrays hold no more
+MAX_EXPERTS = 512  # llama.cpp's LLAMA_MAX_EXPERTS
+U32_MAX = 2**32 - 1  # llama.cpp reads every count as a uint32
+
+
 def _get(meta: dict[str, Any], key: str, default: Any = ...) -> Any:
     if key in meta:
         return meta[key]
     if default is ...:
-        raise ModelFileError(f"GGUF metadata lacks required key {key!r}")
+        raise HyperparameterError(f"GGUF metadata lacks required key {key!r}")
     return default
 
 
+def _count(meta: dict[str, Any], key: str, default: Any = ..., low: int = 1) -> int:
+    """An integer hyperparameter (its type checked at open), between `low` and a uint32's maximum."""
+    return _in_range(key, int(_get(meta, key, default)), low)
+
+
+def _in_range(key: str, value: int, low: int = 1, high: int = U32_MAX) -> int:
+    if not low <= value <= high:
+        raise HyperparameterError(f"{key} is {value}; it must be between {low} and {high}")
+    return value
+
+
+def _per_layer(meta: dict[str, Any], key: str, n_layers: int, default: Any = ..., low: int = 1) -> int:
+    """A count llama.cpp reads as one number or one per layer (get_key_or_arr); labkit runs one."""
+    value = _get(meta, key, default)
+    if not isinstance(value, (np.ndarray, list, tuple)):
+        return _in_range(key, int(value), low)
+    if len(value) != n_layers:
+        raise HyperparameterError(f"{key} has {len(value)} entries for {n_layers} layers")
+    widths = {int(v) for v in value}
+    if len(widths) != 1:
+        raise UnsupportedArchitectureError(f"{key} differs between layers ({sorted(widths)}): labkit runs one value")
+    return _in_range(key, widths.pop(), low)
+
+
+def _positive_float(meta: dict[str, Any], key: str, default: float, low: float = 0.0) -> float:
+    """A float hyperparameter that is finite and above `low` (a NaN rope base would run as a model)."""
+    value = float(_get(meta, key, default))
+    if not (math.isfinite(value) and value > low):
+        raise HyperparameterError(f"{key} is {value}; it must be a finite number above {low:g}")
+    return value
+
+
+def _finite(meta: dict[str, Any], key: str, default: float) -> float:
+    value = float(_get(meta, key, default))
+    if not math.isfinite(value):
+        raise HyperparameterError(f"{key} is {value}; it must be a finite number")
+    return value
+
+
+def _head_dim(meta: dict[str, Any], p: str, d_model: int, n_heads: int) -> int:
+    """The head size: the file's key_length, else d_model / n_heads, which must divide."""
+    if p + "attention.key_length" in meta:
+        head_dim = _count(meta, p + "attention.key_length")
+    elif d_model % n_heads:
+        raise HyperparameterError(
+            f"{p}embedding_length {d_model} is not a multiple of {p}attention.head_count {n_heads}"
+        )
+    else:
+        head_dim = d_model // n_heads
+    value = meta.get(p + "attention.value_length", head_dim)
+    if int(value) != head_dim:
+        raise UnsupportedArchitectureError(
+            f"{p}attention.value_length {value} differs from the key length {head_dim}: labkit's attention reads one"
+        )
+    return head_dim
+
+
+def _kv_heads(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> int:
+    n_kv = _per_layer(meta, p + "attention.head_count_kv", n_layers, n_heads)
+    if n_heads % n_kv:
+        raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
+    return n_kv
+
+
 def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelConfig:
-    """Build a ModelConfig the way llama.cpp's llm_load_hparams does for these architectures."""
+    """Build a ModelConfig the way llama.cpp's llm_load_hparams does for these architectures: every
+    key's type checked first (labkit.model.gguf_keys), every count in range, before anything is built."""
+    check_key_types(meta)
     arch = str(_get(meta, "general.architecture"))
     if arch not in ARCHITECTURES:  # read at call time: a family registered later is supported
         raise UnsupportedArchitectureError(
@@ -234,13 +308,13 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         )
     traits = ARCHITECTURES[arch]
     p = arch + "."
-    n_layers = int(_get(meta, p + "block_count"))
-    d_model = int(_get(meta, p + "embedding_length"))
-    n_heads = int(_get(meta, p + "attention.head_count"))
-    head_dim = int(_get(meta, p + "attention.key_length", d_model // n_heads))
+    n_layers = _in_range(p + "block_count", _count(meta, p + "block_count"), 1, MAX_LAYERS)
+    d_model = _count(meta, p + "embedding_length")
+    n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
+    head_dim = _head_dim(meta, p, d_model, n_heads)
     tokens = meta.get("tokenizer.ggml.tokens")
     swa, window = _sliding_window(meta, p, traits, n_layers)
-    context = int(_get(meta, p + "context_length", 2048))
+    context = _count(meta, p + "context_length", 2048)
     softcap = traits.softcaps
     return ModelConfig(
         arch=arch,
@@ -248,12 +322,12 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=int(_get(meta, p + "attention.head_count_kv", n_heads)),
+        n_kv_heads=_kv_heads(meta, p, n_heads, n_layers),
         head_dim=head_dim,
-        d_ff=int(_get(meta, p + "feed_forward_length", 0 if traits.ffn == "moe" else ...)),
-        vocab_size=int(_get(meta, p + "vocab_size", len(tokens) if tokens is not None else 0)),
+        d_ff=_per_layer(meta, p + "feed_forward_length", n_layers, 0 if traits.ffn == "moe" else ..., low=0),
+        vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
-        rms_eps=float(_get(meta, p + "attention.layer_norm_rms_epsilon", 1e-6)),
+        rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
         **_rope_fields(meta, p, traits, head_dim, context, tensor_names),
         sliding_window=int(window) if window else None,
         swa_layers=swa,
@@ -267,8 +341,8 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
-        attn_softcap=float(meta.get(p + "attn_logit_softcapping", 50.0)) if softcap else 0.0,
-        final_softcap=float(meta.get(p + "final_logit_softcapping", 30.0)) if softcap else 0.0,
+        attn_softcap=_positive_float(meta, p + "attn_logit_softcapping", 50.0) if softcap else 0.0,
+        final_softcap=_positive_float(meta, p + "final_logit_softcapping", 30.0) if softcap else 0.0,
         fused_qkv=traits.fused_qkv,
         fused_gate_up=traits.fused_gate_up,
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
@@ -283,12 +357,15 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
 def _rope_fields(meta: dict[str, Any], p: str, traits: ArchTraits, head_dim: int, context: int,
                  names: set[str]) -> dict[str, Any]:  # fmt: skip
     """RoPE's numbers: bases (global and sliding-window layers'), style, rotary dims, scaling, factors."""
-    base = float(_get(meta, p + "rope.freq_base", 10000.0))
+    base = _positive_float(meta, p + "rope.freq_base", 10000.0)
+    rope_dim = _in_range(p + "rope.dimension_count", _count(meta, p + "rope.dimension_count", head_dim), 2, head_dim)
+    if rope_dim % 2:
+        raise HyperparameterError(f"{p}rope.dimension_count is {rope_dim}; RoPE rotates pairs, so it must be even")
     return {
         "rope_base": base,
-        "rope_base_local": traits.local_rope_base or float(meta.get(p + "rope.freq_base_swa", base)),
+        "rope_base_local": traits.local_rope_base or _positive_float(meta, p + "rope.freq_base_swa", base),
         "rope_style": traits.rope_style,
-        "rope_dim": int(meta.get(p + "rope.dimension_count", head_dim)),
+        "rope_dim": rope_dim,
         "rope_scaling": rope_scaling_from_metadata(meta, p, context),
         "swa_rope_scaled": traits.swa_rope_scaled,
         "rope_freq_factors": _rope_freq_factors(traits, names),
@@ -301,9 +378,10 @@ def _sliding_window(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: 
     n = traits.swa_pattern
     if not n:
         return (False,) * n_layers, None
-    n = int(meta.get(p + "attention.sliding_window_pattern", n))
+    n = _count(meta, p + "attention.sliding_window_pattern", n)
     swa = tuple(layer % n < n - 1 for layer in range(n_layers))
-    return swa, meta.get(p + "attention.sliding_window", traits.default_window)
+    window = meta.get(p + "attention.sliding_window", traits.default_window)
+    return swa, None if window is None else _in_range(p + "attention.sliding_window", int(window))
 
 
 def _is_layer0_bias(name: str) -> bool:
@@ -314,37 +392,30 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
     if traits.ffn != "moe":
         return {}
+    n_expert = _in_range(p + "expert_count", _count(meta, p + "expert_count"), 1, MAX_EXPERTS)
     return {
         "ffn": "moe",
-        "n_expert": int(_get(meta, p + "expert_count")),
-        "n_expert_used": int(_get(meta, p + "expert_used_count")),
-        "d_ff_expert": _one_width(_get(meta, p + "expert_feed_forward_length"), p),
+        "n_expert": n_expert,
+        "n_expert_used": _in_range(p + "expert_used_count", _count(meta, p + "expert_used_count"), 1, n_expert),
+        "d_ff_expert": _per_layer(meta, p + "expert_feed_forward_length", n_layers),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
         "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
-        "d_ff_shexp": int(meta.get(p + "expert_shared_feed_forward_length", 0)) if traits.moe_layout_keys else 0,
+        "d_ff_shexp": _count(meta, p + "expert_shared_feed_forward_length", 0, low=0) if traits.moe_layout_keys else 0,
         "expert_selection_bias": traits.expert_selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
     }
-
-
-def _one_width(value: Any, p: str) -> int:
-    """The experts' width: llama.cpp reads a number or one per layer; labkit runs one width."""
-    widths = {int(v) for v in value} if isinstance(value, (list, tuple)) else {int(value)}
-    if len(widths) != 1:
-        raise UnsupportedArchitectureError(f"{p}expert_feed_forward_length differs between layers: {sorted(widths)}")
-    return widths.pop()
 
 
 def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, as llama.cpp's ernie4_5-moe graph decides it: past the leading dense
     layers, every interleave_moe_layer_step-th one."""
-    lead = int(meta.get(p + "leading_dense_block_count", 0))
-    step = int(_get(meta, p + "interleave_moe_layer_step"))
-    if step < 1:
-        raise ModelFileError(f"{p}interleave_moe_layer_step is {step}: llama.cpp requires at least 1")
+    lead = _in_range(
+        p + "leading_dense_block_count", _count(meta, p + "leading_dense_block_count", 0, low=0), 0, n_layers
+    )
+    step = _count(meta, p + "interleave_moe_layer_step")  # llama.cpp requires at least 1
     layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
     if not all(layers) and p + "feed_forward_length" not in meta:
-        raise ModelFileError(f"GGUF metadata lacks {p}feed_forward_length, the width of its dense layers")
+        raise HyperparameterError(f"GGUF metadata lacks {p}feed_forward_length, the width of its dense layers")
     return layers
 
 
@@ -362,16 +433,18 @@ def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> Ro
             f"RoPE scaling {kind!r} is not supported (labkit computes {', '.join(ROPE_SCALINGS)})"
         )
     factor = float(meta.get(p + "rope.scaling.factor", meta.get(p + "rope.scale_linear", 0.0)) or 0.0)
+    if not (math.isfinite(factor) and factor >= 0):
+        raise HyperparameterError(f"{p}rope.scaling.factor is {factor}; it must be a finite number, at least 0")
     freq_scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
     ext = 1.0 if kind == "yarn" else 0.0
     attn = 1.0
     if ext:
         f = 1.0 / freq_scale
-        log_mul = float(meta.get(p + "rope.scaling.yarn_log_multiplier", 0.0))
+        log_mul = _finite(meta, p + "rope.scaling.yarn_log_multiplier", 0.0)
         attn = _mscale(f, 1.0) / _mscale(f, log_mul) if log_mul else _mscale(f, 1.0)
         attn /= 1.0 + 0.1 * math.log(f)
-    attn *= float(meta.get(p + "rope.scaling.attn_factor", 1.0))  # whatever the type, as llama.cpp does
-    n_ctx_orig = int(meta.get(p + "rope.scaling.original_context_length", context))
+    attn *= _positive_float(meta, p + "rope.scaling.attn_factor", 1.0)  # whatever the type, as llama.cpp does
+    n_ctx_orig = _count(meta, p + "rope.scaling.original_context_length", context)
     return RopeScaling(kind, freq_scale, ext, attn, n_ctx_orig)
 
 

@@ -50,7 +50,7 @@ def _written(name: str) -> Callable[[], Path]:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             part = target.with_suffix(f".{os.getpid()}.part")  # two processes writing at once: each its own
-            write_tiny_model(part, TINY_MODELS[name], name=name, merges=["< t"])
+            write_tiny_model(part, TINY_MODELS[name], name=name, merges=["<t1> <t2>"])
             part.replace(target)
         return target
 

@@ -139,7 +139,7 @@ def write_shaped_model(
     types, shapes = tensor_types(shape, mix), tensor_shapes(shape)
     w = GGUFWriter(str(path), shape.arch)
     spec = shape_spec(shape)
-    write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["< t"])
+    write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["<t1> <t2>"])
     stored = {}
     for name, shp in shapes.items():
         if name not in types:  # vectors, and a router kept in F32

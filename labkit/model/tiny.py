@@ -22,8 +22,9 @@ from labkit.quant.formats import QUANT_FORMATS
 from labkit.quant.random_blocks import unit_std
 
 Q = GGMLQuantizationType
-# bumped whenever the same spec would give other bytes (2: tensors read off the graph, in its order)
-WRITER_VERSION = 2
+# bumped whenever the same spec would give other bytes (2: tensors read off the graph, in its order;
+# 3: the placeholder merge names tokens the vocabulary has)
+WRITER_VERSION = 3
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from labkit.errors import TokenIdError, TokenizerError, UnsupportedArchitectureError
+from labkit.errors import TokenIdError, TokenizerError, UnsupportedArchitectureError, VocabularyError
 from labkit.model.spm import SpmMerger
 from labkit.model.vocab_rules import (
     ATTR_BYTE,
@@ -411,14 +411,18 @@ def _fix_attrs(
 
 def _bpe_hf(tokens: list[str], vocab: dict[str, int], merges_raw: Iterable[str], pre_type: PreType) -> BpeMerger:
     merges = []
-    for m in merges_raw:
+    for i, m in enumerate(merges_raw):
         m = str(m)
         p = m.find(" ", 1)
         if p < 0:
-            continue
+            raise VocabularyError(f"tokenizer.ggml.merges[{i}] is {m!r}, not two tokens separated by a space")
         a, b = m[:p], m[p + 1 :]
-        # llama.cpp would keep a rank for a pair it can never use; HF refuses such merges
-        if a in vocab and b in vocab and a + b in vocab:
+        missing = [t for t in (a, b) if t not in vocab]
+        if missing:  # the file contradicts itself
+            raise VocabularyError(
+                f"tokenizer.ggml.merges[{i}] ({m!r}) names {missing[0]!r}, which is not in the vocabulary"
+            )
+        if a + b in vocab:  # llama.cpp keeps a rank for a pair whose result is no token; HF refuses it
             merges.append((a, b))
     bpe = models.BPE(vocab=vocab, merges=merges, ignore_merges=pre_type.ignore_merges)
     tok = Tokenizer(bpe)
