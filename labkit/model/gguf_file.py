@@ -120,6 +120,11 @@ MIN_KV_BYTES = 8 + 1 + 4 + 1
 MIN_TENSOR_BYTES = 8 + 4 + 8 + 4 + 8
 
 
+class StringArray(list):
+    """A GGUF array of strings as the reader gives it: its type known without looking at every item
+    (a vocabulary holds 262 144 of them)."""
+
+
 class _Cursor:
     """A position in the mapped file; every read is bounded by the bytes left, and says what it was
     reading (`self.what`) when the file ends first."""
@@ -170,7 +175,7 @@ def _read_value(cur: _Cursor, vtype: int) -> Any:
     return np.frombuffer(cur.take(count * dtype.itemsize), dtype=dtype)
 
 
-def _read_strings(cur: _Cursor, count: int) -> list[str]:
+def _read_strings(cur: _Cursor, count: int) -> StringArray:
     """Walk `count` length-prefixed strings; one slice per string, nothing else."""
     if count * 8 > cur.left():
         raise TruncatedFileError(
@@ -178,7 +183,7 @@ def _read_strings(cur: _Cursor, count: int) -> list[str]:
             f"{cur.left()} bytes left can hold"
         )
     buf, pos, end = cur.buf, cur.pos, len(cur.buf)
-    out = []
+    out = StringArray()
     unpack_from = struct.unpack_from
     for _ in range(count):
         if pos + 8 > end:

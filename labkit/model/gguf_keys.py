@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from labkit.errors import MetadataTypeError
+from labkit.model.gguf_file import StringArray
 
 INT, FLOAT, BOOL, STR = "an integer", "a float", "a bool", "a string"
 EMPTY = "an empty array"  # of any item type: GGUF still says which, a Python list does not
@@ -94,6 +95,8 @@ def kind_of(value: Any) -> str:
     if isinstance(value, np.ndarray):
         scalar = {"b": BOOL, "i": INT, "u": INT, "f": FLOAT}.get(value.dtype.kind)
         return array_of(scalar) if scalar else "an array"
+    if isinstance(value, StringArray):
+        return array_of(STR)
     if isinstance(value, (list, tuple)):  # a metadata dict written by hand (labkit.model.tiny)
         kinds = {kind_of(v) for v in value}
         return EMPTY if not kinds else array_of(kinds.pop()) if len(kinds) == 1 else "a mixed array"
