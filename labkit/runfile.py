@@ -9,12 +9,13 @@ heads, unmapped names) is the file's string metadata, as JSON.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from labkit.captures import Run
+from labkit.captures import Run, is_attention_map
 from labkit.errors import LabkitError, RunFileError
 
 FORMAT = "labkit-run/1"
@@ -79,7 +80,7 @@ def _checked_fields(path: Path, meta: dict[str, str], captures: dict[str, np.nda
     them (a stage's positions and heads say how many rows it has): a RunFileError names the first
     that is not."""
     missing = [k for k in ("model", "engine", "precision", "n_past") if k not in meta]
-    if missing or not meta.get("n_past", "").isdigit():
+    if missing or not re.fullmatch(r"[0-9]+", meta["n_past"]):
         raise RunFileError(
             f"{path}: a saved run needs model, engine, precision and n_past (an integer): {missing or meta['n_past']!r}"
         )
@@ -110,7 +111,8 @@ def _check_rows(path: Path, fields: dict[str, Any], captures: dict[str, np.ndarr
             a = captures.get(stage)
             if a is None:
                 raise RunFileError(f"{path}: the run lists {what} for {stage!r}, which it did not capture")
-            if not a.ndim or a.shape[0] != len(rows):
+            axis = 1 if what == "positions" and a.ndim == 3 and is_attention_map(stage) else 0  # [heads, q, k]
+            if a.ndim <= axis or a.shape[axis] != len(rows):
                 raise RunFileError(
                     f"{path}: {stage!r} has shape {list(a.shape)}, but the run lists {len(rows)} {what} for it"
                 )

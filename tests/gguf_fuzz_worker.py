@@ -28,6 +28,7 @@ from gguf_struct import (
     ARRAY,
     BOOL,
     F32,
+    F64,
     STRING,
     U32,
     Layout,
@@ -79,7 +80,9 @@ def patch_field(data: bytes, fields: list[tuple[int, int, str]], rng: np.random.
 INT_KEYS = ["block_count", "embedding_length", "feed_forward_length", "attention.head_count",
             "attention.head_count_kv", "attention.key_length", "context_length", "rope.dimension_count",
             "vocab_size", "attention.value_length"]  # fmt: skip
-FLOAT_KEYS = ["rope.freq_base", "attention.layer_norm_rms_epsilon"]
+FLOAT_KEYS = ["rope.freq_base", "attention.layer_norm_rms_epsilon", "rope.scaling.factor",
+              "rope.scaling.yarn_log_multiplier", "rope.scaling.attn_factor"]  # fmt: skip
+FLOATS = [0.0, -1.0, 5e-324, 1e-30, 1e30, 1e308, float("inf"), float("nan"), -1 / (0.1 * 1.3862943611198906)]
 
 
 def mutate_layout(L: Layout, rng: np.random.Generator) -> Layout:
@@ -88,8 +91,11 @@ def mutate_layout(L: Layout, rng: np.random.Generator) -> Layout:
     kind = int(rng.integers(0, 9))
     if kind == 0:  # an integer hyperparameter set to a telling value
         return L.set(f"{arch}.{pick(INT_KEYS, rng)}", scalar(U32, pick([0, 1, 2, 3, 5, 7, 64, 1000, 2**31], rng)))
-    if kind == 1:  # a float hyperparameter
-        return L.set(f"{arch}.{pick(FLOAT_KEYS, rng)}", scalar(F32, pick([0.0, -1.0, 1e-30, 1e30, float("nan")], rng)))
+    if kind == 1:  # a float hyperparameter, in either width, under YaRN scaling half the time
+        value = pick(FLOATS, rng)
+        wide = rng.integers(2) or value == 1e308  # float32 cannot hold 1e308
+        L = L.set(f"{arch}.{pick(FLOAT_KEYS, rng)}", scalar(F64, value) if wide else scalar(F32, value))
+        return L.set(f"{arch}.rope.scaling.type", string("yarn")) if rng.integers(2) else L
     if kind == 2:  # a key's value of another type
         key = pick([k for k, _, _ in L.kvs], rng)
         other = pick([string("2"), scalar(F32, 2.0), scalar(BOOL, True), scalar(U32, 2), array(U32, [2, 2]),

@@ -178,3 +178,16 @@ def test_cli_compare_dumps_errors_are_one_line(tiny_model, tmp_path):
     p = cli(*base, str(tmp_path / "d.npz"), "--names", str(tmp_path / "map.json"), "--json")
     assert p.returncode in (0, 1) and json.loads(p.stdout)["stages"][0]["stage"] == "blk.0.attn_norm", p.stderr
     assert_one_line_error(cli("compare", path, "--tokens", "1,x", "--dumps", "d.npz"), "comma-separated ids")
+
+
+def test_a_run_of_chosen_positions_and_heads_round_trips(tiny_model, tmp_path):
+    """An attention map's positions are its query axis (axis 1), its heads axis 0: a saved run of
+    both loads back as it was."""
+    lab = labkit.open(tiny_model("llama"))
+    run = lab.run([1, 5, 9, 33], positions=[1, 3])
+    run.heads = {"blk.0.attn_probs": (0, 1, 2, 3)}
+    maps = [n for n in run.captures if n.endswith("attn_probs")]
+    assert maps and run.positions.get(maps[0]) == (1, 3) and run[maps[0]].shape[1] == 2
+    back = _round_trip(run, tmp_path, model=lab)
+    assert back.positions == run.positions and back.heads == run.heads
+    assert all(_same_bits(a, back[n]) for n, a in run.captures.items())

@@ -251,7 +251,7 @@ def _per_layer(meta: dict[str, Any], key: str, n_layers: int, default: Any = ...
         return _in_range(key, int(value), low)
     if len(value) != n_layers:
         raise HyperparameterError(f"{key} has {len(value)} entries for {n_layers} layers")
-    widths = {int(v) for v in value}
+    widths = {_in_range(f"{key}[{i}]", int(v), low) for i, v in enumerate(value)}
     if len(widths) != 1:
         raise UnsupportedArchitectureError(f"{key} differs between layers ({sorted(widths)}): labkit runs one value")
     return _in_range(key, widths.pop(), low)
@@ -282,8 +282,8 @@ def _head_dim(meta: dict[str, Any], p: str, d_model: int, n_heads: int) -> int:
         )
     else:
         head_dim = d_model // n_heads
-    value = meta.get(p + "attention.value_length", head_dim)
-    if int(value) != head_dim:
+    value = _count(meta, p + "attention.value_length", head_dim)
+    if value != head_dim:
         raise UnsupportedArchitectureError(
             f"{p}attention.value_length {value} differs from the key length {head_dim}: labkit's attention reads one"
         )
@@ -419,6 +419,7 @@ def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]
     return layers
 
 
+MIN_ROPE_FACTOR = 1e-6  # a factor past its reciprocal's range would scale every angle to inf or 0
 ROPE_SCALINGS = ("none", "linear", "yarn")  # what labkit computes (longrope's per-dim factors it does not)
 
 
@@ -433,14 +434,22 @@ def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> Ro
             f"RoPE scaling {kind!r} is not supported (labkit computes {', '.join(ROPE_SCALINGS)})"
         )
     factor = float(meta.get(p + "rope.scaling.factor", meta.get(p + "rope.scale_linear", 0.0)) or 0.0)
-    if not (math.isfinite(factor) and factor >= 0):
-        raise HyperparameterError(f"{p}rope.scaling.factor is {factor}; it must be a finite number, at least 0")
+    if not (factor == 0.0 or MIN_ROPE_FACTOR <= factor <= 1 / MIN_ROPE_FACTOR):
+        raise HyperparameterError(
+            f"{p}rope.scaling.factor is {factor}; it must be 0 (none) or between {MIN_ROPE_FACTOR:g} and "
+            f"{1 / MIN_ROPE_FACTOR:g}"
+        )
     freq_scale = 1.0 if kind == "none" or factor == 0.0 else 1.0 / factor
     ext = 1.0 if kind == "yarn" else 0.0
     attn = 1.0
     if ext:
         f = 1.0 / freq_scale
         log_mul = _finite(meta, p + "rope.scaling.yarn_log_multiplier", 0.0)
+        if _mscale(f, log_mul) <= 0:
+            raise HyperparameterError(
+                f"{p}rope.scaling.yarn_log_multiplier {log_mul} makes YaRN's magnitude {_mscale(f, log_mul):g}: "
+                "it must stay above 0"
+            )
         attn = _mscale(f, 1.0) / _mscale(f, log_mul) if log_mul else _mscale(f, 1.0)
         attn /= 1.0 + 0.1 * math.log(f)
     attn *= _positive_float(meta, p + "rope.scaling.attn_factor", 1.0)  # whatever the type, as llama.cpp does

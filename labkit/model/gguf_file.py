@@ -114,6 +114,9 @@ class GgufFile:
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_NAME = 64  # GGML_MAX_NAME: llama.cpp refuses a tensor name of 64 bytes or more
 INT64_MAX = 2**63 - 1
+# the longest string array read: 64 times the largest vocabulary (262 144), so a crafted file cannot make
+# tens of millions of Python strings (about 50 bytes each) out of a few bytes apiece
+MAX_STRINGS = 1 << 24
 # the smallest entry of each table: a key of one byte, its type and a one-byte value; a tensor of a
 # name (even an empty one), one dimension, its type and offset. The header's counts are bounded by these.
 MIN_KV_BYTES = 8 + 1 + 4 + 1
@@ -152,6 +155,12 @@ class _Cursor:
         n = self.unpack("<Q")
         return bytes(self.take(n)).decode("utf-8", errors="replace")
 
+    def name(self) -> tuple[str, int]:
+        """A key or tensor name and its length in bytes; invalid UTF-8 kept apart as escapes, so two
+        different names never read as one."""
+        raw = bytes(self.take(self.unpack("<Q")))
+        return raw.decode("utf-8", errors="backslashreplace"), len(raw)
+
 
 def _read_value(cur: _Cursor, vtype: int) -> Any:
     """One metadata value; arrays of scalars are numpy views of the map, arrays of arrays refused."""
@@ -177,6 +186,8 @@ def _read_value(cur: _Cursor, vtype: int) -> Any:
 
 def _read_strings(cur: _Cursor, count: int) -> StringArray:
     """Walk `count` length-prefixed strings; one slice per string, nothing else."""
+    if count > MAX_STRINGS:
+        raise GgufFormatError(f"{cur.path}: {cur.what} claims {count} strings; labkit reads at most {MAX_STRINGS}")
     if count * 8 > cur.left():
         raise TruncatedFileError(
             f"{cur.path}: {cur.what} claims {count} strings at byte {cur.pos}, more than the "
@@ -228,7 +239,7 @@ def _read_header(cur: _Cursor) -> tuple[int, int, int]:
         raise GgufFormatError(f"{cur.path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
     version = cur.unpack("<I")
     if version not in (2, 3):
-        hint = " (a big-endian file?)" if version & 0xFFFF == 0 else ""
+        hint = " (a big-endian file?)" if version and version & 0xFFFF == 0 else ""
         raise GgufFormatError(f"{cur.path}: unsupported GGUF version {version}{hint}; labkit reads versions 2 and 3")
     n_tensors, n_kv = cur.unpack("<Q"), cur.unpack("<Q")
     if n_tensors * MIN_TENSOR_BYTES + n_kv * MIN_KV_BYTES > cur.left():
@@ -245,7 +256,7 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
     for i in range(n_kv):
         at = cur.pos
         cur.what = f"metadata key {i}"
-        key = cur.string()
+        key, _ = cur.name()
         if not key:
             raise MetadataKeyError(f"{cur.path}: metadata key {i} (byte {at}) is empty")
         if key in metadata:
@@ -261,17 +272,19 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
 def _read_tensor_row(cur: _Cursor, i: int) -> tuple[str, list[int], int, int]:
     """One tensor table row: (name, ne in ggml order, type, offset), its dimensions checked."""
     cur.what = f"tensor {i}'s table entry"
-    name = cur.string()
-    if len(name.encode()) >= MAX_NAME:
+    name, n_bytes = cur.name()
+    if n_bytes >= MAX_NAME:
         raise TensorTableError(
-            f"{cur.path}: tensor {i}'s name {name[:80]!r} is {len(name.encode())} bytes; ggml allows {MAX_NAME - 1}"
+            f"{cur.path}: tensor {i}'s name {name[:80]!r} is {n_bytes} bytes; ggml allows {MAX_NAME - 1}"
         )
     n_dims = cur.unpack("<I")
-    if not 1 <= n_dims <= MAX_DIMS:
+    if n_dims > MAX_DIMS:
         raise TensorDimensionsError(
-            f"{cur.path}: tensor {name!r} has {n_dims} dimensions; ggml tensors have 1 to {MAX_DIMS}"
+            f"{cur.path}: tensor {name!r} has {n_dims} dimensions; ggml tensors have at most {MAX_DIMS}"
         )
-    ne = [cur.unpack("<Q") for _ in range(n_dims)]
+    ne = [cur.unpack("<Q") for _ in range(n_dims)] or [1]  # gguf.cpp: no dimension is a scalar, ne all 1
+    if any(d > INT64_MAX for d in ne):
+        raise TensorDimensionsError(f"{cur.path}: tensor {name!r} has a negative dimension (as int64): ne {ne}")
     if 0 in ne:
         raise TensorDimensionsError(f"{cur.path}: tensor {name!r} has a zero dimension: ne {ne}")
     if math.prod(ne) > INT64_MAX:
@@ -293,7 +306,7 @@ def _alignment(path: Path, metadata: dict[str, Any]) -> int:
     if type(value) is not int:
         raise MetadataTypeError(f"{path}: general.alignment is {value!r}; GGUF stores it as a uint32")
     if value <= 0 or value & (value - 1):
-        raise ModelFileError(f"{path}: general.alignment is {value}, not a power of two")
+        raise GgufFormatError(f"{path}: general.alignment is {value}, not a power of two")
     return value
 
 

@@ -116,5 +116,7 @@ def check_key_types(metadata: dict[str, Any], where: str | Path = "GGUF metadata
 
 
 def _short(value: Any) -> str:
-    text = repr(value.tolist() if isinstance(value, np.ndarray) else value)
+    if isinstance(value, (np.ndarray, list, tuple)):  # the first few items only: it may be a vocabulary
+        return f"{len(value)} items: {repr(list(value[:4]))[:-1]}, ...]" if len(value) > 4 else repr(list(value))
+    text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."

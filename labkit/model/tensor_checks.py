@@ -76,14 +76,16 @@ def _hint(got: tuple[int, ...], want: tuple[int, ...]) -> str:
 def check_vocabulary(path: Path, meta: dict[str, Any], cfg: ModelConfig) -> None:
     """The tokenizer's arrays have one entry per token, and as many tokens as the model's vocabulary
     (llama.cpp reads n_vocab from the tokens and requires token_embd to match it)."""
-    tokens = meta.get("tokenizer.ggml.tokens")
+    tokens, key = meta.get("tokenizer.ggml.tokens"), f"{cfg.arch}.vocab_size"
     if not cfg.vocab_size:
-        raise VocabularyError(f"{path}: no vocabulary: neither tokenizer.ggml.tokens nor {cfg.arch}.vocab_size")
+        what = "tokenizer.ggml.tokens is empty" if tokens is not None else f"{key} is 0" if key in meta else (
+            f"neither tokenizer.ggml.tokens nor {key}")  # fmt: skip
+        raise VocabularyError(f"{path}: no vocabulary: {what}")
     if tokens is None:
         return
     n = len(tokens)
     if n != cfg.vocab_size:
-        raise VocabularyError(f"{path}: the vocabulary has {n} tokens, but the model's is {cfg.vocab_size} wide")
+        raise VocabularyError(f"{path}: tokenizer.ggml.tokens has {n} tokens, but {key} is {cfg.vocab_size}")
     for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
         values = meta.get(key)
         if values is not None and len(values) != n:
