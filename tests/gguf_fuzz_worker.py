@@ -205,8 +205,13 @@ def main(argv: list[str]) -> None:
         for spec in argv[2:]:
             kind, path, n, seconds = spec.split(":")
             total += fuzz_source(kind, Path(path), int(n), float(seconds), rng, Path(tmp))
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"outcomes": dict(total), "maxrss_kb": usage.ru_maxrss, "pid": os.getpid()}))
+    print(json.dumps({"outcomes": dict(total), "maxrss_kb": peak_rss_kb(), "pid": os.getpid()}))
+
+
+def peak_rss_kb() -> int:
+    """This process's own peak RSS (VmHWM: ru_maxrss survives exec, so it would report the parent's)."""
+    status = Path("/proc/self/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")))
 
 
 if __name__ == "__main__":

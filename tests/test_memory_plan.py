@@ -270,7 +270,7 @@ def test_memory_table_and_cli_info(tiny, capsys):
     assert kinds["blk.0.attn_q.weight"].startswith("matmul_q4_k/") and kinds["blk.0.attn_norm.weight"].startswith(
         "rmsnorm"
     )
-    assert main(["info", str(tiny), "--memory", "12XB"]) == 2
+    assert main(["info", str(tiny), "--memory", "12XB"]) == 1
     assert capsys.readouterr().err.startswith("labkit: error: memory=")
 
 
