@@ -457,3 +457,13 @@ def test_a_per_layer_array_of_one_value_reads_as_that_value(tmp_path, valid):
     path = tmp_path / "per-layer.gguf"
     path.write_bytes(L.to_bytes())
     assert labkit.open(path).config.n_kv_heads == 2
+
+
+def test_the_transformers_dumper_refuses_a_malformed_file_before_transformers_reads_it(tmp_path, valid, capsys):
+    from labkit.dumps import hf_hooks
+
+    path = tmp_path / "twice.gguf"
+    path.write_bytes(_dup_key(valid[1]).to_bytes())
+    assert hf_hooks.main([str(path), "--tokens", "1,2", "--out", str(tmp_path / "d.npz")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "written twice" in err[0] and not (tmp_path / "d.npz").exists()

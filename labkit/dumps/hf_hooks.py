@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from labkit.errors import LabkitError
+
 
 def dump(gguf: Path, tokens: list[int], dtype: str = "float32", scale: dict[str, float] | None = None) -> dict:
     """{module path: output tensor in the run's dtype}, batch dim dropped."""
@@ -38,7 +40,11 @@ def dump_with_inputs(
 
 
 def load_model(gguf: Path, dtype: str = "float32"):
-    """transformers' own model of the GGUF file, dequantized to `dtype`, in eval mode."""
+    """transformers' own model of the GGUF file, dequantized to `dtype`, in eval mode. The file is
+    checked first as labkit.open checks it: transformers' reader trusts every count it reads."""
+    from labkit.model.model_file import open_model_file
+
+    open_model_file(gguf)
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -128,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", action="append", default=[], help="MODULE=FACTOR: multiply a module's output")
     a = p.parse_args(argv)
     scale = {k: float(v) for k, v in (s.split("=", 1) for s in a.scale)}
-    save(dump(a.gguf, [int(t) for t in a.tokens.split(",")], a.dtype, scale), a.out)
+    try:
+        save(dump(a.gguf, [int(t) for t in a.tokens.split(",")], a.dtype, scale), a.out)
+    except LabkitError as e:
+        print(f"labkit: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
