@@ -20,6 +20,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -104,12 +105,12 @@ def mutate_layout(L: Layout, rng: np.random.Generator) -> Layout:
     if kind == 3:  # a key dropped
         return L.drop_key(pick([k for k, _, _ in L.kvs], rng))
     if kind == 4:  # a key written twice
-        return Layout(L.version, [*L.kvs, pick(L.kvs, rng)], L.tensors, L.alignment)
+        return replace(L, kvs=[*L.kvs, pick(L.kvs, rng)])
     t = pick(L.tensors, rng)
     if kind == 5:  # a tensor dropped, or written twice
         drop = rng.integers(2) == 0
         tensors = [x for x in L.tensors if x is not t] if drop else [*L.tensors, t]
-        return Layout(L.version, L.kvs, tensors, L.alignment)
+        return replace(L, tensors=tensors)
     if kind == 6:  # its dimensions reversed, cut or grown
         ne = pick([t.ne[::-1], [t.ne[0] // 2, *t.ne[1:]], [*t.ne, 1], t.ne[:1], [t.ne[0] * 2, *t.ne[1:]]], rng)
         return L.with_tensor(t.name, ne=ne)
@@ -152,8 +153,9 @@ def try_case(path: Path, run: bool) -> str:
 def fuzz_source(kind: str, src: Path, n: int, seconds: float, rng: np.random.Generator, tmp: Path) -> Counter:
     original = src.read_bytes() if kind == "tiny" else _header_of(src)
     size = src.stat().st_size
-    layout, fields = read_layout(original) if kind == "tiny" else (None, walk(original)[0].fields)
-    header = original[: walk(original)[0].pos]
+    walker = walk(original)[0]
+    layout, fields = read_layout(original) if kind == "tiny" else (None, walker.fields)
+    header = original[: walker.pos]
     outcomes: Counter = Counter()
     t0, runs = time.perf_counter(), 0  # data-only mutants run so far
     for i in range(n):

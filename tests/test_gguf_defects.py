@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -67,16 +68,16 @@ def valid(tiny_model) -> tuple[bytes, Layout, int]:
 
 
 def _dup_key(L: Layout) -> Layout:  # a second block_count that would run another layer count
-    return Layout(L.version, [*L.kvs, ("llama.block_count", *scalar(U32, 1))], L.tensors, L.alignment)
+    return replace(L, kvs=[*L.kvs, ("llama.block_count", *scalar(U32, 1))])
 
 
 def _empty_key(L: Layout) -> Layout:
-    return Layout(L.version, [("", *scalar(U32, 1)), *L.kvs], L.tensors, L.alignment)
+    return replace(L, kvs=[("", *scalar(U32, 1)), *L.kvs])
 
 
 def _dup_tensor(L: Layout) -> Layout:  # a second token_embd, all zeros: the one a lax reader keeps
     t = L.tensors[L.tensor("token_embd.weight")]
-    return Layout(L.version, L.kvs, [*L.tensors, type(t)(t.name, t.ne, t.ggml_type, bytes(len(t.data)))], L.alignment)
+    return replace(L, tensors=[*L.tensors, replace(t, data=bytes(len(t.data)))])
 
 
 def _nested(L: Layout) -> Layout:  # an array of arrays, nested 10 000 deep
@@ -86,7 +87,7 @@ def _nested(L: Layout) -> Layout:  # an array of arrays, nested 10 000 deep
 
 
 def _drop(L: Layout, name: str) -> Layout:
-    return Layout(L.version, L.kvs, [t for t in L.tensors if t.name != name], L.alignment)
+    return replace(L, tensors=[t for t in L.tensors if t.name != name])
 
 
 def _narrow_embd(L: Layout) -> Layout:  # token_embd 224 wide in a 256-wide model
@@ -111,10 +112,6 @@ def _offset(L: Layout, name: str, delta: int) -> Layout:
 def _overlap(L: Layout) -> Layout:
     first, second = L.tensors[0], L.tensors[1]
     return L.with_tensor(second.name, offset=0 if first.offset is None else first.offset)
-
-
-def _header(L: Layout, **kw) -> Layout:
-    return Layout(**{**L.__dict__, **kw})
 
 
 def _cut(data: bytes, at: int) -> bytes:
@@ -147,11 +144,11 @@ def _scores(n: int):
 
 # (id, defect: Layout -> Layout | bytes -> bytes, error class, message fragment)
 LAYOUT_DEFECTS = [
-    ("bad magic", lambda L: _header(L, magic=b"GGUG"), GgufFormatError, "not a GGUF file"),
-    ("version 1", lambda L: _header(L, version=1), GgufFormatError, "version 1"),
-    ("big-endian version", lambda L: _header(L, version=3 << 24), GgufFormatError, "big-endian"),
-    ("tensor count past the file", lambda L: _header(L, n_tensors=2**40), GgufFormatError, "can hold"),
-    ("key count past the file", lambda L: _header(L, n_kv=2**62), GgufFormatError, "can hold"),
+    ("bad magic", lambda L: replace(L, magic=b"GGUG"), GgufFormatError, "not a GGUF file"),
+    ("version 1", lambda L: replace(L, version=1), GgufFormatError, "version 1"),
+    ("big-endian version", lambda L: replace(L, version=3 << 24), GgufFormatError, "big-endian"),
+    ("tensor count past the file", lambda L: replace(L, n_tensors=2**40), GgufFormatError, "can hold"),
+    ("key count past the file", lambda L: replace(L, n_kv=2**62), GgufFormatError, "can hold"),
     ("string length past the file", _string_past_end, TruncatedFileError, "general.name"),
     ("array count past the file", _array_past_end, TruncatedFileError, "general.tags"),
     ("string array count past the file", _strings_past_end, TruncatedFileError, "claims 10000000 strings"),
@@ -422,7 +419,7 @@ def test_names_of_invalid_utf8_stay_apart(tmp_path, valid):
     """Two keys whose bytes differ are two keys, even where neither is UTF-8 (no duplicate made up)."""
     L = valid[1]
     kvs = [*L.kvs, ("general.X", *scalar(U32, 1)), ("general.Y", *scalar(U32, 2))]
-    data = Layout(L.version, kvs, L.tensors, L.alignment).to_bytes()
+    data = replace(L, kvs=kvs).to_bytes()
     path = tmp_path / "utf8.gguf"
     path.write_bytes(data.replace(b"general.X", b"general.\xff").replace(b"general.Y", b"general.\xfe"))
     meta = labkit.open(path).gguf.metadata
@@ -433,7 +430,7 @@ def test_a_tensor_no_stage_reads_is_named_in_a_warning(tmp_path, valid):
     L = valid[1]
     extra = type(L.tensors[0])("blk.0.unused.weight", [32], 0, struct.pack("<32f", *np.ones(32)))
     path = tmp_path / "extra.gguf"
-    path.write_bytes(Layout(L.version, L.kvs, [*L.tensors, extra], L.alignment).to_bytes())
+    path.write_bytes(replace(L, tensors=[*L.tensors, extra]).to_bytes())
     with pytest.warns(ModelFileWarning, match="blk.0.unused.weight"):
         lab = labkit.open(path)
     assert "blk.0.unused.weight" in lab.gguf.tensors

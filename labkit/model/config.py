@@ -233,9 +233,9 @@ def _get(meta: dict[str, Any], key: str, default: Any = ...) -> Any:
     return default
 
 
-def _count(meta: dict[str, Any], key: str, default: Any = ..., low: int = 1) -> int:
-    """An integer hyperparameter (its type checked at open), between `low` and a uint32's maximum."""
-    return _in_range(key, int(_get(meta, key, default)), low)
+def _count(meta: dict[str, Any], key: str, default: Any = ..., low: int = 1, high: int = U32_MAX) -> int:
+    """An integer hyperparameter (its type checked at open), between `low` and `high` (a uint32's maximum)."""
+    return _in_range(key, int(_get(meta, key, default)), low, high)
 
 
 def _in_range(key: str, value: int, low: int = 1, high: int = U32_MAX) -> int:
@@ -254,7 +254,7 @@ def _per_layer(meta: dict[str, Any], key: str, n_layers: int, default: Any = ...
     widths = {_in_range(f"{key}[{i}]", int(v), low) for i, v in enumerate(value)}
     if len(widths) != 1:
         raise UnsupportedArchitectureError(f"{key} differs between layers ({sorted(widths)}): labkit runs one value")
-    return _in_range(key, widths.pop(), low)
+    return widths.pop()
 
 
 def _positive_float(meta: dict[str, Any], key: str, default: float, low: float = 0.0) -> float:
@@ -308,7 +308,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         )
     traits = ARCHITECTURES[arch]
     p = arch + "."
-    n_layers = _in_range(p + "block_count", _count(meta, p + "block_count"), 1, MAX_LAYERS)
+    n_layers = _count(meta, p + "block_count", high=MAX_LAYERS)
     d_model = _count(meta, p + "embedding_length")
     n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
     head_dim = _head_dim(meta, p, d_model, n_heads)
@@ -358,7 +358,7 @@ def _rope_fields(meta: dict[str, Any], p: str, traits: ArchTraits, head_dim: int
                  names: set[str]) -> dict[str, Any]:  # fmt: skip
     """RoPE's numbers: bases (global and sliding-window layers'), style, rotary dims, scaling, factors."""
     base = _positive_float(meta, p + "rope.freq_base", 10000.0)
-    rope_dim = _in_range(p + "rope.dimension_count", _count(meta, p + "rope.dimension_count", head_dim), 2, head_dim)
+    rope_dim = _count(meta, p + "rope.dimension_count", head_dim, low=2, high=head_dim)
     if rope_dim % 2:
         raise HyperparameterError(f"{p}rope.dimension_count is {rope_dim}; RoPE rotates pairs, so it must be even")
     return {
@@ -392,11 +392,11 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
     if traits.ffn != "moe":
         return {}
-    n_expert = _in_range(p + "expert_count", _count(meta, p + "expert_count"), 1, MAX_EXPERTS)
+    n_expert = _count(meta, p + "expert_count", high=MAX_EXPERTS)
     return {
         "ffn": "moe",
         "n_expert": n_expert,
-        "n_expert_used": _in_range(p + "expert_used_count", _count(meta, p + "expert_used_count"), 1, n_expert),
+        "n_expert_used": _count(meta, p + "expert_used_count", high=n_expert),
         "d_ff_expert": _per_layer(meta, p + "expert_feed_forward_length", n_layers),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
@@ -409,9 +409,7 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
 def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, as llama.cpp's ernie4_5-moe graph decides it: past the leading dense
     layers, every interleave_moe_layer_step-th one."""
-    lead = _in_range(
-        p + "leading_dense_block_count", _count(meta, p + "leading_dense_block_count", 0, low=0), 0, n_layers
-    )
+    lead = _count(meta, p + "leading_dense_block_count", 0, low=0, high=n_layers)
     step = _count(meta, p + "interleave_moe_layer_step")  # llama.cpp requires at least 1
     layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
     if not all(layers) and p + "feed_forward_length" not in meta:

@@ -86,7 +86,6 @@ class GgufFile:
     tensors: dict[str, TensorInfo]
     data_offset: int
     mmap: np.memmap = field(repr=False)
-    alignment: int = DEFAULT_ALIGNMENT
 
     def release(self, name: str | None = None) -> None:
         """Drop the mapped pages of one tensor (or the whole file) from this process's memory.
@@ -178,9 +177,9 @@ def _read_value(cur: _Cursor, vtype: int) -> Any:
         kind = "an array of arrays (llama.cpp's gguf.cpp refuses nested arrays)" if item_type == _ARRAY else (
             f"an array of GGUF value type {item_type}, which GGUF does not define")  # fmt: skip
         raise GgufFormatError(f"{cur.path}: {cur.what} is {kind}")
-    dtype = np.dtype(_SCALAR[item_type][1]).newbyteorder("<")
     if item_type == 7:  # bools: any nonzero byte is true, as llama.cpp reads them
         return np.frombuffer(cur.take(count), dtype=np.uint8) != 0
+    dtype = np.dtype(_SCALAR[item_type][1]).newbyteorder("<")
     return np.frombuffer(cur.take(count * dtype.itemsize), dtype=dtype)
 
 
@@ -229,7 +228,7 @@ def open_gguf(path: str | Path) -> GgufFile:
     alignment = _alignment(path, metadata)
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     tensors = _place_tensors(path, rows, data_offset, alignment, size)
-    return GgufFile(path, version, metadata, tensors, data_offset, mm, alignment)
+    return GgufFile(path, version, metadata, tensors, data_offset, mm)
 
 
 def _read_header(cur: _Cursor) -> tuple[int, int, int]:
@@ -302,9 +301,7 @@ def _check_unique_names(path: Path, rows: list[tuple[str, list[int], int, int]])
 
 def _alignment(path: Path, metadata: dict[str, Any]) -> int:
     """general.alignment: a uint32 power of two (gguf.cpp's rule), 32 when absent."""
-    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if type(value) is not int:
-        raise MetadataTypeError(f"{path}: general.alignment is {value!r}; GGUF stores it as a uint32")
+    value = metadata.get("general.alignment", DEFAULT_ALIGNMENT)  # its type checked as it was read
     if value <= 0 or value & (value - 1):
         raise GgufFormatError(f"{path}: general.alignment is {value}, not a power of two")
     return value

@@ -9,7 +9,6 @@ are left alone, as llama.cpp leaves them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,7 +102,7 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
-def check_key_types(metadata: dict[str, Any], where: str | Path = "GGUF metadata") -> None:
+def check_key_types(metadata: dict[str, Any]) -> None:
     """Refuse the first key labkit reads whose value is of another kind than it reads it as."""
     arch = metadata.get("general.architecture")
     for key, want in expected_kinds(arch if isinstance(arch, str) else None).items():
@@ -112,7 +111,7 @@ def check_key_types(metadata: dict[str, Any], where: str | Path = "GGUF metadata
         got = kind_of(metadata[key])
         if got == want or (want == PER_LAYER and got in (INT, array_of(INT))) or (got == EMPTY and "array" in want):
             continue
-        raise MetadataTypeError(f"{where}: {key} is {got} ({_short(metadata[key])}); labkit reads it as {want}")
+        raise MetadataTypeError(f"{key} is {got} ({_short(metadata[key])}); labkit reads it as {want}")
 
 
 def _short(value: Any) -> str:

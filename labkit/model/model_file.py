@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.errors import HyperparameterError
+from labkit.errors import HyperparameterError, MetadataTypeError
 from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.gguf_file import GgufFile, open_gguf
-from labkit.model.gguf_keys import check_key_types
 from labkit.model.graph import Stage, build_graph
 from labkit.model.tensor_checks import check_tensors, check_vocabulary
 
@@ -31,9 +30,8 @@ class ModelFile:
 def open_model_file(path: str | Path) -> ModelFile:
     f = open_gguf(path)
     try:
-        check_key_types(f.metadata, f.path)
-        cfg = config_from_metadata(f.metadata, set(f.tensors))
-    except HyperparameterError as e:  # the config names the key; the message names the file too
+        cfg = config_from_metadata(f.metadata, set(f.tensors))  # every key's type, then its range
+    except (MetadataTypeError, HyperparameterError) as e:  # the config names the key; the message, the file too
         raise type(e)(f"{f.path}: {e}") from None
     graph = build_graph(cfg)
     check_vocabulary(f.path, f.metadata, cfg)

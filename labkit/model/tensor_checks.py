@@ -78,8 +78,10 @@ def check_vocabulary(path: Path, meta: dict[str, Any], cfg: ModelConfig) -> None
     (llama.cpp reads n_vocab from the tokens and requires token_embd to match it)."""
     tokens, key = meta.get("tokenizer.ggml.tokens"), f"{cfg.arch}.vocab_size"
     if not cfg.vocab_size:
-        what = "tokenizer.ggml.tokens is empty" if tokens is not None else f"{key} is 0" if key in meta else (
-            f"neither tokenizer.ggml.tokens nor {key}")  # fmt: skip
+        if tokens is not None:
+            what = "tokenizer.ggml.tokens is empty"
+        else:
+            what = f"{key} is 0" if key in meta else f"neither tokenizer.ggml.tokens nor {key}"
         raise VocabularyError(f"{path}: no vocabulary: {what}")
     if tokens is None:
         return
