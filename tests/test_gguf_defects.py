@@ -415,6 +415,29 @@ def test_the_valid_file_opens_as_written(tmp_path, valid):
     assert lab.config.n_layers == 2 and len(lab.gguf.tensors) == len(valid[1].tensors)
 
 
+def test_a_name_length_spanning_the_file_is_refused_without_copying_it(tmp_path, valid):
+    """A misread length can reach the file's end: the name is refused from its length, and at most its
+    first bytes are read (the fuzzer saw 200 MB names copied and decoded, 600 MB of peak RSS)."""
+    import tracemalloc
+
+    data, _, tensor_8 = valid
+    tail = 32 << 20
+    b = bytearray(data)
+    struct.pack_into("<Q", b, tensor_8, len(data) + tail - tensor_8 - 64)
+    path = tmp_path / "long_name.gguf"
+    with open(path, "wb") as f:
+        f.write(b)
+        f.truncate(len(data) + tail)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TensorTableError, match="ggml allows 63"):
+            labkit.open(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < tail // 4, f"{peak / 2**20:.1f} MiB allocated to refuse one name"
+
+
 def test_names_of_invalid_utf8_stay_apart(tmp_path, valid):
     """Two keys whose bytes differ are two keys, even where neither is UTF-8 (no duplicate made up)."""
     L = valid[1]

@@ -154,10 +154,14 @@ class _Cursor:
         n = self.unpack("<Q")
         return bytes(self.take(n)).decode("utf-8", errors="replace")
 
-    def name(self) -> tuple[str, int]:
+    def name(self, limit: int | None = None) -> tuple[str, int]:
         """A key or tensor name and its length in bytes; invalid UTF-8 kept apart as escapes, so two
-        different names never read as one."""
-        raw = bytes(self.take(self.unpack("<Q")))
+        different names never read as one. A name of `limit` bytes or more is not copied: only its
+        first 80 bytes are read, for the message (a misread length can span the whole file)."""
+        n = self.unpack("<Q")
+        if limit is not None and n >= limit:
+            return bytes(self.buf[self.pos : self.pos + 80]).decode("utf-8", errors="backslashreplace"), n
+        raw = bytes(self.take(n))
         return raw.decode("utf-8", errors="backslashreplace"), len(raw)
 
 
@@ -271,7 +275,7 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
 def _read_tensor_row(cur: _Cursor, i: int) -> tuple[str, list[int], int, int]:
     """One tensor table row: (name, ne in ggml order, type, offset), its dimensions checked."""
     cur.what = f"tensor {i}'s table entry"
-    name, n_bytes = cur.name()
+    name, n_bytes = cur.name(limit=MAX_NAME)
     if n_bytes >= MAX_NAME:
         raise TensorTableError(
             f"{cur.path}: tensor {i}'s name {name[:80]!r} is {n_bytes} bytes; ggml allows {MAX_NAME - 1}"
