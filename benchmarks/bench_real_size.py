@@ -74,7 +74,9 @@ if engine.startswith("gpu"):
     # the first generate compiles the decode kernels (about 0.1 s each on lavapipe): reported apart,
     # and the decode rate is taken after it, as `labkit bench` and llama-bench take theirs
     out["decode_cold_tok_s"] = lab.generate(prompt_of(lab, 8), max_new_tokens=decode).timings["decode_tok_s"]
-    out["decode_tok_s"] = lab.generate(prompt_of(lab, 8), max_new_tokens=decode).timings["decode_tok_s"]
+    warm = lab.generate(prompt_of(lab, 8), max_new_tokens=decode).timings
+    out["decode_tok_s"] = warm["decode_tok_s"]
+    out["host_ms_per_step"], out["dispatches_per_step"] = warm["host_ms_per_step"], warm["dispatches_per_step"]
 elif engine == "reference":
     for n in lengths:
         ids = prompt_of(lab, n)
@@ -154,6 +156,8 @@ def table(name: str, rows: list[dict], cpu: str) -> str:
         dec = f"; decode {r['decode_tok_s']:.2f} tok/s" if r.get("decode_tok_s") else ""
         if r.get("decode_cold_tok_s"):
             dec += f" ({r['decode_cold_tok_s']:.2f} with the first generate's kernel compiles)"
+        if r.get("host_ms_per_step") is not None:
+            dec += f", {r['host_ms_per_step']:.2f} ms host per step, {r['dispatches_per_step']:.0f} dispatches"
         rss = r["peak_rss_bytes"]
         extra = f"; passed={r['passed']} first divergence {r['first_divergence']}" if "passed" in r else ""
         if "weight_layout" in r:

@@ -3,18 +3,18 @@
 from labkit import cases as _cases_package  # the package stays importable as `labkit.cases` (sys.modules)
 from labkit import sweep as _sweep_package  # noqa: F401 (likewise `labkit.sweep`: the attribute is the function)
 from labkit.attribution import Attribution, attribute
-from labkit.captures import Run, Stats, TopToken
+from labkit.captures import Run, Stats
 from labkit.compare import Comparison, compare
 from labkit.dumps import load_dumps
 from labkit.errors import LabkitError
-from labkit.lab import Generation, Lab, open
+from labkit.gpu.shader import kernel_source, register_variant
+from labkit.lab import Generation, Lab, load_run, open
 from labkit.model.registry import MODELS
 from labkit.model.weights_diff import WeightsDiff, diff_weights
-from labkit.ops.registry import kernel_source, register_variant
-from labkit.runfile import load_run
 from labkit.sampling import Sampler
 from labkit.selection import Capture
 from labkit.sweep import reduce_prompt, sweep
+from labkit.top_token import TopToken
 
 
 def cases() -> list:

@@ -8,29 +8,35 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from labkit import runfile
 from labkit.errors import UnknownStageError
+from labkit.lens import LogitLens, logit_lens
 
 # The stage kinds of every architecture, in the order a layer computes them, and which are
 # attention maps ([heads, q_pos, k_pos]; every other capture is [positions, ...]) or integer
 # ids: one table (labkit.model.stage_kinds), re-exported here for the compare and viz code.
-from labkit.model.stage_kinds import ATTENTION_MAPS, ID_KINDS, KIND_ORDER, SLOT_KINDS, TOP_LEVEL_KINDS  # noqa: F401
+from labkit.model.stage_kinds import (  # noqa: F401
+    ATTENTION_MAPS,
+    ID_KINDS,
+    KIND_ORDER,
+    SLOT_KINDS,
+    TOP_LEVEL_KINDS,
+    is_attention_map,
+    stage_kind,
+)
 
 # the debug-mode poison (labkit.poison, below both the executor and the captures), re-exported
 from labkit.poison import POISON_BITS, poison_count  # noqa: F401
+from labkit.top_token import TopToken
 
 _KIND_INDEX = {k: i for i, k in enumerate(KIND_ORDER)}
 
 # What a run's engine computes in, when the Run does not say (see labkit.precision).
 ENGINE_PRECISION = {"reference": "float64", "llamacpp": "int8-activations"}
-
-
-def stage_kind(name: str) -> str:
-    """`blk.3.ffn_down` → `ffn_down`; `logits` → `logits`."""
-    return name.split(".", 2)[2] if name.startswith("blk.") else name
 
 
 def graph_position(name: str) -> tuple[int, int, int] | None:
@@ -52,11 +58,6 @@ def graph_sorted(names) -> list[str]:
     names = list(dict.fromkeys(names))
     known = sorted((n for n in names if graph_position(n) is not None), key=graph_position)
     return known + [n for n in names if graph_position(n) is None]
-
-
-def is_attention_map(name: str) -> bool:
-    """`blk.3.attn_probs` → True: a capture indexed [heads, q_pos, k_pos], not [positions, ...]."""
-    return stage_kind(name) in ATTENTION_MAPS
 
 
 def as_f64(a: np.ndarray) -> np.ndarray:
@@ -97,15 +98,6 @@ class Stats:
 
     def _repr_html_(self) -> str:  # Jupyter: a one-row table, NaN/inf/unwritten counts in red
         return _stats_html(self)
-
-
-class TopToken(NamedTuple):
-    """One of `run.top(k)`: indexable and unpackable (`piece, id, logit, prob = t`), named too."""
-
-    piece: str
-    id: int
-    logit: float
-    prob: float
 
 
 @dataclass
@@ -206,9 +198,7 @@ class Run:
     def save(self, path) -> None:
         """Write the captures and what produced them to one .safetensors file (labkit.load_run
         reads it back bit-exactly)."""
-        from labkit.runfile import save_run
-
-        save_run(self, path)
+        runfile.save_run(self, path)
 
     def stats(self, name: str, pos: int | None = None) -> Stats:
         """min/max/mean/std/rms and NaN/inf/unwritten counts, over all values or one position.
@@ -241,10 +231,8 @@ class Run:
     def probs(self, pos: int = -1) -> np.ndarray:
         return _softmax(self.logits(pos))
 
-    def logit_lens(self, kind: str = "resid_out", positions=None):
+    def logit_lens(self, kind: str = "resid_out", positions=None) -> LogitLens:
         """Every layer's `kind` through the final norm and unembedding (labkit.lens.LogitLens)."""
-        from labkit.lens import logit_lens
-
         return logit_lens(self, kind, positions)
 
     def top(self, k: int = 5, pos: int = -1) -> list[TopToken]:
@@ -390,3 +378,9 @@ def _stats_html(s: Stats) -> str:
         f"<div class='labkit-stats' style='{_CSS}'><code>{_esc(s.stage)}</code>"
         f"<table style='border-collapse:collapse'><tr>{head}</tr><tr>{body}</tr></table></div>"
     )
+
+
+def load_run(path, piece: Callable[[int], str] | None = None) -> Run:
+    """The Run saved at `path` (labkit.runfile checks every field); `piece` turns its token ids into
+    text, given by whoever loads it (`labkit.load_run` opens the run's model for that)."""
+    return Run(**runfile.read_run(path), piece=piece)

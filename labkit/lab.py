@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from labkit import progress
+from labkit import captures, progress
 from labkit.captures import Run
-from labkit.errors import InvalidArgumentError, PromptTooLongError, TokenizerError
+from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
 from labkit.memory_fit import MemoryFit
 from labkit.model.config import ModelConfig
 from labkit.model.gguf_file import GgufFile
@@ -445,15 +446,20 @@ class Lab:
         ex = self.executor
         cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
         ex.upload_all()
+        steps: list[dict] = []  # each decode step's timings
 
         def step(ids: list[int]) -> np.ndarray:
             # a step replays the last one's plans where they still hold; the prefill reuses objects
             reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
             ahead = len(ids) == 1 and ex.plans_ahead
             res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse, lookahead=ahead)
+            if len(ids) == 1:
+                steps.append(res.timings)
             return res.captures["logits"][-1]
 
-        return self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
+        gen = self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
+        gen.timings.update(step_host_figures(steps))
+        return gen
 
     def __repr__(self) -> str:
         c = self.config
@@ -481,6 +487,40 @@ def open(
     most this size (the binding limit otherwise), to make window edges visible on small models."""
     name, path = resolve_model(model)
     return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes, memory=memory)
+
+
+def load_run(path: str | Path, model: Lab | str | Path | None = None) -> Run:
+    """The Run saved at `path` (run.save). `model` (an open Lab or a model name) gives token pieces
+    for the widgets; without it the saved model is opened by name the first time a piece is needed."""
+    run = captures.load_run(path)
+    run.piece = _lazy_piece(model if model is not None else run.model)
+    return run
+
+
+def _lazy_piece(model: Lab | str | Path) -> Callable[[int], str]:
+    """A token-id → text function that opens the model's tokenizer on first use (or shows the id
+    when the model cannot be opened here)."""
+    held: dict[str, Callable[[int], str]] = {}
+
+    def piece(token_id: int) -> str:
+        if "fn" not in held:
+            try:
+                held["fn"] = (model if isinstance(model, Lab) else open(model)).piece
+            except LabkitError:  # a run from a model this machine lacks still opens
+                held["fn"] = lambda i: f"<{i}>"
+        return held["fn"](token_id)
+
+    return piece
+
+
+def step_host_figures(steps: list[dict]) -> dict[str, float]:
+    """The host's side of decode: the median of each warm step's time from its start to its submit,
+    and of its dispatch count (the first step, which plans what later ones keep, left out)."""
+    warm = steps[1:] or steps
+    if not warm:
+        return {}
+    return {"host_ms_per_step": 1e3 * float(np.median([t["host_s"] for t in warm])),
+            "dispatches_per_step": float(np.median([t["dispatches"] for t in warm]))}  # fmt: skip
 
 
 def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from labkit.captures import Run, TopToken
 from labkit.errors import InvalidArgumentError, UnknownStageError
+from labkit.top_token import TopToken
 
 MAX_LENS_BYTES = 1 << 30  # the [layers, positions, vocab] float32 logits a lens may hold
 CALL_BYTES = 256 << 20  # the float64 logits of one unembedding call
@@ -86,8 +87,9 @@ class LogitLens:
         return next((L for L, r in enumerate(self.ranks(token, pos)) if r < k), None)
 
 
-def logit_lens(run: Run, kind: str = "resid_out", positions=None) -> LogitLens:
-    """Read each layer's `kind` capture through the run's final norm and unembedding.
+def logit_lens(run: Any, kind: str = "resid_out", positions=None) -> LogitLens:
+    """Read each layer's `kind` capture through the final norm and unembedding of `run` (a
+    labkit.captures.Run, which calls this as Run.logit_lens).
 
     positions: None (every position the captures hold), an int, or a list of ints."""
     if run.unembed is None:

@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from labkit.captures import Run, is_attention_map
-from labkit.errors import LabkitError, RunFileError
+from labkit.errors import RunFileError
+from labkit.model.stage_kinds import is_attention_map
 
 FORMAT = "labkit-run/1"
 _JSON_FIELDS = ("tokens", "stages", "variants", "timings", "unwritten", "positions", "heads", "unmapped")
 
 
-def save_run(run: Run, path: str | Path) -> None:
-    """Write `run` to `path` (a new file; an existing one is replaced)."""
+def save_run(run: Any, path: str | Path) -> None:
+    """Write `run` (a labkit.captures.Run) to `path` (a new file; an existing one is replaced)."""
     from safetensors.numpy import save_file
 
     meta = {"format": FORMAT, "model": run.model, "engine": run.engine, "precision": run.precision}
@@ -34,9 +34,8 @@ def save_run(run: Run, path: str | Path) -> None:
     save_file(tensors, str(path), metadata=meta)
 
 
-def load_run(path: str | Path, model: Any = None) -> Run:
-    """The Run saved at `path`. `model` (an open Lab or a model name) gives token pieces for the
-    widgets; without it the saved model is opened by name the first time a piece is needed."""
+def read_run(path: str | Path) -> dict[str, Any]:
+    """The fields of the Run saved at `path`, every one checked (labkit.captures.load_run builds it)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -51,15 +50,8 @@ def load_run(path: str | Path, model: Any = None) -> Run:
     except (SafetensorError, OSError, ValueError) as e:
         raise RunFileError(f"{path}: cannot read a saved run: {e}") from None
     fields = _checked_fields(path, meta, captures)
-    return Run(
-        model=meta["model"],
-        engine=meta["engine"],
-        captures=captures,
-        precision=meta["precision"],
-        n_past=int(meta["n_past"]),
-        piece=_piece(model if model is not None else meta["model"]),
-        **fields,
-    )
+    return dict(model=meta["model"], engine=meta["engine"], captures=captures, precision=meta["precision"],
+                n_past=int(meta["n_past"]), **fields)  # fmt: skip
 
 
 # each JSON field's container and item type (older files lack some: "heads", "unmapped")
@@ -123,22 +115,3 @@ def _check_rows(path: Path, fields: dict[str, Any], captures: dict[str, np.ndarr
     unknown = [k for k in captures if fields["stages"] and k not in fields["stages"]]
     if unknown:
         raise RunFileError(f"{path}: captures {unknown[:5]} are not among the run's stages")
-
-
-def _piece(model: Any):
-    """A token-id → text function that opens the model's tokenizer on first use (or shows the id
-    when the model cannot be opened here)."""
-    cache: dict[str, Any] = {}
-
-    def piece(token_id: int) -> str:
-        if "fn" not in cache:
-            try:
-                from labkit.lab import Lab, open
-
-                lab = model if isinstance(model, Lab) else open(model)
-                cache["fn"] = lab.piece
-            except LabkitError:  # a run from a model this machine lacks still opens
-                cache["fn"] = lambda i: f"<{i}>"
-        return cache["fn"](token_id)
-
-    return piece

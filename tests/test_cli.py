@@ -417,6 +417,10 @@ def test_bench_lengths_json(tiny_model):
     assert [f.length for f in gpu.lengths] == [3, 17]
     assert all(f.logits_all_s and f.all_stages_s and f.last_only_s for f in gpu.lengths)
     assert gpu.decode_tok_s > 0 and gpu.rerun_after_switch_s > 0 and gpu.peak_rss_mb > 0
+    # the host's part of a warm step is inside the step's wall time; a step runs every layer's stages
+    assert 0 < gpu.host_ms_per_step < 1e3 / gpu.decode_tok_s
+    assert gpu.dispatches_per_step >= 2 * 7  # two layers of the tiny llama, at least seven dispatches each
+    assert report.engines["reference"].host_ms_per_step is None
     fams = {o.family: o for o in report.op_families}
     assert fams["matmul_q8_0"].gflops > 0 and fams["matmul_q8_0"].gbps > 0
     step = {o.family: o for o in report.decode_op_families}

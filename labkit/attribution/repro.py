@@ -19,12 +19,12 @@ import inspect
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from labkit.attribution import check_stage
 from labkit.attribution.ggml_ops import ggml_ops
-from labkit.attribution.report import Attribution
 from labkit.attribution.segments import Segment, kv_writers
 from labkit.errors import InvalidArgumentError
 from labkit.ops import attn_ctx, attn_scores, glu, rmsnorm, rope, softcap, softmax
@@ -46,7 +46,8 @@ class Repro:
     guilty: bool
 
 
-def write_repro(att: Attribution, stage: str, out: str | Path) -> Repro:
+def write_repro(att: Any, stage: str, out: str | Path) -> Repro:
+    """`att.repro(stage, out)` for an Attribution (labkit.attribution.report, which calls this)."""
     run, lab, ctx, segments = att._repro
     row = att.row(stage)
     seg: Segment = segments[row.stage]
@@ -89,7 +90,7 @@ def _arrays(run, ctx, seg: Segment, stages, weights: list[str], lab) -> dict[str
     return arrays
 
 
-def _spec(att: Attribution, row, seg: Segment, stages, weights, lab, arrays) -> dict:
+def _spec(att: Any, row, seg: Segment, stages, weights, lab, arrays) -> dict:
     writers = kv_writers(lab.graph)
     layers = {st.layer for st in stages if st.kv_read}
     return {

@@ -13,7 +13,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from labkit.bench import EngineFigures, LengthFigures, OpFamilyTime, measure, median_time, peak_rss_mb, prompt_of
+from labkit.bench.measure import measure, median_time, peak_rss_mb, prompt_of
+from labkit.bench.report import EngineFigures, LengthFigures, OpFamilyTime
 from labkit.gpu.dispatch import run, wait_idle
 from labkit.lab import Lab
 from labkit.lab import open as open_lab
@@ -29,9 +30,14 @@ def bench_gpu(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> Engin
     say(f"gpu decode, {decode_tokens} greedy tokens")
     prompt = prompt_of(lab, 8)
     lab.generate(prompt, max_new_tokens=4)
-    rates = [lab.generate(prompt, max_new_tokens=decode_tokens).timings["decode_tok_s"] for _ in range(repeats)]
+    runs = [lab.generate(prompt, max_new_tokens=decode_tokens).timings for _ in range(repeats)]
+    rate = float(np.median([t["decode_tok_s"] for t in runs]))
+    host = [t["host_ms_per_step"] for t in runs if "host_ms_per_step" in t]
+    calls = [t["dispatches_per_step"] for t in runs if "dispatches_per_step" in t]
     rerun = rerun_after_switch(lab, prompt_of(lab, min(lengths)), repeats, say)
-    return EngineFigures("gpu", load, figures, float(np.median(rates)), rerun, peak_rss_mb())
+    host_ms = float(np.median(host)) if host else None
+    return EngineFigures("gpu", load, figures, rate, rerun, peak_rss_mb(), host_ms,
+                         float(np.median(calls)) if calls else None)  # fmt: skip
 
 
 def gpu_length(lab: Lab, n: int, repeats: int, say) -> LengthFigures:

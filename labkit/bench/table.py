@@ -27,6 +27,10 @@ def render(report) -> str:
         rss = f"{eng.peak_rss_mb:12.0f}" if eng.peak_rss_mb else f"{'':12}"
         dec = f"{eng.decode_tok_s:13.2f}" if eng.decode_tok_s else f"{'n/a':>13}"
         lines.append(f"{name:10} {eng.load_s:8.2f} {dec} {_s(eng.rerun_after_switch_s)} {rss}")
+    for name, eng in r.engines.items():
+        if eng.host_ms_per_step is not None:
+            lines.append(f"{name} decode: {eng.host_ms_per_step:.2f} ms of host time per warm step (start to "
+                         f"submit), {eng.dispatches_per_step:.0f} dispatches")  # fmt: skip
     if r.op_families:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
         lines += _families(r.op_families, gbps=False)

@@ -174,7 +174,7 @@ class CaseSpec:
     notes: list[str] = field(default_factory=list)  # what does not reproduce, and why
     extra_faults: list[dict[str, str]] = field(default_factory=list)  # also run under the fault
     setup: Callable[[], None] | None = None  # registers case-specific variants
-    open_kwargs: dict[str, Any] = field(default_factory=dict)  # labkit.open(model, **open_kwargs)
+    open_kwargs: dict[str, Any] = field(default_factory=dict)  # open_lab(model, **open_kwargs)
     _reference: Callable[[Any], Evidence] = field(init=False, repr=False, compare=False)
     _observe: Observe = field(init=False, repr=False, compare=False)
     _localize: Localize = field(init=False, repr=False, compare=False)
@@ -198,10 +198,10 @@ class Case(CaseSpec):
 
     def open_lab(self):
         """A Lab on this case's model, opened the way the case needs it (no variants selected)."""
-        import labkit
+        from labkit.lab import open as open_lab
 
         self.prepare()
-        return labkit.open(self.model, **self.open_kwargs)
+        return open_lab(self.model, **self.open_kwargs)
 
     def check_lab(self, lab) -> None:
         if lab.name != self.model:
@@ -209,7 +209,7 @@ class Case(CaseSpec):
         want = self.open_kwargs.get("window_bytes")
         if want is not None and lab.window_bytes != want:
             raise CaseLabError(
-                f"case {self.name} needs labkit.open({self.model!r}, window_bytes={want}); use case.open_lab()"
+                f"case {self.name} needs open_lab({self.model!r}, window_bytes={want}); use case.open_lab()"
             )
 
     def variants(self, side: str) -> dict[str, str]:

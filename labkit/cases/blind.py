@@ -106,9 +106,9 @@ def candidates(lab: Any) -> list[tuple[str, str]]:
 def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prompt: str = BLIND_PROMPT) -> BlindCase:
     """Draw a faulty variant by `seed` (passing over those that show nothing on `prompt`) and gather
     its symptoms. `lab`: a live Lab of the model to reuse; its selection is put back afterwards."""
-    import labkit
+    from labkit.lab import open as open_lab
 
-    lab = lab or labkit.open(model)
+    lab = lab or open_lab(model)
     ids = lab.prompt_ids(prompt)
     ref = _reference(lab, ids)
     order = candidates(lab)

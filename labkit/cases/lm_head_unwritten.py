@@ -27,10 +27,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization
 from labkit.cases.tools import GreedyReference, greedy_reference
+from labkit.compare import compare
 
 PROMPT = "The color of the sky is"
 WINDOW_BYTES = 4 << 20  # 612-byte Q8_0 rows: 6853 rows per window, 8 windows
@@ -116,7 +116,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> L
 
 def localize(lab, faulty: LmHeadEvidence, ref: GreedyReference) -> Localization:
     with np.errstate(invalid="ignore"):  # the poison is a signalling NaN: casting it warns
-        cmp = labkit.compare(faulty.prompt, ref.prompt)
+        cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import oracle_or_none
+from labkit.compare import compare
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12, 333, 150, 64, 7]  # placeholder tokens of the tiny vocabulary
 PROMPT = "token ids " + " ".join(map(str, IDS))
@@ -61,7 +61,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> M
 
 
 def localize(lab, faulty: MoeRouterEvidence, ref: MoeReference) -> Localization:
-    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 
@@ -72,7 +72,7 @@ def _norm_ratio(run: Run, ref: Run, stage: str) -> float:
 def symptoms(ev: MoeRouterEvidence, ref: MoeReference, faulty: MoeRouterEvidence) -> list[Check]:
     off = float(np.max(np.abs(ev.weight_sums - 1.0)))
     ratio = _norm_ratio(ev.prompt, ref.prompt, "blk.0.ffn_moe_out")
-    z = labkit.compare(ev.prompt, ref.prompt).row("logits")
+    z = compare(ev.prompt, ref.prompt).row("logits")
     return [
         Check("the selected experts' weights do not sum to 1",
               f"max over layers and tokens of |Σ_k w - 1| > {WRONG_SUM:g}",
@@ -85,7 +85,7 @@ def symptoms(ev: MoeRouterEvidence, ref: MoeReference, faulty: MoeRouterEvidence
 
 
 def checklist(ev: MoeRouterEvidence, ref: MoeReference, faulty: MoeRouterEvidence) -> list[Check]:
-    cmp = labkit.compare(ev.prompt, ref.prompt)
+    cmp = compare(ev.prompt, ref.prompt)
     off = float(np.max(np.abs(ev.weight_sums - 1.0)))
     out = [
         Check("every stage matches the reference", "every stage within its NMSE bound, ids exactly",
@@ -96,7 +96,7 @@ def checklist(ev: MoeRouterEvidence, ref: MoeReference, faulty: MoeRouterEvidenc
     ]  # fmt: skip
     if ref.oracle is None:
         return out
-    orc = labkit.compare(ev.prompt, ref.oracle)
+    orc = compare(ev.prompt, ref.oracle)
     topk = [r for r in orc.rows if r.stage.endswith(".ffn_topk")]
     ties = "; ".join(f"{r.stage}: {r.reason}" for r in topk if r.reason and r.passed)
     return out + [

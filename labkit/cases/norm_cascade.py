@@ -42,11 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import register_reader_fault
-from labkit.compare import Comparison
+from labkit.compare import Comparison, compare
 
 PROMPT = "The color of the sky is"
 CLAMP_VARIANT = "scale_clamp_swapped"
@@ -112,7 +111,7 @@ def reference(lab) -> NormCascadeReference:
     # hypothesis C on its own, once: eps added outside the square root
     lab.use("rmsnorm", "eps_outside")
     try:
-        eps = labkit.compare(lab.run(PROMPT), ref)
+        eps = compare(lab.run(PROMPT), ref)
     finally:
         lab.use("rmsnorm", "default")
     return NormCascadeReference(side="reference", prompt=ref, eps_outside=eps)
@@ -123,7 +122,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> N
 
 
 def localize(lab, faulty: NormCascadeEvidence, ref: NormCascadeReference) -> Localization:
-    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.norm_cascade import _f32_l2, _qkv_max, _unmasked
 from labkit.cases.tools import oracle_or_none, register_reader_fault
+from labkit.compare import compare
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12]
 PROMPT = "token ids " + " ".join(map(str, IDS))
@@ -73,7 +73,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> B
 
 
 def localize(lab, faulty: BitnetEvidence, ref: BitnetReference) -> Localization:
-    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 
@@ -101,7 +101,7 @@ def symptoms(ev: BitnetEvidence, ref: BitnetReference, faulty: BitnetEvidence) -
 
 def checklist(ev: BitnetEvidence, ref: BitnetReference, faulty: BitnetEvidence) -> list[Check]:
     run = ev.prompt
-    cmp = labkit.compare(run, ref.prompt)
+    cmp = compare(run, ref.prompt)
     bad = [s for s in run.stages if not s.endswith("attn_scores") and not np.isfinite(run[s]).all()]
     subs = [run.stats(s).rms for s in run.stages if s.endswith("sub_norm")]
     out = [
@@ -114,7 +114,7 @@ def checklist(ev: BitnetEvidence, ref: BitnetReference, faulty: BitnetEvidence) 
               f"rms from {fmt(min(subs))} to {fmt(max(subs))}", 0.1 <= min(subs) and max(subs) <= 10, subs),
     ]  # fmt: skip
     if ref.oracle is not None:
-        orc = labkit.compare(run, ref.oracle)
+        orc = compare(run, ref.oracle)
         out.append(Check("every stage matches llama.cpp", "every stage within its bound against llama.cpp's tensors",
                          f"{sum(not r.passed for r in orc.rows)} of {len(orc.rows)} stages fail; first "
                          f"{orc.first_divergence}", orc.passed, orc.first_divergence))  # fmt: skip

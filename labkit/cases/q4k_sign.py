@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run, TopToken
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import RoundTrip, first_tensor_of_type, latin_script, weight_roundtrip
+from labkit.compare import compare
 
 PROMPT = "The color of the sky is"
 Q4K_TENSOR = "blk.0.attn_output.weight"  # the first Q4_K weight in stage order
@@ -78,7 +78,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> Q
 
 
 def localize(lab, faulty: Q4kSignEvidence, ref: Q4kSignReference) -> Localization:
-    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 
@@ -147,7 +147,7 @@ def checklist(ev: Q4kSignEvidence, ref: Q4kSignReference, faulty: Q4kSignEvidenc
     down = max(_max_abs(run[f"blk.{L}.ffn_down"]) for L in range(n))
     top = ev.top[0]
     top5 = ev.top[:5]
-    cmp = labkit.compare(run, ref.prompt)
+    cmp = compare(run, ref.prompt)
     rt = ev.roundtrip
     return [
         Check(

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run, TopToken
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import GreedyReference, greedy_reference
+from labkit.compare import compare
 
 PROMPT = "The color of the sky is"
 BLUE = 3730
@@ -67,7 +67,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> R
 
 
 def localize(lab, faulty: RopeStyleEvidence, ref: GreedyReference) -> Localization:
-    cmp = labkit.compare(faulty.prompt, ref.prompt)
+    cmp = compare(faulty.prompt, ref.prompt)
     return Localization(cmp.first_divergence, cmp)
 
 
@@ -102,7 +102,7 @@ def symptoms(ev: RopeStyleEvidence, ref: GreedyReference, faulty: RopeStyleEvide
 
 def checklist(ev: RopeStyleEvidence, ref: GreedyReference, faulty: RopeStyleEvidence) -> list[Check]:
     run, r = ev.prompt, ref.prompt
-    cmp = labkit.compare(run, r)
+    cmp = compare(run, r)
     n_layers = sum(1 for s in run.stages if s.endswith(".resid_out"))
     worst = max(max(per_position(run, r, f"blk.{L}.{k}")) for L in range(n_layers) for k in ("q_rope", "k_rope"))
     scores = [cmp.row(f"blk.{L}.attn_scores") for L in range(n_layers)]

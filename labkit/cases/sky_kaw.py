@@ -35,10 +35,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import LogitLens, RoundTrip, logit_lens, sign_readout, weight_roundtrip
+from labkit.compare import compare
 from labkit.model.reference import KVCache
 
 PROMPT = "The color of the sky is"
@@ -150,7 +150,7 @@ def tier_logits(lab, ids: list[int]) -> TierLogits:
 
 def localize(lab, faulty: SkyKawEvidence, ref: SkyKawReference) -> Localization:
     """Compare a decode step, not the prompt pass: the prompt pass agrees with the reference."""
-    cmp = labkit.compare(faulty.sky_step, ref.sky_step)
+    cmp = compare(faulty.sky_step, ref.sky_step)
     return Localization(cmp.first_divergence, cmp)
 
 

@@ -41,8 +41,8 @@ def oracle_or_none(lab, prompt) -> Run | None:
 def register_reader_fault(family: str, name: str, old: str, new: str, doc: str) -> None:
     """Register (once) a faulty matmul variant of `family` whose raw-bytes kernel has its block reader's
     `old` text replaced by `new`: a case's own hypothesis about a reader (its scale clamped, ...)."""
-    import labkit
-    from labkit.errors import UnknownVariantError
+    from labkit.errors import LabkitError, UnknownVariantError
+    from labkit.gpu.shader import register_variant
     from labkit.ops.registry import get_kernel, kernel_source
 
     try:
@@ -52,8 +52,8 @@ def register_reader_fault(family: str, name: str, old: str, new: str, doc: str) 
         pass
     src = kernel_source(family, "row")  # the raw-bytes kernel: its block reader is in its source
     if src.count(old) != 1:
-        raise labkit.LabkitError(f"{family}'s block reader changed: update the case that registers {name}")
-    labkit.register_variant(family, name, src.replace(old, new), doc=doc, faulty=True)
+        raise LabkitError(f"{family}'s block reader changed: update the case that registers {name}")
+    register_variant(family, name, src.replace(old, new), doc=doc, faulty=True)
 
 
 # ----- weights read back from the GPU --------------------------------------------------------

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import labkit
 from labkit.captures import Run
 from labkit.cases.base import Case, Check, Evidence, Localization, fmt
 from labkit.cases.tools import ChiSquare, chi_square
-from labkit.compare import Comparison
+from labkit.compare import Comparison, compare
 
 PROMPT = "The color of the sky is"
 FAULT = "top_p_before_softmax"
@@ -139,7 +138,7 @@ def _sample(lab, logits: np.ndarray, variant: str, settings: dict) -> Sampling:
 def reference(lab) -> TopPReference:
     ref = lab.reference(PROMPT, names=["logits"])
     run = lab.run(PROMPT, names=["logits"])
-    cmp = labkit.compare(run, ref)
+    cmp = compare(run, ref)
     return TopPReference(side="reference", prompt=ref, gpu=run, logits=run.logits(), compare=cmp)
 
 

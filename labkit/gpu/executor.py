@@ -294,18 +294,18 @@ class GpuExecutor(StageHost):
         `heads`: attention maps hold only those heads.
         The unembedding runs for the last position only when nothing reads the other positions'
         logits: `last_logits_only`, logits not captured, or positions = [last]."""
+        t0 = time.perf_counter()  # the step's start: host_s runs from here to the submit
         if reuse.kind == "rerun":
             cache.rewind(len(ids))  # the previous pass advanced it
         reuse = reuse.within(len(ids), debug, bool(patch), stepped)
         key = (len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads)))
         with reuse.scope(self, key):
             return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions,
-                              heads, reuse, (key if lookahead and reuse.kind == "steps" else None))  # fmt: skip
+                              heads, reuse, (key if lookahead and reuse.kind == "steps" else None), t0)  # fmt: skip
 
     def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions, heads,
-              reuse: Reuse, ahead_key: tuple | None = None) -> PassResult:  # fmt: skip
-        """run_pass within its reuse's scope."""
-        t0 = time.perf_counter()
+              reuse: Reuse, ahead_key: tuple | None = None, t0: float = 0.0) -> PassResult:  # fmt: skip
+        """run_pass within its reuse's scope; `t0`: when run_pass began."""
         patch = dict(patch or {})
         names = self.check_names(names, patch)
         last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
@@ -339,7 +339,9 @@ class GpuExecutor(StageHost):
             unwritten = {n: poison_count(a) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
         ahead_s = self.step_replay().ahead_s if ahead is not None else 0.0  # the next step's planning, meanwhile
-        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1 - ahead_s, "ahead_s": ahead_s, "total_s": t2 - t0}
+        n_dispatches = sum(len(p.dispatches) for p in todo)
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1 - ahead_s, "ahead_s": ahead_s, "total_s": t2 - t0,
+                   "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches}  # fmt: skip
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         rerunnable = keep is None and not debug and not patch and not stepped
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)

@@ -21,6 +21,8 @@ import re
 from typing import Any
 
 from labkit.errors import ShaderCompileError
+from labkit.gpu.device import get_device
+from labkit.ops import registry
 from labkit.ops.base import FILE_MARK, compose, wgsl_file  # noqa: F401  (the kernels live beside their ops)
 
 load_kernel = wgsl_file
@@ -108,3 +110,19 @@ def compile_pipeline(gpu: Any, wgsl: str, entry: str = "main", label: str = "") 
         raise ShaderCompileError(format_compile_error(label, wgsl, str(e))) from None
     cache[key] = pipeline
     return pipeline
+
+
+def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant", faulty: bool = False) -> Any:
+    """`labkit.register_variant`: a user's WGSL kernel added to an existing family (labkit.ops.registry),
+    compiled on this process's device first, so a kernel that does not compile is never registered."""
+
+    def compile_now(source: str, label: str) -> None:
+        compile_pipeline(get_device(), source, label=label)
+
+    return registry.register_variant(family, name, wgsl, doc, faulty, compile=compile_now)
+
+
+def kernel_source(family: str, name: str = "default") -> str:
+    """`labkit.kernel_source`: a registered kernel's WGSL, "default" being the one this process's
+    adapter runs (labkit.ops.registry.kernel_source)."""
+    return registry.kernel_source(family, name, registry.adapter_kind(get_device().adapter_type))

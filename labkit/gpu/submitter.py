@@ -8,6 +8,7 @@ The planner (labkit.gpu.executor) decides regions and dispatches; this module on
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ class Submitter:
     def __init__(self, device, has_timestamps: bool):
         self.device, self.has_timestamps = device, has_timestamps
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
+        self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
 
     def submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None),
                while_running: Callable[[], None] | None = None) -> Submitted:  # fmt: skip
@@ -72,7 +74,9 @@ class Submitter:
             if readback is not None:
                 readback.record(enc, lend=staging)
             ts_buf = resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
-            self.device.queue.submit([enc.finish()])
+            done = enc.finish()
+            self.submit_at = time.perf_counter()
+            self.device.queue.submit([done])
             if seg and seg[-1].stage.name in patch:
                 self.apply_patch(seg[-1], patch[seg[-1].stage.name])
             if while_running is not None and k == len(segments) - 1:

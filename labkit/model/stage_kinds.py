@@ -265,3 +265,13 @@ def layout_of(kind: str) -> str:
     """How a kind's output lies: "rows", "heads" or "ids" ("rows" for a kind no table row names)."""
     row = BY_KIND.get(kind)
     return row.layout if row else "rows"
+
+
+def stage_kind(name: str) -> str:
+    """`blk.3.ffn_down` → `ffn_down`; `logits` → `logits`."""
+    return name.split(".", 2)[2] if name.startswith("blk.") else name
+
+
+def is_attention_map(name: str) -> bool:
+    """`blk.3.attn_probs` → True: a capture indexed [heads, q_pos, k_pos], not [positions, ...]."""
+    return stage_kind(name) in ATTENTION_MAPS

@@ -10,6 +10,8 @@ Users add WGSL with `register_variant`; nothing else writes here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from labkit.errors import UnknownVariantError, VariantInterfaceError
 from labkit.ops import OPS
@@ -135,9 +137,10 @@ def selected(selection: dict[str, str], family: str, layer: int | None) -> str:
     return selection.get(family, "default")
 
 
-def kernel_source(family: str, name: str = "default") -> str:
+def kernel_source(family: str, name: str = "default", adapter: str = "cpu") -> str:
     """WGSL text of a registered kernel (for "attn_scores" default: the prefill kernel; for a
-    repacked matmul: its prefill driver, which reads the weight repacked by `repack_source`)."""
+    repacked matmul: its prefill driver, which reads the weight repacked by `repack_source`);
+    "default" is the one for `adapter` ("cpu" or "gpu": labkit.kernel_source passes the device's)."""
     family = resolve_family(family, name)
     if family == "sampling":
         import inspect
@@ -147,11 +150,6 @@ def kernel_source(family: str, name: str = "default") -> str:
         return inspect.getsource(sampler_order(name))
     if family in POLICIES:
         raise UnknownVariantError(f"{family} variants are host dispatch policies, not WGSL")
-    adapter = "cpu"
-    if name == "default" and preferred(family, "gpu") is not None:
-        from labkit.gpu.device import get_device
-
-        adapter = adapter_kind(get_device().adapter_type)
     return get_kernel(family, name, adapter).source()
 
 
@@ -209,10 +207,13 @@ def check_interface(family: str, name: str, wgsl: str) -> Kernel:
     )
 
 
-def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant", faulty: bool = False) -> Kernel:
-    """Add a user's WGSL kernel to an existing family, with the family's interface. It is compiled
-    now: a compile error is a ShaderCompileError with the WGSL line and the compiler's text;
-    bindings that differ are a VariantInterfaceError, a different struct Params a KernelInterfaceError."""
+def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant", faulty: bool = False,
+                     compile: Callable[[str, str], Any] | None = None) -> Kernel:  # fmt: skip
+    """Add a user's WGSL kernel to an existing family, with the family's interface. `compile(wgsl,
+    label)` compiles it now (the GPU's, handed down by labkit.gpu.shader.register_variant, which
+    `labkit.register_variant` is): a compile error is a ShaderCompileError with the WGSL line and the
+    compiler's text; bindings that differ are a VariantInterfaceError, a different struct Params a
+    KernelInterfaceError."""
     family = resolve_family(family)
     if family in POLICIES or family == "sampling":
         raise UnknownVariantError(f"{family} variants are host-side (policies or samplers), not WGSL")
@@ -220,11 +221,9 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
         raise UnknownVariantError(f"unknown op family {family!r}; families: {', '.join(variants())}")
     if (family, name) in SHIPPED or name == "default":
         raise UnknownVariantError(f"{family}/{name} is a shipped variant; register yours under another name")
-    from labkit.gpu.device import get_device
-    from labkit.gpu.shader import compile_pipeline
-
     like = check_interface(family, name, wgsl)  # the interface first: a renamed field also breaks compiling
-    compile_pipeline(get_device(), wgsl, label=f"{family}/{name}")
+    if compile is not None:
+        compile(wgsl, f"{family}/{name}")
     kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups,
                     repack=like.repack)  # fmt: skip
     KERNELS[family][name] = kernel

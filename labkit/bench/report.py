@@ -1,0 +1,91 @@
+"""The bench's figures as dataclasses: per engine and prompt length, per op family, and the report
+with its ratios (`labkit bench --json` is `BenchReport.to_dict`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class LengthFigures:
+    """One engine at one prompt length: median seconds (None: not measured, with the reason in `note`)."""
+
+    length: int
+    logits_all_s: float | None = None  # logits at every position
+    all_stages_s: float | None = None  # every stage captured
+    last_only_s: float | None = None  # output_norm and the last position's logits
+    note: str = ""
+
+
+@dataclass
+class EngineFigures:
+    engine: str
+    load_s: float
+    lengths: list[LengthFigures]
+    decode_tok_s: float | None = None
+    rerun_after_switch_s: float | None = None
+    peak_rss_mb: float | None = None
+    host_ms_per_step: float | None = None  # GPU decode: a warm step's host time, start to submit (median)
+    dispatches_per_step: float | None = None  # GPU decode: dispatches a warm step records (median)
+
+
+@dataclass
+class OpFamilyTime:
+    """GPU time of one kernel family over a pass (timestamps), or one decode step (wall time alone)."""
+
+    family: str
+    ms: float
+    dispatches: int  # the family's stages
+    gflops: float | None = None  # matmuls: 2·T·K·N per ms
+    gbps: float | None = None  # matmuls: GGUF weight bytes per ms
+
+
+@dataclass
+class BenchReport:
+    model: str
+    adapter: str
+    repeats: int
+    engines: dict[str, EngineFigures]
+    op_families: list[OpFamilyTime] = field(default_factory=list)
+    op_families_at: int = 0
+    decode_op_families: list[OpFamilyTime] = field(default_factory=list)  # one decode step after op_families_at
+    cpu: str = ""  # the host CPU's model name
+    file_mb: float | None = None  # the GGUF file's size
+    variants: dict[str, str] = field(default_factory=dict)  # the GPU engine's selected kernels
+
+    def ratios(self) -> dict[str, float]:
+        """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
+        out: dict[str, float] = {}
+        ref, gpu = self.engines.get("reference"), self.engines.get("gpu")
+        for name, eng in self.engines.items():
+            if name == "reference" or ref is None:
+                continue
+            for mine, theirs in zip(eng.lengths, ref.lengths):
+                if mine.logits_all_s and theirs.logits_all_s:
+                    out[f"{name}/reference prefill T={mine.length}"] = mine.logits_all_s / theirs.logits_all_s
+            if eng.decode_tok_s and ref.decode_tok_s:
+                out[f"{name}/reference decode rate"] = eng.decode_tok_s / ref.decode_tok_s
+        for f in gpu.lengths if gpu else []:
+            if f.all_stages_s and f.logits_all_s:
+                out[f"gpu all stages / logits only T={f.length}"] = f.all_stages_s / f.logits_all_s
+        return out
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), ratios=self.ratios())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BenchReport:
+        """The inverse of to_dict (`labkit bench --json` output); the ratios are derived again."""
+        engines = {
+            k: EngineFigures(**{**v, "lengths": [LengthFigures(**f) for f in v["lengths"]]})
+            for k, v in data["engines"].items()
+        }
+        ops = [OpFamilyTime(**o) for o in data.get("op_families", [])]
+        dec = [OpFamilyTime(**o) for o in data.get("decode_op_families", [])]
+        rest = {k: v for k, v in data.items() if k not in ("engines", "op_families", "decode_op_families", "ratios")}
+        return cls(**rest, engines=engines, op_families=ops, decode_op_families=dec)
+
+    def table(self) -> str:
+        from labkit.bench.table import render
+
+        return render(self)
