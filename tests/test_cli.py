@@ -380,7 +380,15 @@ def test_non_editable_install_runs_a_case(tmp_path):
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
     p = subprocess.run([*pip, str(src)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert not (target / "labkit" / "__editable__").exists() and (target / "labkit" / "ops" / "rope.wgsl").is_file()
+    assert not (target / "labkit" / "__editable__").exists() and all(
+        (target / "labkit" / "ops" / f).is_file()
+        for f in (
+            "rope/rope.wgsl",
+            "rope/faults/rope_normal_pairs.wgsl",
+            "lib/common.wgsl",
+            "matmul/formats/quant_q4_k.wgsl",
+        )
+    )
     script = tmp_path / "run_installed.py"
     script.write_text(
         "import sys\n"

@@ -575,7 +575,7 @@ def test_shader_compile_error(gpu):
 
 
 def test_pipeline_cache_and_helpers(gpu):
-    src = compose("common", "quant_q4_k", "matmul_row_io", "matmul")
+    src = compose("common", "quant_q4_k", "quant_q4_k_mins", "matmul_row_io", "matmul")
     assert compile_pipeline(gpu, src) is compile_pipeline(gpu, src, label="again")
     assert driver_geometry(src) == (256, 8)
     assert driver_geometry(matmul_source(int(Q.Q4_K), driver="wg_reduce")) == (1, 8)

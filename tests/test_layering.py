@@ -146,3 +146,24 @@ def test_the_checks_can_fail():
     assert layer_of("labkit.ops.rope") < layer_of("labkit.gpu.executor") < layer_of("labkit.cli")
     assert "labkit.gpu.stage_host" in GRAPH["labkit.gpu.executor"]  # the reader sees real imports
     assert "labkit.bench.table" in GRAPH["labkit.bench.report"], "function-level imports are read"
+
+
+def test_no_folder_holds_more_than_40_files():
+    """A folder a newcomer can take in at a glance: an op's package, its faults, a shared library."""
+    crowded = {}
+    for folder in [ROOT, *(p for p in ROOT.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        n = sum(1 for f in folder.iterdir() if f.is_file() and not f.name.endswith(".pyc"))
+        if n > 40:
+            crowded[str(folder.relative_to(ROOT.parent))] = n
+    assert not crowded, crowded
+
+
+def test_every_kernel_file_is_found_by_its_name():
+    """compose() names files by stem: the index holds each one once, at the path it lives at."""
+    from labkit.ops.base import wgsl_file, wgsl_index
+
+    files = sorted(ROOT.joinpath("ops").rglob("*.wgsl"))
+    index = wgsl_index()
+    assert len(index) == len(files) and len({f.stem for f in files}) == len(files)
+    for f in files:
+        assert index[f.stem] == str(f.relative_to(ROOT)) and wgsl_file(f.stem) == f.read_text()

@@ -2,7 +2,7 @@
 
 llvmpipe (lavapipe) stops all of an invocation's loops after 65535 turns in total, with no error:
 the streaming tier over a 3000-key context (head_dim 128) came out wrong. The tiers write their
-inner loops out, labkit.ops.attn_loop_turns counts what remains, and attn_ctx.plan refuses a
+inner loops out, labkit.ops.attn_ctx.loop_turns counts what remains, and attn_ctx.plan refuses a
 context past it; the unfused kernels, a key a turn, are refused past 65534 keys. On a real GPU
 there is no cap and nothing is refused."""
 
@@ -18,7 +18,8 @@ from test_gpu_ops import buf, empty, launch, read
 import labkit
 from labkit.errors import GpuLimitError
 from labkit.gpu.device import LLVMPIPE_LOOP_TURNS, GpuDevice, get_device
-from labkit.ops import attn_ctx, attn_loop_turns, attn_scores, softmax
+from labkit.ops import attn_ctx, attn_scores, softmax
+from labkit.ops.attn_ctx import loop_turns as attn_loop_turns
 from labkit.ops.base import PassShape
 from labkit.ops.registry import get_kernel
 

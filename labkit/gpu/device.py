@@ -86,7 +86,7 @@ class GpuDevice:
 
     @property
     def loop_turn_cap(self) -> int | None:
-        """llvmpipe ends an invocation's loops after this many turns in all (labkit.ops.attn_loop_turns)."""
+        """llvmpipe ends an invocation's loops after this many turns in all (labkit.ops.attn_ctx.loop_turns)."""
         return LLVMPIPE_LOOP_TURNS if "llvmpipe" in self.name else None
 
     @property
@@ -99,7 +99,7 @@ class GpuDevice:
         return int(self.limits["max-compute-workgroups-per-dimension"])
 
 
-LLVMPIPE_LOOP_TURNS = 65535  # measured on Mesa 22.3: labkit.ops.attn_loop_turns
+LLVMPIPE_LOOP_TURNS = 65535  # measured on Mesa 22.3: labkit.ops.attn_ctx.loop_turns
 
 _DEVICE: GpuDevice | None = None
 

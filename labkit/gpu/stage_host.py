@@ -31,7 +31,7 @@ from labkit.gpu.weights import GpuWeight
 from labkit.model.graph import Stage
 from labkit.model.stage_kinds import BY_KIND, layout_of
 from labkit.ops import OPS
-from labkit.ops.attn_loop_turns import fused_tier_hint
+from labkit.ops.attn_ctx.loop_turns import fused_tier_hint
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
 from labkit.ops.registry import adapter_kind, get_kernel, selected

@@ -22,7 +22,7 @@ from labkit.errors import GpuLimitError
 from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
 from labkit.gpu.plan_cache import pow2_at_most
 from labkit.gpu.shader import compile_pipeline
-from labkit.ops.attn_loop_turns import fused_tier_hint
+from labkit.ops.attn_ctx.loop_turns import fused_tier_hint
 from labkit.ops.base import Params, wgsl_file
 
 TEXTURE_DIM = 8192  # WebGPU's guaranteed max-texture-dimension-2d (devices may give more)

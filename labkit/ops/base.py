@@ -36,16 +36,46 @@ class PassShape:
 
 
 @cache
+def wgsl_index() -> dict[str, str]:
+    """Every kernel file under labkit/ops by its name: {stem: path inside labkit}. A file lives in its
+    op's package (ops/rope/rope.wgsl), a fault in the op's faults/, what several ops share in ops/lib/;
+    compose() names files by stem, so each stem is one file (two of one name are refused here)."""
+    out: dict[str, str] = {}
+
+    def walk(folder, rel: str) -> None:
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            if entry.is_dir() and entry.name != "__pycache__":
+                walk(entry, f"{rel}/{entry.name}")
+            elif entry.name.endswith(".wgsl"):
+                stem = entry.name[: -len(".wgsl")]
+                if stem in out:
+                    raise UnknownVariantError(
+                        f"two kernel files named {entry.name}: {out[stem]} and {rel}/{entry.name}"
+                    )
+                out[stem] = f"{rel}/{entry.name}"
+
+    walk(resources.files("labkit.ops"), "ops")
+    return out
+
+
+def wgsl_path(name: str) -> str:
+    """Where kernel file `name` lives inside labkit (ops/rope/rope_scale.wgsl): what errors name."""
+    if name == "quant_tables":
+        return "ops/quant_tables.py (generated)"
+    path = wgsl_index().get(name)
+    if path is None:
+        raise UnknownVariantError(f"no kernel file {name}.wgsl under labkit/ops")
+    return path
+
+
+@cache
 def wgsl_file(name: str) -> str:
-    """Text of labkit/ops/<name>.wgsl (kernels live beside the op that dispatches them); read once
-    per process, not once per dispatch. `quant_tables` is generated from gguf.quants
+    """Text of kernel file `name` (kernels live beside the op that dispatches them: `wgsl_index`); read
+    once per process, not once per dispatch. `quant_tables` is generated from gguf.quants
     (ops/quant_tables.py): the I-quant grids and FP4 values a block reader may index."""
     if name == "quant_tables":
         return tables_wgsl()
-    try:
-        return resources.files("labkit.ops").joinpath(f"{name}.wgsl").read_text()
-    except FileNotFoundError:
-        raise UnknownVariantError(f"no kernel file {name}.wgsl") from None
+    return resources.files("labkit").joinpath(wgsl_path(name)).read_text()
 
 
 # ----------------------------------------------------------------- uniform parameters
@@ -276,7 +306,11 @@ def compose(*names: str) -> str:
     the format's quant reader + a driver). Cached, so a kernel's source is one string object:
     the caches keyed by source (pipelines, Params layouts, constants) hash it once, not per
     dispatch."""
-    return "\n".join(f"{FILE_MARK}{n}.wgsl\n{wgsl_file(n)}" for n in names)
+    return "\n".join(f"{FILE_MARK}{_mark_name(n)}\n{wgsl_file(n)}" for n in names)
+
+
+def _mark_name(name: str) -> str:
+    return "quant_tables.wgsl" if name == "quant_tables" else wgsl_path(name)
 
 
 @lru_cache(maxsize=4096)

@@ -11,7 +11,7 @@
 // llvmpipe ends an invocation's loops after 65535 turns in all (tests/test_loop_turns.py): the
 // score's dot over head_dim is written out in 16-value steps and the two loops over a chunk's keys
 // take 4 keys a turn, so a chunk costs a thread about TILE x 2 x CHUNK / 4 turns, not
-// TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_loop_turns counts them and attn_ctx.plan refuses
+// TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_ctx.loop_turns counts them and attn_ctx.plan refuses
 // a context past the bound on llvmpipe.
 struct Params { T: u32, n_keys: u32, n_past: u32, n_heads: u32, n_kv_heads: u32, head_dim: u32, window: u32, scale: f32, softcap: f32, sinks: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;

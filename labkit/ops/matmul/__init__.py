@@ -152,7 +152,7 @@ def shapes(stage) -> tuple[list[str], str]:
 
 # readers split at the step a faulty reader breaks: quant_<fmt>.wgsl calls a function that
 # quant_<fmt>_<part>.wgsl defines, and a fault is a file of its own in that part's place
-READER_PARTS = {"q3_k": "hmask", "iq2_xxs": "signs", "tq2_0": "offset", "mxfp4": "scale"}
+READER_PARTS = {"q3_k": "hmask", "q4_k": "mins", "iq2_xxs": "signs", "tq2_0": "offset", "mxfp4": "scale"}
 
 
 def source(fmt: str, driver: str = "row", quant: str = "") -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops import attn_loop_turns, attn_scores
+from labkit.ops import attn_scores
+from labkit.ops.attn_ctx import loop_turns as attn_loop_turns
 from labkit.ops.base import Kernel, Op, PassShape, Policy, ceil_div, compose, from_file, wgsl_const, wgsl_file
 
 PARAMS = attn_scores.PARAMS  # the fused tiers need every field; the unfused kernel reads a few

@@ -52,7 +52,7 @@ def reference(stage, ref) -> np.ndarray:
 def check_gather_turns(stage_name: str, T: int, k: int, cap: int | None) -> None:
     """GpuLimitError where the gather (one thread per expert walks all T x k slots) would pass the
     device's cap on an invocation's loop turns: llvmpipe stops the loop there, silently, and the
-    experts' slot lists come out short (labkit.ops.attn_loop_turns)."""
+    experts' slot lists come out short (labkit.ops.attn_ctx.loop_turns)."""
     if cap is not None and T * k + 1 > cap:
         raise GpuLimitError(
             f"{stage_name}: gathering {T} tokens x {k} experts = {T * k} slots in one thread would pass "

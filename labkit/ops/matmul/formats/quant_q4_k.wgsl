@@ -3,7 +3,8 @@
 // For 64-value chunk c (0..3) and l < 32, with q = qs[32c + l]:
 //   value[64c + l]      = d * sc[2c]     * (q & 15) - dmin * m[2c]
 //   value[64c + 32 + l] = d * sc[2c + 1] * (q >> 4) - dmin * m[2c + 1]
-// (ggml dequantize_row_q4_K.) Block interface: see quant_f32.wgsl.
+// (ggml dequantize_row_q4_K.) Block interface: see quant_f32.wgsl. The min's sign is a part,
+// quant_q4_k_mins.wgsl (or a faulty one in its place), composed after this file.
 const QK: u32 = 256u;
 const BLOCK_BYTES: u32 = 144u;
 
@@ -33,5 +34,5 @@ fn parts4(bb: u32, j: u32) -> Parts4 {
     let m = read_f16(bb + 2u) * sm.y;
     let q = read_u32(bb + 16u + 32u * c + l0);
     let nib = (q >> (4u * hi)) & 0x0f0f0f0fu;
-    return Parts4(bytes4(nib), d, -m);
+    return Parts4(bytes4(nib), d, q4_k_min(m));
 }
