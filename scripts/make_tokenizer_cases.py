@@ -13,7 +13,7 @@ Each case records what `Llama.tokenize(text.encode(), add_bos=True, special=Fals
 `llama_detokenize(ids, remove_special=False, unparse_special=False)` turns those ids back into;
 "variants" holds the same prompts with special=True, and through other tokenizer settings
 (llama.cpp metadata overrides: other gpt2 pre-tokenizers, SentencePiece space prefix).
-tests/test_tokenizer.py compares labkit's tokenizer against this file; it never needs llama_cpp.
+tests/model/test_tokenizer.py compares labkit's tokenizer against this file; it never needs llama_cpp.
 """
 
 from __future__ import annotations

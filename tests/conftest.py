@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib.util
 import json
 import os
 import socket
@@ -29,6 +30,8 @@ from labkit.model.tiny import TinySpec, write_tiny_model  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "labkit" / "data" / "golden"
 REAL_MODELS = ("gemma3-270m", "smollm2-135m")
+HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="needs the oracle extra (llama-cpp-python)")
 
 
 # `make test` runs two pytest workers (pytest-xdist, `-n 2 --dist loadfile`): a worker takes
@@ -39,7 +42,7 @@ SHARED_RUNS = {"test_browser.py": "lessons", "test_lessons.py": "lessons", "test
                "test_cases.py": "cases"}  # fmt: skip
 # The longest groups start first, so that neither worker is left with one at the end (a hint
 # for balance, measured on this suite; the order within a group stays as collected).
-LONG_FIRST = ["lessons", "cases", "test_blind_cases.py", "test_scaling.py", "test_attribution.py",
+LONG_FIRST = ["lessons", "cases", "test_blind_cases.py", "test_replay.py", "test_planner.py", "test_attribution.py",
               "test_real_shapes.py", "test_notebooks.py", "test_cli.py"]  # fmt: skip
 
 

@@ -7,7 +7,7 @@ uniforms and matmul windows are built by the code that builds them in a real pas
 that passes here runs the same way in a model. Output regions start as NaN: an element the kernel
 never writes fails any comparison.
 
-tests/test_ops.py runs every op and variant through it on generated cases, and a user writing a
+tests/ops/test_ops.py runs every op and variant through it on generated cases, and a user writing a
 kernel variant can do the same:
 
     out = run_stage(StageCase(stage, [x], T=x.shape[0]), my_kernel)

@@ -2,7 +2,7 @@
 
 `gguf.quants` dequantizes every GGUF type in float32 arithmetic and returns float32, so a
 float32 copy holds exactly the values the float64 reference computes with (float32 → float64
-is exact; tests/test_memory_plan.py proves it per type on random blocks). That halves what
+is exact; tests/model/test_memory_plan.py proves it per type on random blocks). That halves what
 the reference used to hold (8 bytes a parameter). A weight is dequantized from the
 memory-mapped file when a stage needs it and held while the capacity allows (below); a weight
 larger than the whole capacity is never cached: the reference streams it in row chunks.

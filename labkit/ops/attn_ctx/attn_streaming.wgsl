@@ -6,7 +6,7 @@
 // With P.sinks (gpt-oss) the running max and sum start at the head's sink logit (a key whose value
 // is zero: it takes its share of the softmax and adds nothing to the context).
 // One thread per output element (t, h, d): it recomputes the row's running max and sum.
-// llvmpipe ends an invocation's loops after 65535 turns in all (tests/test_loop_turns.py), so the dot over
+// llvmpipe ends an invocation's loops after 65535 turns in all (tests/ops/test_loop_turns.py), so the dot over
 // head_dim is written out in 16-value steps (up to 256 dims; a loop only past that): a thread's
 // loop turns are its keys, where a loop over head_dim made them keys x head_dim, and a 3000-key
 // context (head_dim 128) came out wrong on lavapipe. labkit.ops.attn_ctx refuses a longer one.

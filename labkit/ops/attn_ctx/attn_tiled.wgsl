@@ -8,7 +8,7 @@
 // Dispatch: ceil(T / TILE) * n_heads workgroups, linear id w -> tile w % n_tiles, head
 // w / n_tiles; workgroups past the last head return at once.
 // Limits: head_dim <= 256 (4 lanes of 64), TILE * head_dim floats of workgroup memory.
-// llvmpipe ends an invocation's loops after 65535 turns in all (tests/test_loop_turns.py): the
+// llvmpipe ends an invocation's loops after 65535 turns in all (tests/ops/test_loop_turns.py): the
 // score's dot over head_dim is written out in 16-value steps and the two loops over a chunk's keys
 // take 4 keys a turn, so a chunk costs a thread about TILE x 2 x CHUNK / 4 turns, not
 // TILE x (head_dim + 2 x CHUNK); labkit.ops.attn_ctx.loop_turns counts them and attn_ctx.plan refuses

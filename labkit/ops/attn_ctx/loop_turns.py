@@ -2,7 +2,7 @@
 
 llvmpipe (lavapipe) ends an invocation's loops after 65535 turns in all: every loop whose trip
 count is not a small constant counts, nested ones turn by turn, and past the cap the loops just
-stop, so the output is wrong with no error (tests/test_loop_turns.py measures it). The fused tiers
+stop, so the output is wrong with no error (tests/ops/test_loop_turns.py measures it). The fused tiers
 loop over every key a query sees, so their turns grow with the context; their WGSL writes the
 inner loops out to keep the count near two a key (streaming) or 300 a chunk of 64 keys (tiled),
 and `attn_ctx.plan` refuses a context whose count would pass the cap. The counts are read off

@@ -23,7 +23,7 @@ TOKENS = [17, 4242, 99, 1000, 31337, 5, 64000, 12, 777, 2048, 3, 100000, 8, 65, 
 # float32) does not fit, so the reference streams it in row chunks
 BUDGETS = {"llama-3.1-8b": "2GB"}
 # gpt-oss-20b's 2 layers are a 2 GB file (a 201k x 2880 embedding and head, 32 experts of 2880 x 2880):
-# benchmarks/bench_real_size.py runs it; its parts are proven on tiny-gpt-oss (tests/test_gpt_oss.py)
+# benchmarks/bench_real_size.py runs it; its parts are proven on tiny-gpt-oss (tests/model/test_gpt_oss.py)
 TESTED = [name for name in SHAPES if name != "gpt-oss-20b"]
 
 

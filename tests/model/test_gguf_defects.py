@@ -1,7 +1,7 @@
 """A corpus of malformed GGUF files, one per kind of defect, each refused with its own typed error.
 
 Each file is a valid tiny llama (Q8_0) with one defect written at the struct level
-(tests/gguf_struct.py: gguf.GGUFWriter refuses to write most of these). The defects are the ones
+(tests/model/gguf_struct.py: gguf.GGUFWriter refuses to write most of these). The defects are the ones
 llama.cpp's gguf.cpp and llama-model-loader.cpp refuse, and the ones its fuzzing history and the
 GGUF advisories found. Every file is refused by `labkit.open`, by `labkit info` and by `labkit run`
 with one `labkit: error:` line and exit 1, and is left as it was on disk.

@@ -16,7 +16,7 @@ import labkit
 from labkit.captures import POISON_BITS, Run
 from labkit.viz import array_summary, figures, widgets
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG"
 KINDS = ("attn_norm", "attn_scores", "attn_probs", "attn_out", "resid_out")
 N_LAYERS, HEADS, T, D, VOCAB = 2, 3, 5, 8, 16

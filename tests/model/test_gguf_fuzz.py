@@ -1,7 +1,7 @@
 """Fuzzing the model reader: mutants of valid files, where only labkit.errors may escape.
 
 Every case is a file on disk that `labkit.open` reads the way a user's file is read. Most mutants
-are structure-level (tests/gguf_fuzz_worker.py): a count, length, value type, tensor type,
+are structure-level (tests/model/gguf_fuzz_worker.py): a count, length, value type, tensor type,
 dimension or offset set to a telling value, or a key or tensor dropped, doubled, retyped or
 reshaped; the rest flip, overwrite or cut bytes. The sources are two tiny models, llama and bitnet
 (a mutant that opens with another header runs a reference pass), and the headers of the two real

@@ -212,7 +212,7 @@ def test_router_figures_show_the_softmax_of_the_logits(oss_runs):
 
 def test_rope_scaling_is_read_not_ignored():
     """A real gpt-oss file asks for YaRN (factor 32 over 4096 positions): labkit reads it as llama.cpp
-    does (labkit.model.config.RopeScaling; tests/test_rope_scaling.py checks it against llama.cpp), and a
+    does (labkit.model.config.RopeScaling; tests/model/test_rope_scaling.py checks it against llama.cpp), and a
     scaling it does not compute (longrope's per-dim factors) is refused, never run unscaled."""
     meta = {"general.architecture": "gpt-oss", "gpt-oss.block_count": 2, "gpt-oss.embedding_length": 64,
             "gpt-oss.attention.head_count": 2, "gpt-oss.feed_forward_length": 64, "gpt-oss.expert_count": 4,

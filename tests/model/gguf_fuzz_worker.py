@@ -1,7 +1,7 @@
 """The GGUF fuzzer's worker: structure-level and byte-level mutants of valid files, each opened the
 way a user's file is opened, in a process of its own under an address-space cap.
 
-Run by tests/test_gguf_fuzz.py as `python gguf_fuzz_worker.py SEED CAP_BYTES SOURCE:PATH:N:SECONDS ...`;
+Run by tests/model/test_gguf_fuzz.py as `python gguf_fuzz_worker.py SEED CAP_BYTES SOURCE:PATH:N:SECONDS ...`;
 prints one JSON line: cases per outcome, and every case where anything but a labkit.errors
 exception escaped (a bare MemoryError under the cap counts as one). SOURCE "tiny" files are small
 whole models (a mutant that opens runs a reference pass); "header" files are real models, of

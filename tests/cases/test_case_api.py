@@ -29,7 +29,7 @@ from labkit.cases import (
 )
 from labkit.cases.base import _jsonable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 cases_mod = importlib.import_module("labkit.cases")  # the package (labkit.cases is also a function)
 MODULES = ["q4k_sign", "sky_kaw", "lm_head_unwritten", "norm_cascade", "top_p_order", "rope_style"]
 

@@ -16,7 +16,7 @@ import labkit
 from labkit.cases import CaseLabError, CaseReport, Check, UnknownCaseError, cases, get_case, run_case, tools
 from labkit.cases.base import Case
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPECTED_DIVERGENCE = {
     "q4k-sign": "blk.0.attn_out",

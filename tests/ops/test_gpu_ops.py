@@ -102,7 +102,7 @@ def test_rope(gpu, style, T, n_heads, head_dim, rope_dim, pos0, base):
             neox=int(style == "neox"),
             base=base,
             y_offset=y_off,
-            # unscaled (tests/test_ops.py has the scaled cases)
+            # unscaled (tests/ops/test_ops.py has the scaled cases)
             **{k: rope.UNSCALED[k] for k in ("freq_scale", "ext_factor", "attn_factor")},
             corr_low=0.0,
             corr_high=0.0,

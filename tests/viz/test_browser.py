@@ -29,7 +29,7 @@ from notebook_outputs import LESSONS, executed, ran_elsewhere, with_worked_answe
 
 from conftest import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 KERNEL_IDLE = "() => [...document.querySelectorAll('.jp-StatusBar-TextItem')].some(e => / \\| Idle/.test(e.innerText))"

@@ -9,7 +9,6 @@ into a labkit run is localized to its stage under llama.cpp's (looser) threshold
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -25,12 +24,10 @@ from labkit.errors import OracleUnavailableError
 from labkit.model.graph import build_graph
 from labkit.oracle import llamacpp
 
-from conftest import _open_cached
+from conftest import _open_cached, needs_llama
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "labkit" / "data" / "golden"
-HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
-needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="needs the oracle extra (llama-cpp-python)")
 
 MODELS = ("gemma3-270m", "smollm2-135m")
 # one prompt the thresholds were measured on, one they were not

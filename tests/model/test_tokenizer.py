@@ -18,7 +18,7 @@ from labkit.model.tokenizer import GgufTokenizer, build_tokenizer
 
 from conftest import golden
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CASES: dict[str, Any] = json.loads((ROOT / "data" / "tokenizer_cases.json").read_text())
 MODELS = ("gemma3-270m", "smollm2-135m")
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_oracle import needs_llama
 
 import labkit
 from labkit.compare import stage_kind
@@ -20,9 +19,9 @@ from labkit.model.corrupt import flip_scale_signs
 from labkit.oracle import llamacpp
 from labkit.precision import REFERENCE_THRESHOLDS
 
-from conftest import _open_cached
+from conftest import _open_cached, needs_llama
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKY = "The color of the sky is"
 pytestmark = needs_llama
 

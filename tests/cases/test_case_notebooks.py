@@ -15,7 +15,7 @@ from notebook_outputs import CASE_REPORTS, assert_outputs_match, assert_shippabl
 
 from labkit.cases import cases
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = [c.name for c in cases()]
 REPORT = "import json\nprint(json.dumps({'report': report.to_dict(), 'text': report.text()}))"
 
