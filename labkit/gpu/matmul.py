@@ -1,7 +1,8 @@
 """Quantized matmul on the GPU: Y[t, n] = sum_k W[n, k] * X[t, k], W in its GGUF format.
 
-A matmul kernel is composed from three kernel files beside labkit/ops/matmul.py (see the top
-of labkit/ops/matmul.wgsl for the driver interface): common.wgsl + quant_<fmt>.wgsl + a driver. `prepare_matmul`
+A matmul kernel is composed from three kernel files of labkit/ops/ (see the top of
+ops/matmul/matmul.wgsl for the driver interface): lib/common.wgsl + matmul/formats/quant_<fmt>.wgsl +
+a driver. `prepare_matmul`
 returns one `Dispatch` per weight window (and per token chunk when X or Y is bigger than one
 storage binding); record them with `labkit.gpu.dispatch.encode`. It makes them through a
 `NewDispatches`; a step refresh passes its own, which hands out the kept ones with new uniforms.

@@ -2,7 +2,7 @@
 
 The fast drivers (matmul_tiled.wgsl for prefill, matmul_matvec.wgsl for decode) want every
 quant 4-byte aligned and each group's scale once, not GGUF's 34-byte Q8_0 or 210-byte Q6_K
-blocks with fields straddling words. The repack kernel (labkit/ops/repack.wgsl) is composed
+blocks with fields straddling words. The repack kernel (labkit/ops/matmul/repack.wgsl) is composed
 with the format's block reader, and with a faulty format variant's reader when that variant is
 selected, so a format fault reaches the fast path too. It runs once per weight and reader; the
 GGUF bytes stay on the GPU for the raw-bytes kernels.

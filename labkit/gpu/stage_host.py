@@ -154,7 +154,7 @@ class StageHost:
                make: NewDispatches = NEW) -> list[Dispatch]:  # fmt: skip
         """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
         fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)
-        is given (labkit/ops/matmul.py decides both that and the bias). `make`: new dispatches, or a
+        is given (labkit/ops/matmul decides both that and the bias). `make`: new dispatches, or a
         step refresh's kept ones (labkit.gpu.matmul.NewDispatches)."""
         w = self.matmul_weight(ctx.stage, ctx.kernel)
         K, N = w.n_cols, w.n_rows

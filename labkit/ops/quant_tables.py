@@ -4,7 +4,7 @@ The grids (iq2xxs_grid, iq1s_grid, ...), the sign table and the non-linear value
 from one place, the numpy oracle the tests compare with, so a WGSL table cannot drift from it.
 They live in one read-only storage buffer, QUANT_TABLES, at @group(1) @binding(0): `table_words()`
 is its contents, and the generated `table_quant` file (composed before a reader that needs it,
-ops/base.wgsl_file) declares it with each table's offset and accessor.
+ops/base.py: wgsl_file) declares it with each table's offset and accessor.
 
 Why a buffer, not a WGSL array (measured on lavapipe, 2 cores): a `const` array indexed at run
 time is copied per access (16M lookups into 2048 words: 19.6 s, against 17 ms from a buffer); a

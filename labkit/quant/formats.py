@@ -2,7 +2,7 @@
 
 Everything else that used to keep its own list of formats derives from QUANT_FORMATS, as ggml's
 test-backend-ops loops over all types: the host dequantizer's supported types and row sizes
-(model/dequant.py), the matmul kernel families and their drivers (ops/matmul.py), the random
+(model/dequant.py), the matmul kernel families and their drivers (ops/matmul/__init__.py), the random
 weights of the tiny and real-shape files (model/tiny.py, model/shaped.py) and the tests' format
 lists. A type is here only if gguf.quants dequantizes it: that is the reference's reader and the
 tests' oracle.
@@ -22,7 +22,7 @@ from labkit.quant import random_blocks
 
 Q = GGMLQuantizationType
 
-# how a matmul reads the weight on the GPU (ops/matmul.py composes a kernel per layout):
+# how a matmul reads the weight on the GPU (ops/matmul/__init__.py composes a kernel per layout):
 # row / wg_reduce / wg_tile: the GGUF bytes themselves; repacked: int8 quants + per-group f32 scales;
 # blocks: the GGUF blocks in a texture, read by the format's own drivers
 RAW_LAYOUTS = ("row", "wg_reduce", "wg_tile")
