@@ -449,10 +449,9 @@ class Lab:
         steps: list[dict] = []  # each decode step's timings
 
         def step(ids: list[int]) -> np.ndarray:
-            # a step replays the last one's plans where they still hold; the prefill reuses objects
+            # a step runs the compiled step (labkit.gpu.compiled_step); the prefill reuses objects
             reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-            ahead = len(ids) == 1 and ex.plans_ahead
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse, lookahead=ahead)
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse)
             if len(ids) == 1:
                 steps.append(res.timings)
             return res.captures["logits"][-1]

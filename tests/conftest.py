@@ -42,8 +42,8 @@ SHARED_RUNS = {"test_browser.py": "lessons", "test_lessons.py": "lessons", "test
                "test_cases.py": "cases"}  # fmt: skip
 # The longest groups start first, so that neither worker is left with one at the end (a hint
 # for balance, measured on this suite; the order within a group stays as collected).
-LONG_FIRST = ["lessons", "cases", "test_blind_cases.py", "test_replay.py", "test_planner.py", "test_attribution.py",
-              "test_real_shapes.py", "test_notebooks.py", "test_cli.py"]  # fmt: skip
+LONG_FIRST = ["lessons", "cases", "test_blind_cases.py", "test_compiled_step.py", "test_planner.py",
+              "test_attribution.py", "test_real_shapes.py", "test_notebooks.py", "test_cli.py"]  # fmt: skip
 
 
 def run_group(path: str) -> str:

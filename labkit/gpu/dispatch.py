@@ -29,7 +29,7 @@ class Dispatch:
     workgroups: tuple[int, int, int]
     label: str = ""
     tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
-    resources: tuple = ()  # what bind_group binds, its uniform moved last (labkit.gpu.step_refresh reads it)
+    resources: tuple = ()  # what bind_group binds, its uniform last (labkit.gpu.compiled_step reads them)
     filled: tuple = ()  # a texture fill's (Rows, view): the rows it copies and the texture it fills
 
 
@@ -64,9 +64,9 @@ def uniform_bytes(gpu: Any, data: bytes) -> Any:
 def new_dispatch(gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str = "",
                  tables: Any = None, after: tuple = ()) -> Dispatch:  # fmt: skip
     """A dispatch binding `buffers` in order, a uniform holding `data`, then `after` (a fused
-    matmul's extra operands). Its resources are kept when the uniform is a slot of a step's arena:
-    only then can a step refresh (labkit.gpu.step_refresh) rewrite it, and a fresh pass's uniforms
-    go with its bind groups."""
+    matmul's extra operands). Its resources are kept when the uniform is a slot of an arena: a
+    compiled step (labkit.gpu.compiled_step) finds its uniform's words there; a fresh pass's
+    uniforms go with its bind groups."""
     u = uniform_bytes(gpu, data)
     resources = (*buffers, *after, u) if isinstance(u, tuple) else ()
     return Dispatch(pipeline, bind(gpu, pipeline, [*buffers, u, *after]), workgroups, label, tables, resources)

@@ -27,14 +27,13 @@ import time
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import wgpu
 
-from labkit.errors import LabkitError, UnknownStageError
-from labkit.gpu import lookahead
+from labkit.errors import UnknownStageError
 from labkit.gpu import scratch as scratch_regions
+from labkit.gpu.compiled_step import CompiledSteps
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
     Dispatch,
@@ -50,7 +49,6 @@ from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.plan_cache import PlanCache, active_cache
 from labkit.gpu.planner import plan_pass, plans_under
-from labkit.gpu.replay import StepReplay
 from labkit.gpu.reuse import FRESH, Reuse
 from labkit.gpu.stage_context import StageContext
 from labkit.gpu.stage_host import STORAGE, StageHost
@@ -106,7 +104,8 @@ class GpuExecutor(StageHost):
         check_selection(self.variants)
         self.store = shared_store(self.gpu, gguf)
         self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
-        self._replay: StepReplay | None = None
+        self._stages = {st.name: st for st in graph}
+        self.compiled_steps = CompiledSteps(self.device, self.binding_limit // 4, len(graph))
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self.submitter = Submitter(self.device, self.gpu.has_timestamps)  # records, submits, reads back
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
@@ -209,12 +208,6 @@ class GpuExecutor(StageHost):
     def kernel(self, st: Stage) -> Kernel:
         return self.choice(st).kernel
 
-    def step_replay(self) -> StepReplay:
-        """The executor's decode-step replay: generate's steps keep the stage plans that still hold."""
-        if self._replay is None:
-            self._replay = StepReplay(self.device, round_limit=self.binding_limit // 4, n_stages=len(self.graph))
-        return self._replay
-
     def plan_cache(self, role: str) -> PlanCache:
         """The executor's cache for passes of one role ("prefill" for generate, "run" for a short
         lab.run): a pass reuses the buffers, uniforms and bind groups of the last one."""
@@ -278,17 +271,14 @@ class GpuExecutor(StageHost):
         positions: list[int] | None = None,
         heads: list[int] | None = None,
         reuse: Reuse = FRESH,
-        lookahead: bool = False,
     ) -> PassResult:
         """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
         after each patched stage so the patch can be applied on the host and written back.
-        `lookahead` (a one-token decode step): plan the next step while the GPU runs this one
-        (labkit.gpu.lookahead); the next step takes those plans if it is that step.
 
         `reuse` (labkit.gpu.reuse) names what the pass may take over from earlier ones: a rerun of a
         previous pass of the same ids on the same cache recomputes only the stages from the first one
         whose kernel, policy or skip changed; objects reuse a role's buffers and bind groups; steps
-        replay a decode step's stage plans that still hold. The pass takes what it can of it.
+        run a decode step compiled once (labkit.gpu.compiled_step). The pass takes what it can of it.
 
         `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps);
         `heads`: attention maps hold only those heads.
@@ -301,19 +291,21 @@ class GpuExecutor(StageHost):
         key = (len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads)))
         with reuse.scope(self, key):
             return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions,
-                              heads, reuse, (key if lookahead and reuse.kind == "steps" else None), t0)  # fmt: skip
+                              heads, reuse, t0)  # fmt: skip
 
     def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions, heads,
-              reuse: Reuse, ahead_key: tuple | None = None, t0: float = 0.0) -> PassResult:  # fmt: skip
+              reuse: Reuse, t0: float = 0.0) -> PassResult:  # fmt: skip
         """run_pass within its reuse's scope; `t0`: when run_pass began."""
         patch = dict(patch or {})
         names = self.check_names(names, patch)
         last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
         keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
-        if reuse.kind == "steps":  # every stage keeps its own region: a replayed plan holds on to it
+        if reuse.kind == "steps":  # every stage keeps its own region: a compiled step holds on to it
             keep, streamed = None, None
-        plans, start = self._steps_ahead(ids, cache, last_logits_only, reuse), 0
-        if plans is None:
+        step = self._compiled_step(ids, cache, last_logits_only, names, positions, heads, timestamps, reuse)
+        if step is not None:
+            plans, start = step.prepare(self, ids[0]), 0
+        else:
             plans, start = plans_under(self, ids, cache, last_logits_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
         if not_run:
@@ -329,8 +321,7 @@ class GpuExecutor(StageHost):
         t1 = time.perf_counter()
         cut = (positions, heads)
         todo = plans[start:]
-        ahead = None if ahead_key is None else partial(self._plan_ahead, ids, cache, last_logits_only, ahead_key)
-        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut, ahead)
+        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
         cache.advance(len(ids))
@@ -338,39 +329,23 @@ class GpuExecutor(StageHost):
         if debug:
             unwritten = {n: poison_count(a) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
-        ahead_s = self.step_replay().ahead_s if ahead is not None else 0.0  # the next step's planning, meanwhile
         n_dispatches = sum(len(p.dispatches) for p in todo)
-        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1 - ahead_s, "ahead_s": ahead_s, "total_s": t2 - t0,
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
                    "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches}  # fmt: skip
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         rerunnable = keep is None and not debug and not patch and not stepped
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
 
-    @property
-    def plans_ahead(self) -> bool:
-        """Whether decode should plan each step while the GPU runs the one before (labkit.gpu.lookahead):
-        on a real GPU (an H200: Llama-3.2-1B 75 -> 122 tok/s), not on a CPU adapter, where the planning
-        takes the cores lavapipe runs the step on (SmolLM2 14.6 -> 13.0 tok/s on 2 cores)."""
-        return self.adapter_type != "CPU"
-
-    def _steps_ahead(self, ids, cache, last_only: bool, reuse: Reuse) -> list[StagePlan] | None:
-        """A decode step's plans from the look-ahead the last step made for it, if any."""
-        if reuse.kind != "steps":
+    def _compiled_step(self, ids, cache, last_only: bool, names, positions, heads, timestamps: bool, reuse: Reuse):
+        """A decode step's compiled step (labkit.gpu.compiled_step), when the pass is one: one token,
+        reusing steps, a named capture that holds no KV writer's region (it moves each step)."""
+        if reuse.kind != "steps" or len(ids) != 1 or names is None or timestamps:
             return None
-        replay = self.step_replay()
-        ahead, replay.ahead = replay.ahead, None
-        return lookahead.take(ahead, self, ids, cache, last_only, replay.key)
-
-    def _plan_ahead(self, ids, cache, last_only: bool, key: tuple) -> None:
-        """Plan the next step now; a step that cannot be planned (a limit one key further on) is
-        left to plan itself, and this one, already submitted, still reads its logits."""
-        t0 = time.perf_counter()
-        replay = self.step_replay()
-        try:
-            replay.ahead = lookahead.plan_ahead(self, ids, cache, last_only, key)
-        except (LabkitError, ValueError):
-            replay.ahead = None
-        replay.ahead_s = time.perf_counter() - t0
+        if any(self._stages[n].kv_write for n in names):
+            return None
+        self.selection()
+        key = (self._selection[0], last_only, tuple(names), positions and tuple(positions), heads and tuple(heads))
+        return self.compiled_steps.get(self, key, ids, cache, last_only)
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

@@ -8,7 +8,7 @@ thread, the next stage's value of that row: both named stages are written, so bo
 captured or compared, and the fused stage's own plan has no dispatch. The results are the
 unfused ones bit for bit (tests compare fused and unfused decode).
 
-Fused only where nothing else changes: replayed decode steps (labkit.gpu.replay; lab.run, the
+Fused only where nothing else changes: compiled decode steps (labkit.gpu.compiled_step; lab.run, the
 stepper, debug and patched passes run every stage's own kernel), one token, a matmul on repacked
 weights (the matvec driver) without bias or scale, and a next stage whose selected kernel is the correct
 one; a faulty elementwise variant runs unfused, so it still shows.

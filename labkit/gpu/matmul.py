@@ -139,9 +139,7 @@ X_TEXTURE_TOKENS = TEXTURE_DIM  # tokens per X texture (its height)
 
 
 class NewDispatches:
-    """How `prepare_matmul` makes its dispatches and X's texture fills: new ones. A step refresh
-    (labkit.gpu.step_refresh) passes an object with the same two methods that hands out a kept
-    plan's dispatches instead."""
+    """How `prepare_matmul` makes its dispatches and X's texture fills: new ones (its `make`)."""
 
     def dispatch(self, gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str,
                  tables: Any, after: tuple = ()) -> Dispatch:  # fmt: skip

@@ -38,4 +38,4 @@ class StagePlan:
     segment_end: bool = False  # a streamed pass submits and reads its captures back after this stage
     also_writes: dict[str, Region] = field(default_factory=dict)  # later stages its kernel writes (fusion)
     chunks: list[LogitsChunk] = field(default_factory=list)  # run and read back one by one (chunked_logits)
-    reads_ids: bool = False  # its plan read the token ids (the embedding): a look-ahead plans it again
+    reads_ids: bool = False  # its plan read the token ids (the embedding): a compiled step writes its rows

@@ -10,11 +10,10 @@ over the same pipeline and resources is reused. Objects the last pass did not as
 so a long-running lab holds one pass's objects per cache, not a growing pile.
 
 Reuse is safe because a pass reads its captures back to host arrays before the next pass is
-submitted, and every write into a reused object goes through the queue: a decode step planned
-ahead (labkit.gpu.lookahead) writes its uniforms and embedding rows while the step before still
-runs, and those writes land after it. lab.run keeps its last pass to re-run it after a variant
-switch; the next run of the cache's role takes its buffers, and that run is the one kept from
-then on. When a pass uses a cache is
+submitted, and every write into a reused object goes through the queue, so it lands after the
+work submitted before it (a compiled decode step writes its moving words so). lab.run keeps its
+last pass to re-run it after a variant switch; the next run of the cache's role takes its buffers,
+and that run is the one kept from then on. When a pass uses a cache is
 decided in labkit.gpu.reuse.
 """
 
@@ -53,8 +52,8 @@ class UniformArena:
     A slot a cache no longer uses (its uniform changed size, or its pass asked for fewer) is freed
     and given to the next request of its size: a long-lived lab switches kernels many times, and
     slots that were only ever added filled the arena after a few switches (SmolLM2: six switches of
-    attn_scores), after which the stages planned again had uniforms of their own, which a step
-    refresh cannot move (labkit.gpu.step_refresh), so they were planned afresh at every step."""
+    attn_scores), after which the stages planned again had uniforms of their own (a compiled step
+    refuses those: labkit.gpu.compiled_step)."""
 
     ALIGN = 256  # WebGPU's largest min-uniform-buffer-offset-alignment
 
@@ -98,6 +97,10 @@ class UniformArena:
         if self.host[off:end] != data:
             self.host[off:end] = data
             self._lo, self._hi = min(self._lo, off), max(self._hi, end)
+
+    def touch(self, lo: int, hi: int) -> None:
+        """Bytes lo..hi of `host` were written in place (a compiled step's moving words): flush them."""
+        self._lo, self._hi = min(self._lo, lo), max(self._hi, hi)
 
     def flush(self) -> None:
         """Write what changed to the GPU: queue-ordered after every submit before it."""
@@ -220,6 +223,11 @@ class PlanCache:
             if slot is not None:
                 self.arena.free(*slot)
         del self._slots[self._n_uniforms :]
+
+    @property
+    def own_uniforms(self) -> int:
+        """Uniforms held as buffers of their own, not arena slots (a full arena)."""
+        return sum(u is not None for u in self._uniforms)
 
     @property
     def n_objects(self) -> int:

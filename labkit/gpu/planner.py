@@ -5,8 +5,9 @@ module's `plan`, which returns the stage's output region and the dispatches to r
 loop: stages nothing reads are skipped, uncaptured stages take scratch regions (labkit.gpu.scratch),
 a streamed pass marks where its segments end, a long captured unembedding runs in token chunks
 (labkit.gpu.chunked_logits), a rerun keeps the stages before the first changed signature, and a
-decode step replays the stage plans that still hold (labkit.gpu.replay). Submitting the plans is
-the submitter's job (labkit.gpu.submitter); choosing kernels, kernel_selection's.
+decode step's matmuls may fuse their epilogues (labkit.gpu.fusion). A decode step is planned here
+only to be compiled (labkit.gpu.compiled_step). Submitting the plans is the submitter's job
+(labkit.gpu.submitter); choosing kernels, kernel_selection's.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from labkit.gpu.fusion import epilogue_for
 from labkit.gpu.kernel_selection import reads
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region, StagePlan
-from labkit.gpu.replay import StepReplay
 from labkit.gpu.reuse import Reuse
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.stage_context import StageContext
-from labkit.gpu.step_refresh import refresh
 from labkit.gpu.texture_pool import TexturePool
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
@@ -39,7 +38,7 @@ def plan_pass(
     start: int = 0,
     keep: set[str] | None = None,
     streamed: set[str] | None = None,
-    replay: StepReplay | None = None,
+    fuse: bool = False,
 ) -> list[StagePlan]:
     """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
 
@@ -47,8 +46,8 @@ def plan_pass(
     With `keep`, only those stages get regions of their own; the others get scratch regions
     (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
     captured stages of a streamed pass; keep is then empty), captured regions are held until
-    their segment ends (`StagePlan.segment_end`), where the pass reads them back. With `replay`,
-    a stage whose last plan still holds is not planned again (labkit.gpu.replay)."""
+    their segment ends (`StagePlan.segment_end`), where the pass reads them back. `fuse`: a decode
+    step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do."""
     sel = ex.selection()
     kernels, skipped = sel.kernels, sel.skipped
     scratch, textures = None, TexturePool(ex.device)
@@ -58,58 +57,23 @@ def plan_pass(
     regions: dict[str, Region] = {}
     fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
     plans: list[StagePlan] = []
-    where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures)  # its dicts fill as stages plan
-    if replay is not None:
-        replay.begin(ex.graph, sel, _epilogues(ex.graph, sel, len(ids)))
-    stepping = replay is not None and reuse is None and scratch is None and not streamed  # a decode step's pass
-    first = _plan_moving(ex, sel, where, replay, plans) if stepping else 0
-    for i in range(first, len(ex.graph)):
+    epilogues = _epilogues(ex.graph, sel, len(ids)) if fuse else None
+    where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures, epilogues)  # dicts fill as it plans
+    for i in range(len(ex.graph)):
         st = ex.graph[i]
         if reuse is not None and i < start:
             old = reuse[i]
             plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
         else:
             chunked = i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed)
-            plans.append(_stage_plan(ex, sel, i, where, replay, chunked))
+            plans.append(_stage_plan(ex, sel, i, where, chunked))
         regions[st.name] = plans[-1].out
         fused.update(plans[-1].also_writes)
         if scratch is not None:
             plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
     if plans and streamed:
         plans[-1].segment_end = True  # the last captures are read after the last stage
-    if replay is not None:
-        replay.end(regions, fused)
     return plans
-
-
-def _plan_moving(ex: Any, sel, w: Where, replay: StepReplay, plans: list[StagePlan]) -> int:
-    """A warm step: every kept plan handed back at once, and only the stages the last step could
-    not hand back planned (rope, attention, the KV writers, the embedding: StepReplay.moving),
-    instead of each of a step's stages asking in turn (a Llama-3.2-1B step has 275, 80 of which
-    move). Returns the stage the planner's loop goes on from: past the last stage, or past the
-    first planned stage that changed a region a handed-back stage reads (that reader must then be
-    planned again)."""
-    moving = replay.moving()
-    if moving is None:
-        return 0
-    kept, regions, fused = replay.take_kept_step()
-    plans.extend(kept)
-    w.regions.update(regions)
-    w.fused.update(fused)
-    stop, planned = len(plans), 0
-    for i in moving:
-        plans[i] = plan = _stage_plan(ex, sel, i, w, replay)
-        w.regions[plan.stage.name] = plan.out
-        for name in kept[i].also_writes.keys() - plan.also_writes.keys():
-            w.fused.pop(name, None)  # no longer written by this stage's kernel
-        w.fused.update(plan.also_writes)
-        planned += 1
-        if replay.changed_under_kept():
-            del plans[i + 1 :]
-            stop = i + 1
-            break
-    replay.handed_back += stop - planned  # the kept plans before `stop`, as `unchanged` counts them
-    return stop
 
 
 class Where(NamedTuple):
@@ -122,32 +86,17 @@ class Where(NamedTuple):
     last_only: bool
     scratch: Any
     textures: TexturePool
+    epilogues: list | None = None  # each stage's fused epilogue, when the pass fuses (plan_pass's `fuse`)
 
 
-def _stage_plan(ex: Any, sel, i: int, w: Where, replay: StepReplay | None, chunked: bool = False) -> StagePlan:
-    """Stage i's plan: made now, or with `replay` the last step's when nothing it depends on changed."""
+def _stage_plan(ex: Any, sel, i: int, w: Where, chunked: bool = False) -> StagePlan:
+    """Stage i's plan, fused with the next stage's epilogue where the pass fuses (`Where.epilogues`)."""
     st = ex.graph[i]
-    ep = inputs = None
-    kernel = sel.kernels[st.name]
-    if replay is not None:
-        same = replay.unchanged(i)
-        if same is not None:  # most stages of a warm step: nothing it reads moved
-            return same
-        ep = _epilogues(ex.graph, sel, len(w.ids))[i]
-        other = () if ep is None else (w.regions[ep.other],)  # what the fused stage's kernel adds or gates
-        inputs = (*(w.regions[n] for n in st.inputs), *other, w.fused.get(st.name), ep)  # ep: fused or not
-        kept = replay.kept(i, st, sel.signatures[i], inputs)
-        if kept is not None:  # most stages of a warm step: nothing to build
-            return kept
-        move = partial(refresh, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, ep, arena=replay.arena)
-        moved = replay.moved(i, st, sel.signatures[i], inputs, move)
-        if moved is not None:  # rope, attention, the KV writers (V's matmul too): new uniforms in the kept dispatches
-            return moved
-    ctx = partial(StageContext, ex, st, kernel, w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
-    make = partial(_plan_stage, ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
+    ep = w.epilogues[i] if w.epilogues is not None else None
+    ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
     if chunked:
-        make = partial(_plan_logits_chunks, ex, ctx, sel.signatures[i], w.textures)
-    return make() if replay is None else replay.stage(i, st, sel.signatures[i], inputs, make)
+        return _plan_logits_chunks(ex, ctx, sel.signatures[i], w.textures)
+    return _plan_stage(ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
 
 
 _EPILOGUES: dict[int, tuple] = {}  # id(selection) -> (selection, T, each stage's epilogue): one per step shape
@@ -162,25 +111,6 @@ def _epilogues(graph: list[Stage], sel, T: int) -> list:
             _EPILOGUES.clear()
         held = _EPILOGUES[id(sel)] = (sel, T, [epilogue_for(graph, i, sel.kernels, T) for i in range(len(graph))])
     return held[2]
-
-
-def replan_for_ids(ex: Any, plans: list[StagePlan], regions: tuple[dict, dict], ids: list[int], cache,
-                   last_only: bool, replay: StepReplay):  # fmt: skip
-    """A decode step planned ahead (labkit.gpu.lookahead) with a placeholder token, finished for the
-    real one: only the stages whose plan read the token ids (the embedding) are planned again.
-    `regions`: the plans' regions and fused regions by stage name. None when that moved a region
-    the other stages were planned over (then plan the step afresh)."""
-    sel = ex.selection()
-    where = Where(dict(regions[0]), dict(regions[1]), cache, ids, last_only, None, TexturePool(ex.device))
-    out = list(plans)
-    for i, p in enumerate(plans):
-        if p.reads_ids:
-            out[i] = _stage_plan(ex, sel, i, where, replay)
-            if out[i].out != p.out or not out[i].reads_ids:
-                replay.distrust()  # its kept plan moved under the readers the look-ahead handed back
-                return None
-    replay.flush()
-    return out
 
 
 def _plan_stage(ex: Any, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
@@ -223,11 +153,10 @@ def _plan_logits_chunks(ex: Any, context, signature: tuple, textures: TexturePoo
 
 def plans_under(ex: Any, ids, cache, last_only: bool, reuse: Reuse, keep, streamed):
     """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
-    changed signature (when every stage of this pass has its own region too); steps replay."""
+    changed signature (when every stage of this pass has its own region too)."""
     if reuse.kind == "rerun" and keep is None:
         previous, new_sigs = reuse.previous, ex.selection().signatures
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
         return plan_pass(ex, ids, cache, last_only, reuse=previous.plans, start=start), start
-    replay = ex.step_replay() if reuse.kind == "steps" else None
-    return plan_pass(ex, ids, cache, last_only, keep=keep, streamed=streamed, replay=replay), 0
+    return plan_pass(ex, ids, cache, last_only, keep=keep, streamed=streamed), 0

@@ -8,14 +8,15 @@ fresh pages cost lavapipe time, so a pass reuses what earlier ones built, in one
   not dispatched again; the cache is rewound to before those ids.
 - `objects`: the GPU objects of a role's last pass (labkit.gpu.plan_cache): the k-th buffer
   request gets the k-th buffer of last time. For short runs and generate's prefill.
-- `steps`: generate's decode steps keep every stage plan that still holds (labkit.gpu.replay).
+- `steps`: generate's decode steps run one compiled step (labkit.gpu.compiled_step), compiled again when
+  it no longer holds; a step that cannot be compiled is planned over the `decode` role's objects.
 
 `FRESH` plans and allocates everything. A caller names what it wants (`Reuse.rerun(previous)`,
 `Reuse.objects("run")`, `Reuse.steps()`); `Reuse.within` cuts that down to what the pass can take,
 in this one place:
 
 - a stepped pass, or a debug or patched one asking for a rerun or steps, is planned fresh: a
-  rerun would skip the very stages it must poison or patch, and a replayed plan is a plain
+  rerun would skip the very stages it must poison or patch, and a compiled step is a plain
   decode step's;
 - a rerun needs a previous pass whose every stage had its own region (`PassResult.reusable`);
 - objects are kept for passes below scratch.STREAM_MIN_TOKENS: a streamed pass frees its scratch instead
@@ -64,12 +65,12 @@ class Reuse:
         return self
 
     def scope(self, executor: Any, key: tuple) -> AbstractContextManager:
-        """The context a pass is planned in: the role's plan cache, or the step replay over `key`
-        (what every replayed plan depends on besides its inputs)."""
+        """The context a pass is planned in: the role's plan cache (for steps: the decode role's, which
+        a step the compiled step cannot take is planned over)."""
         if self.kind == "objects":
             return executor.plan_cache(self.role).active()
-        if self.kind == "steps":
-            return executor.step_replay().active(key)
+        if self.kind == "steps":  # a step that cannot be compiled: planned over the decode role's objects
+            return executor.plan_cache("decode").active()
         return nullcontext()
 
 

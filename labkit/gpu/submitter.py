@@ -41,13 +41,11 @@ class Submitter:
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
 
-    def submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None),
-               while_running: Callable[[], None] | None = None) -> Submitted:  # fmt: skip
+    def submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)) -> Submitted:
         """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
         captures (only the rows and heads of `cut` = (positions, heads), when given) are read after
         the last segment or, in a streamed pass (segment ends set while planning), each segment's
-        own after that segment, before its scratch regions serve the next. `while_running` is
-        called once the last segment is submitted, before its captures are read (labkit.gpu.lookahead)."""
+        own after that segment, before its scratch regions serve the next."""
         segments = segments_of(todo, set(patch), stepped)
         streamed = any(p.segment_end for p in todo)
         timed = timestamps and self.has_timestamps and (len(segments) == 1 or streamed)
@@ -79,8 +77,6 @@ class Submitter:
             self.device.queue.submit([done])
             if seg and seg[-1].stage.name in patch:
                 self.apply_patch(seg[-1], patch[seg[-1].stage.name])
-            if while_running is not None and k == len(segments) - 1:
-                while_running()
             if readback is not None:
                 got = readback.read(keep_staging=True)
                 if readback.owns_staging:  # a bigger one than the last: lend it on

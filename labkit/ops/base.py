@@ -270,9 +270,10 @@ class Op:
     family: Callable[..., str] | None = field(default=None, repr=False)
     weight: str | None = None  # how its weight reaches the GPU: "matrix" (GGUF bytes), "vector" (f32), "rows"
     chunked_output: bool = False  # its output may exceed one storage binding (bound per token chunk)
-    # its plan reads the pass position or tokens, not only its input regions: a replayed decode
-    # step plans it afresh (labkit.gpu.replay)
-    per_step: bool = False
+    # the Params fields that move with a decode step's position (labkit.gpu.compiled_step), and the
+    # rule for a workgroup count that does: (stage, kernel source, T, n_past) -> workgroups
+    step_fields: tuple[str, ...] = ()
+    step_workgroups: Callable[..., int] | None = field(default=None, repr=False)
     # its output's shape for a pass (the memory plan sizes both engines by it); None: its first input's
     output: Callable[[Any, PassShape], tuple[int, ...]] | None = field(default=None, repr=False)
     layout: str = "rows"  # "rows": [positions, width] float32/64; "heads": [heads, queries, keys]

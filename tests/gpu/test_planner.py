@@ -240,7 +240,7 @@ import labkit
 from labkit.model.shaped import Shape, write_shaped_model
 # one llama layer 256 wide, with Gemma 3's vocabulary of 262144: the unembedding is what is tested
 path = write_shaped_model(sys.argv[1], Shape("llama", 1, 256, 4, 2, 64, 512, 262144, tied=True))
-lab = labkit.open(path)
+lab = labkit.open(path, memory="6GB")  # its own budget: the suite's other worker moves what is free
 ids = [1 + i % 5000 for i in range(2048)]
 run = lab.run(ids, names=["output_norm", "logits"])
 logits, hidden = run["logits"], run["output_norm"]

@@ -78,37 +78,6 @@ def test_a_failed_pass_of_the_kept_prompt_leaves_nothing_to_rerun(tiny_model):
     assert again["logits"].tobytes() == first["logits"].tobytes()
 
 
-def test_a_stage_whose_planning_raises_is_never_handed_back():
-    """A stage planned again that raises midway has already rewritten its first uniforms and freed the
-    slots it did not reach (its cache's trim): its kept plan binds slots another stage may take, so
-    the step replay drops it, and the next pass plans that stage afresh."""
-    from types import SimpleNamespace
-
-    from labkit.gpu.device import get_device
-    from labkit.gpu.plan_cache import active_cache
-    from labkit.gpu.replay import StepReplay
-
-    replay = StepReplay(get_device().device, n_stages=4)
-    st = SimpleNamespace(name="blk.0.ffn_norm", kv_write=None, op="rmsnorm")
-
-    def make(n: int, fail: bool = False):
-        def plan():
-            slots = [active_cache().uniform(bytes([i]) * 16) for i in range(n)]
-            if fail:
-                raise RuntimeError("a student's kernel")
-            return SimpleNamespace(stage=st, slots=slots, reads_ids=False, out=None, also_writes={}, signature=("k",))
-
-        return plan
-
-    with replay.active(("T=1",)):
-        first = replay.stage(0, st, ("k",), ("x",), make(2))
-        assert replay.kept(0, st, ("k",), ("x",)) is first
-        with pytest.raises(RuntimeError, match="student"):
-            replay.stage(0, st, ("k",), ("x",), make(1, fail=True))
-        assert replay.kept(0, st, ("k",), ("x",)) is None  # its second slot is free again
-        assert replay.arena.n_free == 1
-
-
 def test_a_full_uniform_arena_falls_back_to_buffers_of_their_own():
     """A step's uniforms are slots of one arena (one write per step); when it is full, the uniforms
     past it are buffers of their own, each at its own index, kept from pass to pass, while the
@@ -140,9 +109,9 @@ def test_a_full_uniform_arena_falls_back_to_buffers_of_their_own():
 def test_uniform_arena_slots_a_cache_gives_up_are_taken_again():
     """A long-lived lab switches kernels: a stage's uniform that changes size, or a pass that asks for
     fewer, frees its slot for the next request of that size, so switching back and forth never grows
-    the arena. Once full, a freed slot brings a buffer of its own back into the arena (a step refresh
-    moves only arena slots: labkit.gpu.step_refresh). Slots only ever added had filled SmolLM2's arena
-    after six switches of attn_scores, and its stages were then planned afresh at every step."""
+    the arena. Once full, a freed slot brings a buffer of its own back into the arena (a compiled step
+    refuses uniforms that are buffers of their own: labkit.gpu.compiled_step). Slots only ever added
+    had filled SmolLM2's arena after six switches of attn_scores."""
     from labkit.gpu.device import get_device
     from labkit.gpu.plan_cache import PlanCache, UniformArena
 

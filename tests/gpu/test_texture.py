@@ -4,7 +4,6 @@ what gets bound for each, and the typed error past the device's texture size."""
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +11,6 @@ import wgpu
 
 from labkit.errors import GpuLimitError
 from labkit.gpu.device import get_device
-from labkit.gpu.step_refresh import KeptDispatches, Replan
 from labkit.gpu.texture import Rows, bind_operands, fill_texture, texture_bindings
 from labkit.ops.base import PassShape, wgsl_file
 from labkit.ops.registry import get_kernel, kernel_source
@@ -62,17 +60,14 @@ def test_rows_past_the_texture_size_are_a_typed_error(gpu):
         fill_texture(gpu, Rows(buf, 2, 16, 16, 4), "q")
 
 
-def test_a_step_refresh_keeps_a_fill_of_the_same_rows_only(gpu):
-    """A decode step's refresh hands back the kept fill and its texture when the matmul's X is the same
-    rows (the V matmul's, every step); other rows, or a kept dispatch that is not a fill, replan."""
+def test_a_fill_records_the_rows_it_copies_and_its_texture(gpu):
+    """A fill is a dispatch of its own, which records the rows it copies and the texture it fills
+    (`Dispatch.filled`): a compiled decode step keeps its matmuls' fills as recorded, so they must be
+    fills of one region (X, the same rows every step); the rows of another region are another fill,
+    into another texture."""
     buf = gpu.device.create_buffer(size=4 * 16 * 4, usage=STORAGE)
-    view, fill = fill_texture(gpu, Rows(buf, 0, 16, 16, 1), "X")
-    kept = KeptDispatches(SimpleNamespace(dispatches=[fill]), arena=None)
-    with pytest.raises(Replan):
-        kept.fill(gpu, Rows(buf, 16, 16, 16, 1), "X")  # the next token's row: other rows
-    assert kept.fill(gpu, Rows(buf, 0, 16, 16, 1), "X") == (view, fill)  # equal rows, a new Rows
-    with pytest.raises(Replan):
-        kept.fill(gpu, Rows(buf, 0, 16, 16, 1), "X")  # nothing kept is left
-    not_a_fill = dataclasses.replace(fill, filled=())
-    with pytest.raises(Replan):
-        KeptDispatches(SimpleNamespace(dispatches=[not_a_fill]), arena=None).fill(gpu, Rows(buf, 0, 16, 16, 1), "X")
+    rows = Rows(buf, 0, 16, 16, 1)
+    view, fill = fill_texture(gpu, rows, "X")
+    assert fill.filled == (rows, view) and fill.label == "to texture: X" and fill.workgroups[0] >= 1
+    other_view, other = fill_texture(gpu, Rows(buf, 16, 16, 16, 1), "X")
+    assert other.filled[0] != rows and other_view is not view and other.bind_group is not fill.bind_group

@@ -149,5 +149,5 @@ OP = Op(
             workgroups=lambda T, n_heads, size: T * n_heads,
         ),
     ),
-    per_step=True,
+    step_fields=("n_keys", "n_past"),
 )

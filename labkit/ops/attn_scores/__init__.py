@@ -178,5 +178,8 @@ OP = Op(
             faulty=True,
         ),
     ),
-    per_step=True,
+    step_fields=("n_keys", "n_past"),
+    step_workgroups=lambda st, source, T, n_past: tiled_workgroups(
+        source, st.params["n_heads"], T, n_past + T, st.params["n_kv_heads"]
+    ),
 )

@@ -42,5 +42,4 @@ OP = Op(
     shapes=shapes,
     weight="rows",
     kernels=(Kernel("embed", "default", "the correct kernel", from_file("scale")),),
-    per_step=True,
 )

@@ -334,4 +334,5 @@ OP = Op(
     family=family,
     weight="matrix",
     chunked_output=True,
+    step_fields=("y_offset",),  # the KV writers' (v, and its bias) position in the cache
 )

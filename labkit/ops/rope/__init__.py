@@ -151,5 +151,5 @@ OP = Op(
             faulty=True,
         ),
     ),
-    per_step=True,
+    step_fields=("pos0", "y_offset"),
 )

@@ -93,4 +93,5 @@ OP = Op(
             faulty=True,
         ),
     ),
+    step_fields=("n",),  # a decode step's scores are one key longer
 )

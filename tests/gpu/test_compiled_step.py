@@ -1,7 +1,8 @@
-"""Decode steps that keep what still holds, on the real wgpu device (labkit.gpu.replay,
-gpu/step_refresh.py, gpu/lookahead.py, gpu/plan_cache.py, gpu/fusion.py): generate's cached plans
-create no GPU objects once warm, equal steps planned afresh bit for bit, and leak no state: a decode
-after another prompt, and a pass after a faulty variant, are bit-identical to a fresh lab's.
+"""Compiled decode steps, on the real wgpu device (labkit.gpu.compiled_step, gpu/plan_cache.py,
+gpu/fusion.py): a warm step plans nothing and creates no GPU object, moves only its ops' declared
+step fields, equals steps planned afresh bit for bit, compiles again when it no longer holds, and
+leaks no state: a decode after another prompt, and a pass after a faulty variant, are bit-identical
+to a fresh lab's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import wgpu
 
 import labkit
+from labkit.gpu.planner import plan_pass
 from labkit.gpu.reuse import Reuse
 from labkit.ops.registry import kernel_source
 
@@ -35,17 +37,16 @@ def lab(tiny_model):
     return labkit.open(tiny_model("gemma3", "Q8_0"))
 
 
-def decode(lab, prompt_ids, steps: int, replay: bool = True, lookahead: bool = False, forced=None) -> list[bytes]:
-    """Greedy decode as generate runs it (steps replay the last step's plans, and with `lookahead`
-    each step is planned while the one before runs), or with every step planned afresh through a
-    plan cache; the logits bytes of every step. `forced`: the step tokens, instead of greedy ones."""
+def decode(lab, prompt_ids, steps: int, replay: bool = True, forced=None) -> list[bytes]:
+    """Greedy decode as generate runs it (`replay`: steps run the compiled step), or with every step
+    planned afresh through a plan cache; the logits bytes of every step. `forced`: the step tokens,
+    instead of greedy ones."""
     ex = lab.executor
     cache = ex.new_cache(len(prompt_ids) + steps)
     out, ids = [], list(prompt_ids)
     for _ in range(steps):
         if len(ids) == 1 and replay:
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps(),
-                              lookahead=lookahead)  # fmt: skip
+            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
         else:
             plans = Reuse.objects("decode" if len(ids) == 1 else "prefill")
             res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=plans)
@@ -55,66 +56,52 @@ def decode(lab, prompt_ids, steps: int, replay: bool = True, lookahead: bool = F
     return out
 
 
-def test_warm_decode_creates_no_gpu_objects(lab):
-    decode(lab, IDS, 3)
+def test_a_warm_step_plans_nothing_and_creates_no_gpu_objects(lab, monkeypatch):
+    """Once compiled, a step writes its moving words and submits what was recorded: the planner is
+    not called (it was, three times, to compile), no buffer is made, and the step is taken again."""
+    from labkit.gpu import compiled_step
+
+    calls = []
+    monkeypatch.setattr(compiled_step, "plan_pass", lambda *a, **k: calls.append(1) or plan_pass(*a, **k))
     ex = lab.executor
-    replay = ex.step_replay()
     kv = ex.new_cache(len(IDS) + 8)
     ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
-    for step in range(4):
-        before = replay.created
+    ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+    step, compiled = ex.compiled_steps.step, ex.compiled_steps.compiled
+    assert step is not None and calls == [1] * compiled_step.COMPILE_AT
+    warm = step.max_keys - kv.n_past  # steps before one more key outgrows an attention map
+    assert warm >= 3, warm
+    buffers, created = live_buffers(), step.objects.created
+    for _ in range(warm):
         ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-        if step >= 1:  # the first step on a new KV cache binds it once
-            assert replay.created == before, f"step {step}: {replay.created - before} GPU objects created"
+    assert ex.compiled_steps.step is step and ex.compiled_steps.compiled == compiled and step.steps == warm + 1
+    assert len(calls) == compiled_step.COMPILE_AT, "a warm step was planned"
+    assert step.objects.created == created and live_buffers() <= buffers, "a warm step made GPU objects"
 
 
-@pytest.mark.parametrize("arch", ["gemma3", "llama"])
-def test_replayed_decode_equals_decode_planned_each_step(tiny_model, arch):
-    """Steps that keep the stage plans that still hold give the logits of steps planned afresh, bit for
-    bit, across attention maps outgrowing their buffers (pow2 sizes: keys 12 to 40) and a variant
+@pytest.mark.parametrize("arch", ["gemma3", "llama", "tiny-qwen3moe"])
+def test_compiled_decode_equals_decode_planned_each_step(tiny_model, arch):
+    """Compiled steps give the logits of steps planned afresh, bit for bit, across attention maps
+    outgrowing their buffers (pow2 sizes: keys 12 to 40, each a new compile), a new token each step
+    (the embedding's row written for it), the MoE router's data-dependent experts, and a variant
     switch between two decodes."""
-    lab = labkit.open(tiny_model(arch, "Q8_0"))
+    lab = labkit.open(arch if arch.startswith("tiny-") else tiny_model(arch, "Q8_0"))
     assert decode(lab, IDS, 30) == decode(lab, IDS, 30, replay=False)
+    forced = [(7 * i + 3) % 64 + 1 for i in range(30)]
+    assert decode(lab, IDS, 30, forced=forced) == decode(lab, IDS, 30, replay=False, forced=forced)
     lab.use("rope", "normal_pairs")
     assert decode(lab, IDS[:4], 12) == decode(lab, IDS[:4], 12, replay=False)
 
 
-@pytest.mark.parametrize("model", ["gemma3", "llama", "tiny-qwen3moe"])
-def test_decode_planned_ahead_equals_decode_planned_each_step(tiny_model, model):
-    """Steps planned while the step before runs (labkit.gpu.lookahead), with a placeholder token
-    and the embedding planned again for the real one, give the logits of steps planned afresh, bit
-    for bit, across attention maps outgrowing their buffers and the MoE router's data-dependent
-    experts. A look-ahead made for another KV cache (a new decode at the same position) or before
-    a variant switch is not taken."""
-    lab = labkit.open(model if model.startswith("tiny-") else tiny_model(model, "Q8_0"))
-    replay = lab.executor.step_replay()
-    forced = [(7 * i + 3) % 64 + 1 for i in range(30)]  # a new token every step: the placeholder is wrong
-    assert decode(lab, IDS, 30, lookahead=True, forced=forced) == decode(lab, IDS, 30, replay=False, forced=forced)
-    replay.ahead_taken = 0
-    want = decode(lab, IDS, 30, replay=False)
-    assert decode(lab, IDS, 30, lookahead=True) == want
-    assert replay.ahead_taken == 28, replay.ahead_taken  # every step but the prefill and the first
-    assert decode(lab, IDS, 30, lookahead=True) == want  # a new cache: the last look-ahead is left
-    assert replay.ahead_taken == 2 * 28, replay.ahead_taken
-    lab.use("rope", "normal_pairs")
-    assert decode(lab, IDS[:4], 12, lookahead=True) == decode(lab, IDS[:4], 12, replay=False)
-    assert not lab.executor.plans_ahead  # lavapipe: the planning would take its cores
-    lab.executor.adapter_type = "DiscreteGPU"  # what an H200 reports: generate plans ahead
-    steps = [int(np.argmax(np.frombuffer(b, np.float32))) for b in decode(lab, IDS[:4], 6, replay=False)]
-    taken = replay.ahead_taken
-    assert lab.generate(IDS[:4], max_new_tokens=6).ids == steps
-    assert replay.ahead_taken == taken + 4, replay.ahead_taken
-
-
-def test_a_step_planned_ahead_is_taken_only_by_its_own_step(tiny_model):
-    """A look-ahead is made for one KV cache, position and kernel selection: a step of another cache
-    at the same position, or of the same cache after a variant switch, plans itself (and gives the
-    logits of a step planned afresh)."""
+def test_a_compiled_step_holds_for_its_own_cache_and_selection_only(tiny_model):
+    """A compiled step is made for one KV cache, capture and kernel selection: a step of another cache
+    at the same position, or of the same cache after a variant switch, compiles again (and gives the
+    logits of a step planned afresh); generate on a real GPU's adapter kind compiles its own."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
-    ex, replay = lab.executor, lab.executor.step_replay()
+    ex, steps = lab.executor, lab.executor.compiled_steps
 
-    def step(cache, token: int, ahead: bool = True) -> bytes:
-        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps(), lookahead=ahead)
+    def step(cache, token: int) -> bytes:
+        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
         return res.captures["logits"][-1].tobytes()
 
     def fresh(ids: list[int], token: int) -> bytes:  # the same step in a cache of its own, planned afresh
@@ -123,108 +110,134 @@ def test_a_step_planned_ahead_is_taken_only_by_its_own_step(tiny_model):
         res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode"))
         return res.captures["logits"][-1].tobytes()
 
-    a, b = ex.new_cache(len(IDS) + 4), ex.new_cache(len(IDS) + 4)
+    a, b = ex.new_cache(len(IDS) + 8), ex.new_cache(len(IDS) + 8)
     ex.run_pass(IDS, a, names=["logits"], reuse=Reuse.objects("prefill"))
-    step(a, 5)  # plans a's step at len(IDS) + 1 ahead
-    ex.run_pass([*IDS, 5], b, names=["logits"], reuse=Reuse.objects("prefill"))  # b at that position too
-    taken = replay.ahead_taken
-    assert step(b, 9) == fresh([*IDS, 5], 9) and replay.ahead_taken == taken  # not a's plans
-    assert replay.ahead is not None and replay.ahead.cache is b  # b's next step, made ahead
+    assert step(a, 5) == fresh(IDS, 5) and steps.step.cache is a
+    ex.run_pass([*IDS, 5], b, names=["logits"], reuse=Reuse.objects("prefill"))  # b one position on
+    compiled = steps.compiled
+    assert step(b, 9) == fresh([*IDS, 5], 9) and steps.step.cache is b and steps.compiled == compiled + 1
     lab.use("rope", "normal_pairs")
-    assert step(b, 11) == fresh([*IDS, 5, 9], 11) and replay.ahead_taken == taken  # made before the switch
+    assert step(b, 11) == fresh([*IDS, 5, 9], 11) and steps.compiled == compiled + 2
+    lab.use("rope", "default")
+    lab.executor.adapter_type = "DiscreteGPU"  # what an H200 reports: other kernels, another step
+    tokens = [int(np.argmax(np.frombuffer(x, np.float32))) for x in decode(lab, IDS[:4], 6, replay=False)]
+    compiled = steps.compiled
+    assert lab.generate(IDS[:4], max_new_tokens=6).ids == tokens and steps.compiled > compiled
 
 
 @pytest.mark.parametrize("model", ["gemma3-270m", "smollm2-135m"])
-def test_a_warm_step_plans_only_what_reads_the_step(model):
-    """A warm decode step plans afresh only the stage that reads the token (embed); those that read
-    the position or a longer attention map (rope, attention, softmax) or write the KV cache through a
-    matmul (v) keep their dispatches with new uniforms (labkit.gpu.step_refresh); every other stage
-    replays its last plan, handed back without its inputs compared. The logits, the dispatches'
-    workgroups and the whole KV cache are those of the same steps planned afresh. A lab of its own, as
-    the claim is about one decode; a lab that switched kernels many times first is the next test's."""
+def test_a_warm_step_moves_only_its_ops_step_fields(model):
+    """A compiled step's moving words belong to the stages that read the position: rope, attention,
+    softmax and the matmul that writes V into the cache, and to no other; the embedding's row is
+    written for the token. The logits, the attention scores' workgroups (their op's rule, each step)
+    and the whole KV cache are those of the same steps planned afresh. A lab of its own: the claim is
+    about one decode."""
     lab = labkit.open(model)
     ex = lab.executor
     ids = lab.prompt_ids("The capital of France is")
     kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
     for cache in (kv, fresh):
         ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
-    replay, refreshed = ex.step_replay(), set()
     assert len(ids) <= 8
-    while kv.n_past < 18:  # to 18 keys: SmolLM2's scores take a second workgroup of keys at 17, in one buffer
+    while kv.n_past < 18:  # to 18 keys: SmolLM2's scores take a second workgroup of keys at 17
         res = ex.run_pass([5 + kv.n_past], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
         want = ex.run_pass(
             [5 + fresh.n_past], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode")
         )
         assert res.captures["logits"][-1].tobytes() == want.captures["logits"][-1].tobytes()
-        assert replay.at_once or kv.n_past == len(ids) + 1, kv.n_past  # warm: from the kept step whole
-        for p, q in zip(res.plans, want.plans, strict=True):  # a moved plan launches what a fresh one does
-            if p.stage.name in replay.refreshed:
+        for p, q in zip(res.plans, want.plans, strict=True):
+            if p.stage.op == "attn_scores":
                 assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name
-        refreshed |= set(replay.refreshed)
     queue, n = ex.gpu.device.queue, kv.n_past * lab.config.n_kv_heads * lab.config.head_dim
     for layer, (a, b) in enumerate(zip(kv.k + kv.v, fresh.k + fresh.v, strict=True)):  # every position written
         got, expected = (np.frombuffer(queue.read_buffer(buf), np.float32)[:n] for buf in (a, b))
         assert np.isfinite(expected).all() and got.tobytes() == expected.tobytes(), f"cache buffer {layer}"
-    # the last step (18 keys) is in the same pow2 attention-map buffers as the one before
-    planned = {st.name for st in lab.graph if st.op == "embed"}
-    assert set(replay.replanned) == planned, sorted(set(replay.replanned) ^ planned)
+    step = ex.compiled_steps.step
     moved = {st.name for st in lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
     moved |= {st.name for st in lab.graph if st.op == "matmul" and st.kv_write}
-    assert set(replay.refreshed) == moved == refreshed, sorted(set(replay.refreshed) ^ moved)
-    assert {st.op for st in lab.graph if st.name not in planned} >= {"matmul", "rmsnorm", "add", "glu"}
-    # every other stage was handed back without its inputs compared (StepReplay.unchanged)
-    assert replay.handed_back == len(lab.graph) - len(planned | moved), replay.handed_back
+    assert step.moving_stages == moved, sorted(step.moving_stages ^ moved)
+    assert [name for _, name in step.embed] == ["token_embd.weight"]
 
 
-def test_a_long_lived_lab_keeps_moving_its_steps_across_kernel_switches(tiny_model):
-    """A lab that switches a kernel back and forth, generating under each (a notebook, or a test session's
-    shared lab), keeps its warm steps as a fresh lab's: only the embedding planned afresh, rope,
-    attention and the KV writers moved to the step (labkit.gpu.step_refresh), and a uniform arena that
-    stops growing. Its slots were only ever added, so after a few switches it was full, and every stage
-    planned again (here attn_scores) had uniforms of its own, which no refresh can move: planned
-    afresh at every step from then on. The text is the same either way; logits are checked elsewhere."""
+def test_a_long_lived_lab_compiles_again_after_each_switch(tiny_model):
+    """A lab that switches a kernel back and forth, generating under each (a notebook, or a test
+    session's shared lab), compiles a step for each selection and takes it: its steps equal steps
+    planned afresh, and what a compiled step holds does not grow from one switch to the next."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
-    replay = lab.executor.step_replay()
-    embed = {st.name for st in lab.graph if st.op == "embed"}
-    scores = {st.name for st in lab.graph if st.op == "attn_scores"}
-    used = []
-    for _ in range(10):
+    steps = lab.executor.compiled_steps
+    used, held = [], []
+    for _ in range(6):
         lab.use("attn_scores", "decode_uses_prefill")
         lab.generate(IDS, max_new_tokens=3)
         lab.use("attn_scores", "default")
         lab.generate(IDS, max_new_tokens=3)
-        decode(lab, IDS, 4)  # steps not planned ahead (generate's are on a GPU): the last one is a real step
-        assert set(replay.replanned) == embed, sorted(set(replay.replanned) - embed)
-        assert scores <= set(replay.refreshed), sorted(scores - set(replay.refreshed))
-        used.append(replay.arena.used)
-    assert used[-1] == used[1] < replay.arena.capacity, used  # the second round on takes freed slots
+        assert decode(lab, IDS, 4) == decode(lab, IDS, 4, replay=False)
+        assert steps.step is not None and steps.step.steps >= 1
+        used.append(steps.step.objects.arena.used)
+        held.append(steps.step.objects.n_objects)
+    assert len(set(used)) == 1 and len(set(held)) == 1, (used, held)
 
 
-def test_a_warm_step_plans_the_readers_of_a_region_that_moved(tiny_model):
-    """A warm step starts from the kept step whole (StepReplay.take_kept_step); when a stage it plans
-    moves a region that a stage it would hand back reads (here the embedding's rows, made to move),
-    the pass goes on stage by stage, and those readers are planned again over the new region: the
-    first norm, and the attention output projection, whose kernel adds the residual stream (the
-    embedding) as its fused epilogue. A new token each step, so a stale binding shows: the logits
-    equal steps planned afresh, bit for bit."""
+def test_the_step_compiles_again_when_the_keys_outgrow_its_attention_maps(tiny_model):
+    """Attention maps hold the power of two at or above a step's keys; the step holds until one more
+    key would not fit, and is compiled again then, and only then."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
-    ex, replay = lab.executor, lab.executor.step_replay()
-    forced = [(5 * i + 2) % 60 + 1 for i in range(6)]
-    want = decode(lab, IDS, 6, replay=False, forced=forced)
-    cache, ids, got = ex.new_cache(len(IDS) + 6), list(IDS), []
-    readers = {"blk.0.attn_norm", "blk.0.attn_out"}
-    for step in range(6):
-        if step == 4:  # the embedding's next plan gets a new buffer for its rows
-            replay._caches.pop("embed")
-        reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-        res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse)
-        got.append(res.captures["logits"][-1].tobytes())
-        ids = [forced[step]]
-        if step == 4:
-            assert replay.at_once and readers <= set(replay.replanned), replay.replanned
-        elif step >= 2:
-            assert replay.at_once and not readers & set(replay.replanned), (step, replay.replanned)
-    assert got == want
+    ex, steps = lab.executor, lab.executor.compiled_steps
+    kv = ex.new_cache(len(IDS) + 40)
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    compiles = []
+    for _ in range(36):
+        before, held = steps.compiled, steps.step
+        outgrown = held is None or kv.n_past + 1 > held.max_keys
+        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        assert (steps.compiled == before + 1) == outgrown, (kv.n_past, before, steps.compiled)
+        compiles += [kv.n_past] if outgrown else []
+    assert len(compiles) >= 3, compiles  # 12 to 47 keys: at least the 16 and 32 boundaries
+
+
+def test_a_capture_of_a_kv_writer_is_planned_each_step(tiny_model):
+    """A KV writer's region is the cache at the step's position, so a step that captures one (here V
+    and the first layer's attention map) is not compiled: it is planned over the decode role's objects,
+    and its captures are those of the same step planned afresh."""
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    ex = lab.executor
+    names = ["blk.0.v", "blk.0.attn_probs", "logits"]
+    got, want = ex.new_cache(len(IDS) + 3), ex.new_cache(len(IDS) + 3)
+    for cache in (got, want):
+        ex.run_pass(IDS, cache, names=["logits"], reuse=Reuse.objects("prefill"))
+    for token in (3, 8):
+        a = ex.run_pass([token], got, names=names, last_logits_only=True, reuse=Reuse.steps())
+        b = ex.run_pass([token], want, names=names, last_logits_only=True, reuse=Reuse.objects("fresh"))
+        for name in names:
+            assert a.captures[name].tobytes() == b.captures[name].tobytes(), name
+    assert ex.compiled_steps.step is None
+
+
+def test_a_step_whose_compiling_raises_leaves_no_step(tiny_model, monkeypatch):
+    """A compile that raises midway (a student's kernel, planned at the second position) leaves no
+    compiled step and the cache where it was; the next step compiles and equals a fresh one."""
+    from labkit.gpu import compiled_step
+
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ex = lab.executor
+    kv = ex.new_cache(len(IDS) + 4)
+    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    calls = []
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a student's kernel")
+        return plan_pass(*a, **k)
+
+    monkeypatch.setattr(compiled_step, "plan_pass", flaky)
+    with pytest.raises(RuntimeError, match="student"):
+        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+    assert ex.compiled_steps.step is None and kv.n_past == len(IDS)
+    got = ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+    assert ex.compiled_steps.step is not None
+    want = decode(lab, IDS, 2, replay=False, forced=[3, 3])[1]
+    assert got.captures["logits"][-1].tobytes() == want
 
 
 def test_steps_after_the_fusions_are_worked_out_again_equal_fresh_steps(tiny_model, monkeypatch):
@@ -288,7 +301,7 @@ def test_long_running_lab_is_bounded(tiny_model):
 
 
 def warm_step_plans(lab) -> dict:
-    """The stage plans of a warm replayed decode step after IDS."""
+    """The stage plans of a warm compiled decode step after IDS."""
     ex = lab.executor
     kv = ex.new_cache(len(IDS) + 3)
     ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
@@ -344,10 +357,10 @@ def test_a_user_matmul_driver_runs_in_decode_steps(tiny_model):
     assert decode(lab, IDS, 3) == decode(lab, IDS, 3, replay=False)
 
 
-def test_replayed_decode_on_a_real_gpu_adapter(tiny_model):
+def test_compiled_decode_on_a_real_gpu_adapter(tiny_model):
     """With the adapter forced to a discrete GPU (wg_tile matmuls on the GGUF bytes), decode steps
-    still replay, bit for bit with steps planned afresh, and nothing is fused: the epilogues belong
-    to the repacked matvec."""
+    are still compiled, bit for bit with steps planned afresh, and nothing is fused: the epilogues
+    belong to the repacked matvec."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     lab.executor.adapter_type = "DiscreteGPU"
     assert lab.kernels()["q"]["kernel"] == "wg_tile"

@@ -1,0 +1,218 @@
+"""One compiled decode step: a step's dispatches recorded once, and the few words that move per step.
+
+Two decode steps of one capture and kernel selection differ only in the step's token and position.
+A `CompiledStep` is made by planning the step afresh at three positions (n, n+1, n+2) over one
+`PlanCache` whose uniforms are slots of one `UniformArena`: every pipeline, bind group, region and
+uniform slot must come out the same object each time, and what differs must be
+
+- a uniform word of a field the dispatch's op declares as moving with the step (`Op.step_fields`:
+  rope's `pos0`, attention's `n_keys`, the KV writers' `y_offset`, ...), changing by the same amount
+  each step: stored as `base + step * n_past`;
+- a workgroup count the op computes from the position (`Op.step_workgroups`: the decode scores
+  kernel's key workgroups), which the op's rule gives again each step;
+- the embedding's rows, which the step writes for its token.
+
+A warm step then writes those words into the arena's host copy (one `queue.write_buffer` for all),
+the token's embedding row into its buffer, and records and submits the kept dispatches: no planning,
+no GPU object made. Regions that grow with the keys (the attention maps) hold the power of two at or
+above what the step needs (`PlanCache`'s rounding), so the step holds until the keys outgrow them.
+
+`CompiledSteps.get` is the one place that decides whether a compiled step still holds: the same kernel
+selection (variants, adapter, weight layout, registered variants), the same capture, the same KV
+cache, and room for one more key in every grown region. Anything else compiles again, and a step that
+cannot be compiled (an object that differs, a word no op declares) runs planned afresh, each time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from labkit.gpu.dispatch import grid
+from labkit.gpu.kv_cache import GpuKVCache
+from labkit.gpu.pass_plan import StagePlan
+from labkit.gpu.plan_cache import PlanCache, UniformArena
+from labkit.gpu.planner import plan_pass
+from labkit.model.dequant import dequantize_rows
+from labkit.ops import OPS
+from labkit.ops.base import wgsl_params
+
+COMPILE_AT = 3  # positions a step is planned at to be compiled: one more than an affine rule needs
+
+
+@dataclass
+class Moving:
+    """The words of the arena that move with the step: value = base + step * n_past (uint32)."""
+
+    words: np.ndarray  # word indices into the arena
+    base: np.ndarray  # int64
+    step: np.ndarray  # int64
+
+
+@dataclass
+class StepWorkgroups:
+    """A dispatch whose workgroup count its op computes from the position each step."""
+
+    plan: int  # index into the plans
+    dispatch: int  # index into that plan's dispatches
+    source: str
+
+
+@dataclass
+class CompiledStep:
+    key: tuple  # what it was compiled under (see CompiledSteps.get)
+    cache: GpuKVCache
+    plans: list[StagePlan]
+    objects: PlanCache  # what the plans bind: buffers, bind groups, uniform slots
+    moving: Moving
+    workgroups: list[StepWorkgroups]
+    embed: list[tuple[Any, str]]  # (rows buffer, embedding tensor) of the stages that read the token
+    max_keys: int  # the keys the grown regions hold
+    moving_stages: frozenset[str] = frozenset()  # the stages whose uniform words move (tests, profiling)
+    steps: int = field(default=0)  # steps taken (tests, profiling)
+
+    def holds(self, key: tuple, cache: GpuKVCache) -> bool:
+        return key == self.key and cache is self.cache and cache.n_past + 1 <= self.max_keys
+
+    def prepare(self, ex: Any, token: int) -> list[StagePlan]:
+        """This step's values written (the arena flushed once), its plans to submit."""
+        n = self.cache.n_past
+        arena = self.objects.arena
+        words = np.frombuffer(arena.host, dtype=np.uint32)
+        m = self.moving
+        if m.words.size:
+            words[m.words] = (m.base + m.step * n).astype(np.uint32)
+            arena.touch(int(m.words.min()) * 4, int(m.words.max()) * 4 + 4)
+        arena.flush()
+        for buf, name in self.embed:
+            t = ex.gguf.tensors[name]
+            row = dequantize_rows(ex.gguf.raw(name), t.ggml_type, t.n_cols, np.array([token], dtype=np.int64))
+            ex.device.queue.write_buffer(buf, 0, row.astype(np.float32).tobytes())
+        for w in self.workgroups:
+            p = self.plans[w.plan]
+            st = p.stage
+            d = p.dispatches[w.dispatch]
+            d.workgroups = grid(OPS[st.op].step_workgroups(st, w.source, 1, n))
+        self.steps += 1
+        return self.plans
+
+
+class CompiledSteps:
+    """The executor's compiled decode step, made again when it no longer holds (`get`)."""
+
+    def __init__(self, device: Any, round_limit: int, n_stages: int):
+        self.device, self.round_limit, self.n_stages = device, round_limit, n_stages
+        self.step: CompiledStep | None = None
+        self.compiled = 0  # steps compiled so far (tests, profiling)
+        self.refused = ""  # why the last compile was refused, if it was
+
+    def get(self, ex: Any, key: tuple, ids: list[int], cache: GpuKVCache, last_only: bool) -> CompiledStep | None:
+        """The compiled step for this one-token step: the kept one when it holds, else compiled now;
+        None when the step cannot be compiled (it is then planned afresh)."""
+        if self.step is not None and self.step.holds(key, cache):
+            return self.step
+        self.step = None
+        if cache.n_past + COMPILE_AT > cache.capacity:
+            return None
+        self.step = self._compile(ex, key, ids, cache, last_only)
+        return self.step
+
+    def _compile(self, ex, key, ids, cache, last_only) -> CompiledStep | None:
+        arena = UniformArena(self.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
+        objects = PlanCache(self.device, self.round_limit, arena)
+        passes, snaps = [], []
+        for k in range(COMPILE_AT):
+            cache.advance(k)
+            try:
+                with objects.active():
+                    passes.append(plan_pass(ex, ids, cache, last_only, fuse=True))
+            finally:
+                cache.rewind(k)
+            snaps.append(np.frombuffer(bytes(arena.host), dtype=np.uint32).astype(np.int64))
+        why = _same_objects(passes)
+        sources = {id(p): src for (src, _), p in ex.gpu.pipelines.items()}
+        if not why and objects.own_uniforms:
+            why = "the arena is full: some uniforms are buffers of their own"
+        moving, why = (None, why) if why else _moving_words(passes[0], snaps, arena, sources, cache.n_past)
+        groups, why = (None, why) if why else _step_workgroups(passes, sources, cache.n_past)
+        if why:
+            self.refused = why
+            return None
+        plans = passes[0]
+        embed = [(p.dispatches[0].resources[0], p.stage.weight) for p in plans if p.reads_ids]
+        self.compiled += 1
+        owners = _word_fields(plans, arena, sources)
+        movers = frozenset(owners[int(w)][0].name for w in moving.words)
+        return CompiledStep(key, cache, plans, objects, moving, groups, embed, _max_keys(plans), movers)
+
+
+def _same_objects(passes: list[list[StagePlan]]) -> str:
+    """Why the plans of the three positions are not over the same objects, or ""."""
+    first = passes[0]
+    for other in passes[1:]:
+        if len(other) != len(first):
+            return "another number of stages"
+        for a, b in zip(first, other):
+            if a.out.buffer is not b.out.buffer or len(a.dispatches) != len(b.dispatches) or a.chunks:
+                return f"{a.stage.name}: another region or dispatch count"
+            for da, db in zip(a.dispatches, b.dispatches):
+                if da.pipeline is not db.pipeline or da.bind_group is not db.bind_group:
+                    return f"{a.stage.name}: another pipeline or bind group"
+    return ""
+
+
+def _moving_words(plans: list[StagePlan], snaps: list[np.ndarray], arena: UniformArena, sources: dict, n0: int):
+    """The arena words that change with the position, each a declared step field changing by the
+    same amount each step: (Moving, "") or (None, why)."""
+    changed = np.flatnonzero((snaps[0] != snaps[1]) | (snaps[1] != snaps[2]))
+    step = snaps[1][changed] - snaps[0][changed]
+    if np.any(snaps[2][changed] - snaps[1][changed] != step):
+        return None, "a uniform word that does not move by the same amount each step"
+    owner = _word_fields(plans, arena, sources)
+    for w in changed:
+        stage, name = owner.get(int(w), (None, None))
+        if stage is None or name not in OPS[stage.op].step_fields:
+            return None, f"{stage.name if stage else 'a word'}: {name or 'an unowned word'} moves, not a step field"
+    return Moving(changed.astype(np.int64), snaps[0][changed] - step * n0, step), ""  # snaps[0]: at n0
+
+
+def _word_fields(plans: list[StagePlan], arena: UniformArena, sources: dict) -> dict[int, tuple]:
+    """Arena word index -> (the stage, the Params field) of every dispatch whose uniform is a slot."""
+    out = {}
+    for p in plans:
+        for d in p.dispatches:
+            if not d.resources or d.resources[-1][0] is not arena.buffer:
+                continue
+            _, offset, size = d.resources[-1]
+            names = [n for n, _ in wgsl_params(sources.get(id(d.pipeline), ""))]
+            for j in range(size // 4):
+                out[offset // 4 + j] = (p.stage, names[j] if j < len(names) else None)
+    return out
+
+
+def _step_workgroups(passes: list[list[StagePlan]], sources: dict, n_past: int):
+    """The dispatches whose workgroup count moves with the position: ([StepWorkgroups], "") when
+    their op gives the count again (`Op.step_workgroups`) for every position planned, else (None, why)."""
+    out = []
+    for i, plans in enumerate(zip(*passes)):
+        for j, ds in enumerate(zip(*(p.dispatches for p in plans))):
+            if len({d.workgroups for d in ds}) == 1 and OPS[plans[0].stage.op].step_workgroups is None:
+                continue
+            st, source = plans[0].stage, sources.get(id(ds[0].pipeline), "")
+            rule = OPS[st.op].step_workgroups
+            if rule is None:
+                return None, f"{st.name}: its workgroups move with the step and its op has no rule for them"
+            if any(grid(rule(st, source, 1, n_past + k)) != d.workgroups for k, d in enumerate(ds)):
+                return None, f"{st.name}: its op's workgroup rule does not give the planned counts"
+            out.append(StepWorkgroups(i, j, source))
+    return out, ""
+
+
+def _max_keys(plans: list[StagePlan]) -> int:
+    """The keys every attention map's buffer holds (its power-of-two rounding), so the step holds
+    until one more key would outgrow one."""
+    caps = [p.out.buffer.size // (4 * math.prod(p.out.shape[:-1])) for p in plans if p.out.layout == "heads"]
+    return min(caps, default=1 << 62)
