@@ -308,7 +308,7 @@ def cmd_diff_weights(args: argparse.Namespace) -> int:
 
 
 def cmd_cases(args: argparse.Namespace) -> int:
-    from labkit.cases import cases
+    from labkit.casebook import cases
 
     data = [
         {"name": c.name, "postmortem": c.postmortem, "model": c.model, "title": c.title, "fault": c.fault}
@@ -320,7 +320,7 @@ def cmd_cases(args: argparse.Namespace) -> int:
 
 
 def cmd_case(args: argparse.Namespace) -> int:
-    from labkit.cases import run_case
+    from labkit.casebook import run_case
 
     if args.blind:
         return _blind(args)
@@ -333,7 +333,7 @@ def cmd_case(args: argparse.Namespace) -> int:
 
 def _blind(args: argparse.Namespace) -> int:
     """`labkit case --blind`: the symptoms; with --answer, the verdict (exit 1 when wrong)."""
-    from labkit.cases.blind import blind_case
+    from labkit.casebook.blind import blind_case
 
     data, text, right = blind_case(args.model, args.seed).session(args.answer, args.reveal)
     _emit(args, data, lambda: text)
@@ -377,7 +377,7 @@ def _lengths(text: str) -> tuple[int, ...]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from labkit.sweep import parse_selection, read_prompts, sweep, throughput
+    from labkit.sweeps import parse_selection, read_prompts, sweep, throughput
 
     prompts = read_prompts(args.prompts)
     selections = [parse_selection(v) for v in args.variant] or [{}]
@@ -398,7 +398,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_reduce(args: argparse.Namespace) -> int:
-    from labkit.sweep import parse_selection, reduce_prompt
+    from labkit.sweeps import parse_selection, reduce_prompt
 
     prompt = _tokens(args.tokens) if args.tokens else args.prompt
     if prompt is None:

@@ -347,6 +347,7 @@ class Lab:
         `patch={stage: fn}`: after `stage`, fn(array, stage) -> array is written back on the GPU and
         the pass continues from it. Re-running the same prompt after `use()` reuses the stages
         upstream of the first one the variant switch affects (run.timings["recomputed_from"])."""
+        from labkit.gpu.pass_request import PassRequest
         from labkit.gpu.reuse import Reuse
 
         cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
@@ -363,26 +364,16 @@ class Lab:
         # memory: fresh pages cost about 0.6 ms per MB, 0.25 s for a 128-token Gemma pass)
         last = self._last_pass
         if last is not None and last[0] == ids:
-            cache, reuse = last[1], Reuse.rerun(last[2])
+            state, reuse = last[1], Reuse.rerun(last[2])
         else:
-            cache, reuse = ex.new_cache(len(ids)), Reuse.objects("run")
+            state, reuse = ex.new_state(len(ids)), Reuse.objects("run")
         self._last_pass = None  # kept again only when this pass succeeds: a failed one leaves nothing to rerun
-        res = ex.run_pass(
-            ids,
-            cache,
-            names,
-            debug,
-            last_logits_only=cap.logits == "last",
-            stepped=stepped,
-            timestamps=timestamps,
-            patch=patch,
-            positions=rows,
-            heads=head_list,
-            reuse=reuse,
-        )
+        request = PassRequest(ids, names, rows, head_list, cap.logits == "last", debug, stepped, timestamps,
+                              patch or {}, reuse)  # fmt: skip
+        res = ex.run_pass(request, state)
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects (a
         # pass on scratch regions cannot be re-run from its middle: dropping it frees its buffers now)
-        self._last_pass = (ids, cache, res) if res.reusable else None
+        self._last_pass = (ids, state, res) if res.reusable else None
         caps = res.captures
         timings = dict(res.timings, upload_s=ex.upload_seconds, recomputed_from=res.recomputed_from)
         if res.stage_ms:
@@ -429,10 +420,12 @@ class Lab:
             self.reference_engine.forward(ids[:-1], cache, capture=[])
             caps = self.reference_engine.forward(ids[-1:], cache)
         elif engine == "gpu":
+            from labkit.gpu.pass_request import PassRequest
+
             ex = self.executor
-            cache = ex.new_cache(len(ids))
-            ex.run_pass(ids[:-1], cache, names=[], last_logits_only=True)
-            caps = ex.run_pass(ids[-1:], cache).captures
+            state = ex.new_state(len(ids))
+            ex.run_pass(PassRequest(ids[:-1], names=(), last_logits_only=True), state)
+            caps = ex.run_pass(PassRequest(ids[-1:]), state).captures
         else:
             raise InvalidArgumentError(f"decode_step engine {engine!r}: use 'gpu' or 'reference'")
         chosen = dict(self.selected) if engine == "gpu" else {}
@@ -440,18 +433,19 @@ class Lab:
 
     def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
+        from labkit.gpu.pass_request import PassRequest
         from labkit.gpu.reuse import Reuse
         from labkit.gpu.sampling import GpuSampler
 
         ex = self.executor
-        cache = ex.new_cache(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
+        state = ex.new_state(len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0))
         ex.upload_all()
         steps: list[dict] = []  # each decode step's timings
 
         def step(ids: list[int]) -> np.ndarray:
-            # a step runs the compiled step (labkit.gpu.compiled_step); the prefill reuses objects
+            # a step runs the state's compiled step (labkit.gpu.compiled_step); the prefill reuses objects
             reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=reuse)
+            res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=reuse), state)
             if len(ids) == 1:
                 steps.append(res.timings)
             return res.captures["logits"][-1]

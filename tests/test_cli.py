@@ -395,7 +395,7 @@ def test_non_editable_install_runs_a_case(tmp_path):
         "sys.path.insert(0, sys.argv[1])\n"
         "import labkit\n"
         "from labkit.bench import GOLDEN_DIR\n"
-        "from labkit.cases import get_case\n"
+        "from labkit.casebook import get_case\n"
         "from labkit.cli import main\n"
         "assert labkit.__file__.startswith(sys.argv[1]), labkit.__file__\n"
         "pm = get_case('norm-cascade').postmortem_path\n"

@@ -29,8 +29,8 @@ LAYERS = [
     ["labkit.captures"],  # Run, Stats
     ["labkit.lab", "labkit.compare"],
     ["labkit.attribution", "labkit.dumps", "labkit.lessons", "labkit.bench"],
-    ["labkit.viz", "labkit.sweep"],
-    ["labkit.cases"],
+    ["labkit.viz", "labkit.sweeps"],
+    ["labkit.casebook"],
     ["labkit"],  # the public face (labkit/__init__.py)
     ["labkit.cli"],
 ]

@@ -80,10 +80,12 @@ def op_family_times(lab: Lab, ids: list[int], decode: bool = False) -> list[OpFa
     lab.run(ids)  # warm
     lab.forget_last_pass()
     if decode:
+        from labkit.gpu.pass_request import PassRequest
+
         ex = lab.executor
-        cache = ex.new_cache(len(ids) + 1)
-        ex.run_pass(ids, cache, names=[], last_logits_only=True)
-        plans = ex.run_pass(ids[-1:], cache, names=["logits"], last_logits_only=True).plans
+        state = ex.new_state(len(ids) + 1)
+        ex.run_pass(PassRequest(ids, names=(), last_logits_only=True), state)
+        plans = ex.run_pass(PassRequest(ids[-1:], names=("logits",), last_logits_only=True), state).plans
         return _per_family(lab, dict.fromkeys((p.stage.name for p in plans), 0.0), 1, decode_family_ms(lab, plans))
     stage_ms, T = lab.run(ids, timestamps=True).timings.get("stage_ms", {}), len(ids)
     return _per_family(lab, stage_ms, T)

@@ -17,7 +17,8 @@ the token's embedding row into its buffer, and records and submits the kept disp
 no GPU object made. Regions that grow with the keys (the attention maps) hold the power of two at or
 above what the step needs (`PlanCache`'s rounding), so the step holds until the keys outgrow them.
 
-`CompiledSteps.get` is the one place that decides whether a compiled step still holds: the same kernel
+A compiled step binds one sequence's KV cache, so it is that sequence's `PassState.step`.
+`CompiledSteps.get` is the one place that decides whether it still holds: the same kernel
 selection (variants, adapter, weight layout, registered variants), the same capture, the same KV
 cache, and room for one more key in every grown region. Anything else compiles again, and a step that
 cannot be compiled (an object that differs, a word no op declares) runs planned afresh, each time.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +40,11 @@ from labkit.gpu.planner import plan_pass
 from labkit.model.dequant import dequantize_rows
 from labkit.ops import OPS
 from labkit.ops.base import wgsl_params
+
+if TYPE_CHECKING:
+    from labkit.gpu.device import GpuDevice
+    from labkit.gpu.executor import GpuExecutor
+    from labkit.gpu.pass_request import PassState
 
 COMPILE_AT = 3  # positions a step is planned at to be compiled: one more than an affine rule needs
 
@@ -64,7 +70,7 @@ class StepWorkgroups:
 @dataclass
 class CompiledStep:
     key: tuple  # what it was compiled under (see CompiledSteps.get)
-    cache: GpuKVCache
+    kv: GpuKVCache  # the KV cache its plans bind
     plans: list[StagePlan]
     objects: PlanCache  # what the plans bind: buffers, bind groups, uniform slots
     moving: Moving
@@ -74,12 +80,12 @@ class CompiledStep:
     moving_stages: frozenset[str] = frozenset()  # the stages whose uniform words move (tests, profiling)
     steps: int = field(default=0)  # steps taken (tests, profiling)
 
-    def holds(self, key: tuple, cache: GpuKVCache) -> bool:
-        return key == self.key and cache is self.cache and cache.n_past + 1 <= self.max_keys
+    def holds(self, key: tuple, kv: GpuKVCache) -> bool:
+        return key == self.key and kv is self.kv and kv.n_past + 1 <= self.max_keys
 
-    def prepare(self, ex: Any, token: int) -> list[StagePlan]:
+    def prepare(self, ex: GpuExecutor, token: int) -> list[StagePlan]:
         """This step's values written (the arena flushed once), its plans to submit."""
-        n = self.cache.n_past
+        n = self.kv.n_past
         arena = self.objects.arena
         words = np.frombuffer(arena.host, dtype=np.uint32)
         m = self.moving
@@ -101,43 +107,42 @@ class CompiledStep:
 
 
 class CompiledSteps:
-    """The executor's compiled decode step, made again when it no longer holds (`get`)."""
+    """The executor's compiler of decode steps, and the one judge of whether a state's step holds (`get`)."""
 
-    def __init__(self, device: Any, round_limit: int, n_stages: int):
-        self.device, self.round_limit, self.n_stages = device, round_limit, n_stages
-        self.step: CompiledStep | None = None
+    def __init__(self, gpu: GpuDevice, round_limit: int, n_stages: int):
+        self.gpu, self.round_limit, self.n_stages = gpu, round_limit, n_stages
+        self.last: CompiledStep | None = None  # the step run last (tests, profiling)
         self.compiled = 0  # steps compiled so far (tests, profiling)
         self.refused = ""  # why the last compile was refused, if it was
 
-    def get(self, ex: Any, key: tuple, ids: list[int], cache: GpuKVCache, last_only: bool) -> CompiledStep | None:
-        """The compiled step for this one-token step: the kept one when it holds, else compiled now;
-        None when the step cannot be compiled (it is then planned afresh)."""
-        if self.step is not None and self.step.holds(key, cache):
-            return self.step
-        self.step = None
-        if cache.n_past + COMPILE_AT > cache.capacity:
-            return None
-        self.step = self._compile(ex, key, ids, cache, last_only)
-        return self.step
+    def get(self, ex: GpuExecutor, key: tuple, ids, state: PassState, last_only: bool) -> CompiledStep | None:
+        """The state's compiled step for this one-token step: its kept one when it holds, else compiled
+        now; None when the step cannot be compiled (it is then planned afresh)."""
+        if state.step is None or not state.step.holds(key, state.kv):
+            state.step = None
+            if state.kv.n_past + COMPILE_AT <= state.kv.capacity:
+                state.step = self._compile(ex, key, ids, state.kv, last_only)
+        self.last = state.step
+        return state.step
 
-    def _compile(self, ex, key, ids, cache, last_only) -> CompiledStep | None:
-        arena = UniformArena(self.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
-        objects = PlanCache(self.device, self.round_limit, arena)
+    def _compile(self, ex, key, ids, kv: GpuKVCache, last_only) -> CompiledStep | None:
+        arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
+        objects = PlanCache(self.gpu, self.round_limit, arena)
         passes, snaps = [], []
         for k in range(COMPILE_AT):
-            cache.advance(k)
+            kv.advance(k)
             try:
-                with objects.active():
-                    passes.append(plan_pass(ex, ids, cache, last_only, fuse=True))
+                with objects.one_pass():
+                    passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True))
             finally:
-                cache.rewind(k)
+                kv.rewind(k)
             snaps.append(np.frombuffer(bytes(arena.host), dtype=np.uint32).astype(np.int64))
         why = _same_objects(passes)
         sources = {id(p): src for (src, _), p in ex.gpu.pipelines.items()}
         if not why and objects.own_uniforms:
             why = "the arena is full: some uniforms are buffers of their own"
-        moving, why = (None, why) if why else _moving_words(passes[0], snaps, arena, sources, cache.n_past)
-        groups, why = (None, why) if why else _step_workgroups(passes, sources, cache.n_past)
+        moving, why = (None, why) if why else _moving_words(passes[0], snaps, arena, sources, kv.n_past)
+        groups, why = (None, why) if why else _step_workgroups(passes, sources, kv.n_past)
         if why:
             self.refused = why
             return None
@@ -146,7 +151,7 @@ class CompiledSteps:
         self.compiled += 1
         owners = _word_fields(plans, arena, sources)
         movers = frozenset(owners[int(w)][0].name for w in moving.words)
-        return CompiledStep(key, cache, plans, objects, moving, groups, embed, _max_keys(plans), movers)
+        return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), movers)
 
 
 def _same_objects(passes: list[list[StagePlan]]) -> str:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import wgpu
 
 from labkit.errors import NoAdapterError
+from labkit.gpu.allocator import FreshObjects
 from labkit.gpu.ffi_types import install_for_wgpu
 
 # Limits requested at the adapter's own value (WebGPU hands out spec minimums otherwise).
@@ -97,6 +99,11 @@ class GpuDevice:
     @property
     def max_workgroups(self) -> int:
         return int(self.limits["max-compute-workgroups-per-dimension"])
+
+    @cached_property
+    def fresh(self) -> FreshObjects:
+        """An allocator making every object new, for work outside a pass (labkit.gpu.allocator)."""
+        return FreshObjects(self, recycle_textures=False)
 
 
 LLVMPIPE_LOOP_TURNS = 65535  # measured on Mesa 22.3: labkit.ops.attn_ctx.loop_turns

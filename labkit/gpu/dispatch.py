@@ -18,8 +18,7 @@ from typing import Any
 import wgpu
 
 from labkit.errors import GpuLimitError
-from labkit.gpu.plan_cache import active_cache
-from labkit.gpu.texture_pool import active_pool
+from labkit.gpu.allocator import Allocator
 
 
 @dataclass
@@ -46,64 +45,22 @@ def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:
     return (x, y, 1)
 
 
-def uniform(gpu: Any, fmt: str, *values: Any) -> Any:
-    """A fresh uniform buffer holding struct.pack(fmt, *values), zero-padded to 16 bytes."""
+def uniform(objects: Allocator, fmt: str, *values: Any) -> Any:
+    """A uniform holding struct.pack(fmt, *values), zero-padded to 16 bytes."""
     data = struct.pack(fmt, *values)
-    return uniform_bytes(gpu, (data + b"\0" * (-len(data) % 16)) or b"\0" * 16)
+    return objects.uniform((data + b"\0" * (-len(data) % 16)) or b"\0" * 16)
 
 
-def uniform_bytes(gpu: Any, data: bytes) -> Any:
-    """A uniform buffer holding `data` (a multiple of 16 bytes: an op's packed Params): fresh, or
-    the active plan cache's slot (labkit.gpu.plan_cache)."""
-    cache = active_cache()
-    if cache is not None:
-        return cache.uniform(data)
-    return gpu.device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
-
-
-def new_dispatch(gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str = "",
+def new_dispatch(objects: Allocator, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str = "",
                  tables: Any = None, after: tuple = ()) -> Dispatch:  # fmt: skip
-    """A dispatch binding `buffers` in order, a uniform holding `data`, then `after` (a fused
-    matmul's extra operands). Its resources are kept when the uniform is a slot of an arena: a
-    compiled step (labkit.gpu.compiled_step) finds its uniform's words there; a fresh pass's
-    uniforms go with its bind groups."""
-    u = uniform_bytes(gpu, data)
+    """A dispatch binding `buffers` in order, a uniform holding `data` (an op's packed Params, a
+    multiple of 16 bytes), then `after` (a fused matmul's extra operands), all from `objects`. Its
+    resources are kept when the uniform is a slot of an arena: a compiled step
+    (labkit.gpu.compiled_step) finds its uniform's words there; a fresh pass's uniforms go with its
+    bind groups."""
+    u = objects.uniform(data)
     resources = (*buffers, *after, u) if isinstance(u, tuple) else ()
-    return Dispatch(pipeline, bind(gpu, pipeline, [*buffers, u, *after]), workgroups, label, tables, resources)
-
-
-def texture_view(gpu: Any, size: tuple[int, int], fmt: str, usage: int, label: str = "") -> Any:
-    """A view of a 2-D texture: the active plan cache's, the active texture pool's, or a fresh one's."""
-    cache = active_cache()
-    if cache is not None:
-        return cache.texture_view(size, fmt, usage, label)
-    pool = active_pool()
-    if pool is not None:
-        return pool.view(size, fmt, usage, label)
-    return gpu.device.create_texture(size=(*size, 1), format=fmt, usage=usage, label=label).create_view()
-
-
-def bind(gpu: Any, pipeline: Any, buffers: list[Any], group: int = 0) -> Any:
-    """A bind group binding buffers[i] at @binding(i): a buffer, (buffer, offset, size) or a texture view; the
-    active plan cache's when it has one over the same resources."""
-    cache = active_cache()
-    if cache is not None:
-        return cache.bind(pipeline, buffers, lambda: _bind_group(gpu, pipeline, buffers, group))
-    return _bind_group(gpu, pipeline, buffers, group)
-
-
-def _bind_group(gpu: Any, pipeline: Any, buffers: list[Any], group: int) -> Any:
-    entries = []
-    for i, b in enumerate(buffers):
-        if isinstance(b, tuple):
-            buf, offset, size = b
-            res = {"buffer": buf, "offset": int(offset), "size": int(size)}
-        elif isinstance(b, wgpu.GPUTextureView):
-            res = b
-        else:
-            res = {"buffer": b, "offset": 0, "size": b.size}
-        entries.append({"binding": i, "resource": res})
-    return gpu.device.create_bind_group(layout=pipeline.get_bind_group_layout(group), entries=entries)
+    return Dispatch(pipeline, objects.bind(pipeline, [*buffers, u, *after]), workgroups, label, tables, resources)
 
 
 def _native_pass_calls() -> tuple | None:

@@ -33,26 +33,28 @@ import wgpu
 
 from labkit.errors import UnknownStageError
 from labkit.gpu import scratch as scratch_regions
-from labkit.gpu.compiled_step import CompiledSteps
+from labkit.gpu.allocator import Allocator, FreshObjects
+from labkit.gpu.compiled_step import CompiledStep, CompiledSteps
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
     Dispatch,
 )
 from labkit.gpu.kernel_selection import (
     KernelChoice,
-    Selection,
+    SelectedKernels,
     SelectionKey,
     choose,
     select_kernels,
 )
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region, StagePlan
-from labkit.gpu.plan_cache import PlanCache, active_cache
+from labkit.gpu.pass_request import PassRequest, PassState
+from labkit.gpu.plan_cache import PlanCache
 from labkit.gpu.planner import plan_pass, plans_under
-from labkit.gpu.reuse import FRESH, Reuse
-from labkit.gpu.stage_context import StageContext
+from labkit.gpu.reuse import Reuse
+from labkit.gpu.stage_context import PassScope, StageContext
 from labkit.gpu.stage_host import STORAGE, StageHost
-from labkit.gpu.submitter import Patch, Submitter, clear_regions, poison_region, record_stage
+from labkit.gpu.submitter import Submitter, clear_regions, poison_region, record_stage
 from labkit.gpu.weight_store import shared_store
 from labkit.gpu.weights import GpuWeight
 from labkit.model.config import ModelConfig
@@ -66,8 +68,8 @@ from labkit.poison import POISON_BITS, poison_count
 from labkit.progress import bar
 
 __all__ = [
-    "POISON_BITS", "GpuExecutor", "GpuKVCache", "Patch", "Region", "StagePlan", "poison_count", "poison_region",
-    "record_stage",
+    "POISON_BITS", "GpuExecutor", "GpuKVCache", "PassRequest", "PassState", "Region", "StagePlan", "poison_count",
+    "poison_region", "record_stage",
 ]  # fmt: skip
 
 UPLOAD_BAR_MB = 256  # a first pass moving fewer megabytes of weights shows no bar
@@ -105,7 +107,7 @@ class GpuExecutor(StageHost):
         self.store = shared_store(self.gpu, gguf)
         self._plan_caches: dict[str, PlanCache] = {}  # role ("prefill", "run") -> its plan cache
         self._stages = {st.name: st for st in graph}
-        self.compiled_steps = CompiledSteps(self.device, self.binding_limit // 4, len(graph))
+        self.compiled_steps = CompiledSteps(self.gpu, self.binding_limit // 4, len(graph))
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self.submitter = Submitter(self.device, self.gpu.has_timestamps)  # records, submits, reads back
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
@@ -169,17 +171,12 @@ class GpuExecutor(StageHost):
         """Bytes of weight buffers on the device (host memory on lavapipe)."""
         return self.store.nbytes()
 
-    def token_rows(self, ids, name: str = "token_embd.weight") -> Region:
+    def token_rows(self, ids, name: str, objects: Allocator) -> Region:
         """Embedding rows of the new tokens, read from the mapped file (only those rows)."""
         t = self.gguf.tensors[name]
         rows = dequantize_rows(self.gguf.raw(name), t.ggml_type, t.n_cols, np.asarray(ids, dtype=np.int64))
-        data = rows.astype(np.float32).tobytes()
-        cache = active_cache()
-        if cache is not None:
-            buf = cache.data(data, STORAGE, "embed.rows")
-        else:
-            buf = self.device.create_buffer_with_data(data=data, usage=STORAGE)
-        return Region(buf, 0, (len(ids), t.n_cols))  # a cached buffer may be larger
+        buf = objects.data(rows.astype(np.float32).tobytes(), STORAGE, "embed.rows")
+        return Region(buf, 0, (len(ids), t.n_cols))  # a kept buffer may be larger
 
     # ----- kernels, policies, what a switch invalidates (labkit.gpu.kernel_selection)
     def family(self, st: Stage) -> str:
@@ -189,7 +186,7 @@ class GpuExecutor(StageHost):
     def _tensor_type(self, name: str) -> int:
         return self.gguf.tensors[name].ggml_type
 
-    def selection(self) -> Selection:
+    def selection(self) -> SelectedKernels:
         """Every stage's kernel under the current variants, adapter and weight layout: worked out
         once per selection (and registration of user variants), not every decode step."""
         key = SelectionKey(tuple(sorted(self.variants.items())), self.adapter_type, self.weight_layout,
@@ -212,27 +209,27 @@ class GpuExecutor(StageHost):
         """The executor's cache for passes of one role ("prefill" for generate, "run" for a short
         lab.run): a pass reuses the buffers, uniforms and bind groups of the last one."""
         if role not in self._plan_caches:
-            self._plan_caches[role] = PlanCache(self.device, round_limit=self.binding_limit // 4)
+            self._plan_caches[role] = PlanCache(self.gpu, round_limit=self.binding_limit // 4)
         return self._plan_caches[role]
 
     def new_cache(self, capacity: int) -> GpuKVCache:
         kv = self.cfg.kv_dim
         return GpuKVCache(
             capacity,
-            [self.buffer(capacity * kv, f"cache.k.{L}") for L in range(self.cfg.n_layers)],
-            [self.buffer(capacity * kv, f"cache.v.{L}") for L in range(self.cfg.n_layers)],
+            [self.buffer(capacity * kv, f"cache.k.{L}", self.gpu.fresh) for L in range(self.cfg.n_layers)],
+            [self.buffer(capacity * kv, f"cache.v.{L}", self.gpu.fresh) for L in range(self.cfg.n_layers)],
         )
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's
         selected kernel: how a case runs one weight through the real kernel."""
-        ctx = StageContext(self, st, self.kernel(st), {}, GpuKVCache(0, [], []), range(x.shape[0]), False)
-        return self.matmul(ctx, x, out, x.shape[0], 0, None)
+        scope = PassScope({}, GpuKVCache(0, [], []), range(x.shape[0]), False, self.gpu.fresh)
+        return self.matmul(StageContext(self, st, self.kernel(st), scope), x, out, x.shape[0], 0, None)
 
     # ----- planning one pass (labkit.gpu.planner)
-    def plan(self, ids: list[int], cache: GpuKVCache, last_logits_only: bool = False, **how) -> list[StagePlan]:
-        """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones (plan_pass)."""
-        return plan_pass(self, ids, cache, last_logits_only, **how)
+    def plan(self, ids: list[int], kv: GpuKVCache, last_logits_only: bool = False, **how) -> list[StagePlan]:
+        """Regions and dispatches for the new tokens `ids` after kv.n_past cached ones, all new (plan_pass)."""
+        return plan_pass(self, ids, kv, FreshObjects(self.gpu), last_logits_only, **how)
 
     # ----- running
     @property
@@ -258,94 +255,80 @@ class GpuExecutor(StageHost):
             )
         return names
 
-    def run_pass(
-        self,
-        ids: list[int],
-        cache: GpuKVCache,
-        names: Iterable[str] | None = None,
-        debug: bool = False,
-        last_logits_only: bool = False,
-        timestamps: bool = False,
-        stepped: bool = False,
-        patch: dict[str, Patch] | None = None,
-        positions: list[int] | None = None,
-        heads: list[int] | None = None,
-        reuse: Reuse = FRESH,
-    ) -> PassResult:
-        """One forward pass of `ids`: batched (one encoder), stepped (one submit per stage), or cut
-        after each patched stage so the patch can be applied on the host and written back.
+    def new_state(self, capacity: int) -> PassState:
+        """A new sequence's state: an empty KV cache of `capacity` positions (labkit.gpu.pass_request)."""
+        return PassState(self.new_cache(capacity))
 
-        `reuse` (labkit.gpu.reuse) names what the pass may take over from earlier ones: a rerun of a
-        previous pass of the same ids on the same cache recomputes only the stages from the first one
-        whose kernel, policy or skip changed; objects reuse a role's buffers and bind groups; steps
-        run a decode step compiled once (labkit.gpu.compiled_step). The pass takes what it can of it.
+    def run_pass(self, request: PassRequest, state: PassState) -> PassResult:
+        """One forward pass of `request.ids` after the `state.n_past` positions its KV cache holds:
+        batched (one encoder), stepped (one submit per stage), or cut after each patched stage so the
+        patch can be applied on the host and written back. Advances the state past the new tokens.
 
-        `positions` (0-based in `ids`): captures hold only those rows (query rows of attention maps);
-        `heads`: attention maps hold only those heads.
-        The unembedding runs for the last position only when nothing reads the other positions'
-        logits: `last_logits_only`, logits not captured, or positions = [last]."""
+        `request.reuse` (labkit.gpu.reuse) names what the pass may take over from earlier ones: a
+        rerun of a previous pass of the same ids on the same state recomputes only the stages from
+        the first one whose kernel, policy or skip changed; objects reuse a role's buffers and bind
+        groups; steps run a decode step compiled once (labkit.gpu.compiled_step). The pass takes what
+        it can of it."""
         t0 = time.perf_counter()  # the step's start: host_s runs from here to the submit
-        if reuse.kind == "rerun":
-            cache.rewind(len(ids))  # the previous pass advanced it
-        reuse = reuse.within(len(ids), debug, bool(patch), stepped)
-        key = (len(ids), last_logits_only, *(v and tuple(v) for v in (names, positions, heads)))
-        with reuse.scope(self, key):
-            return self._pass(ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions,
-                              heads, reuse, t0)  # fmt: skip
+        r = request
+        if r.reuse.kind == "rerun":
+            state.kv.rewind(r.T)  # the previous pass advanced it
+        reuse = r.reuse.within(r.T, r.debug, bool(r.patch), r.stepped)
+        objects = reuse.allocator(self)
+        with objects.one_pass():
+            return self._pass(r, state, reuse, objects, t0)
 
-    def _pass(self, ids, cache, names, debug, last_logits_only, timestamps, stepped, patch, positions, heads,
-              reuse: Reuse, t0: float = 0.0) -> PassResult:  # fmt: skip
-        """run_pass within its reuse's scope; `t0`: when run_pass began."""
-        patch = dict(patch or {})
-        names = self.check_names(names, patch)
-        last_logits_only = last_logits_only or self._logits_unread(len(ids), names, debug, patch, positions)
-        keep, streamed = self._regions_policy(len(ids), names, debug, patch, stepped)
+    def _pass(self, r: PassRequest, state: PassState, reuse: Reuse, objects: Allocator, t0: float) -> PassResult:
+        """run_pass within its objects' pass; `t0`: when run_pass began."""
+        names = self.check_names(r.names, r.patch)
+        T, kv = r.T, state.kv
+        last_only = r.last_logits_only or self._logits_unread(T, names, r.debug, r.patch, r.positions)
+        keep, streamed = self._regions_policy(T, names, r.debug, r.patch, r.stepped)
         if reuse.kind == "steps":  # every stage keeps its own region: a compiled step holds on to it
             keep, streamed = None, None
-        step = self._compiled_step(ids, cache, last_logits_only, names, positions, heads, timestamps, reuse)
+        step = self._compiled_step(r, state, last_only, names) if reuse.kind == "steps" else None
         if step is not None:
-            plans, start = step.prepare(self, ids[0]), 0
+            plans, start = step.prepare(self, r.ids[0]), 0
         else:
-            plans, start = plans_under(self, ids, cache, last_logits_only, reuse, keep, streamed)
-        not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in patch]
+            plans, start = plans_under(self, r.ids, kv, objects, last_only, reuse, keep, streamed)
+        not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in r.patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
         want = {p.stage.name for p in plans} if names is None else set(names)
-        captured = [p for p in plans if (p.stage.name in want or debug) and not p.skipped]
-        if debug:
+        captured = [p for p in plans if (p.stage.name in want or r.debug) and not p.skipped]
+        if r.debug:
             for p in plans:
                 if not p.skipped:
                     poison_region(self.device, p.out)
         elif reuse.kind == "objects":
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
-        cut = (positions, heads)
         todo = plans[start:]
-        got = self.submitter.submit(todo, captured, patch, stepped, timestamps, len(ids), cut)
+        got = self.submitter.submit(todo, captured, r, objects)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
-        cache.advance(len(ids))
+        kv.advance(T)
         unwritten = {}
-        if debug:
+        if r.debug:
             unwritten = {n: poison_count(a) for n, a in caps.items()}
             caps = {n: a for n, a in caps.items() if n in want}
         n_dispatches = sum(len(p.dispatches) for p in todo)
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
                    "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches}  # fmt: skip
         recomputed_from = plans[start].stage.name if start < len(plans) else None
-        rerunnable = keep is None and not debug and not patch and not stepped
+        rerunnable = keep is None and not r.debug and not r.patch and not r.stepped
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
 
-    def _compiled_step(self, ids, cache, last_only: bool, names, positions, heads, timestamps: bool, reuse: Reuse):
+    def _compiled_step(self, r: PassRequest, state: PassState, last_only: bool, names) -> CompiledStep | None:
         """A decode step's compiled step (labkit.gpu.compiled_step), when the pass is one: one token,
-        reusing steps, a named capture that holds no KV writer's region (it moves each step)."""
-        if reuse.kind != "steps" or len(ids) != 1 or names is None or timestamps:
+        a named capture that holds no KV writer's region (it moves each step), no timestamps."""
+        if r.T != 1 or names is None or r.timestamps:
             return None
         if any(self._stages[n].kv_write for n in names):
             return None
         self.selection()
-        key = (self._selection[0], last_only, tuple(names), positions and tuple(positions), heads and tuple(heads))
-        return self.compiled_steps.get(self, key, ids, cache, last_only)
+        key = (self._selection[0], last_only, tuple(names), r.positions, r.heads)
+        return self.compiled_steps.get(self, key, r.ids, state, last_only)
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

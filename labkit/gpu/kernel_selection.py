@@ -1,7 +1,7 @@
 """Which kernel runs each stage: a pure function of the graph, the selected variants, the adapter
 kind and the weight layout, worked out once per selection and not every decode step.
 
-`select_kernels` returns a `Selection`: each stage's kernel and why (what `lab.kernels()`
+`select_kernels` returns a `SelectedKernels`: each stage's kernel and why (what `lab.kernels()`
 lists), the stages no kernel reads (a fused attention tier reads q, not the probabilities), and
 each stage's signature (what its output depends on besides the data), which the plan cache and
 reruns after `lab.use` compare to find the first stage a switch changes.
@@ -40,7 +40,9 @@ class SelectionKey(NamedTuple):
     registry: int  # the registry's generation (user variants registered)
 
 
-class Selection(NamedTuple):
+class SelectedKernels(NamedTuple):
+    """Every stage's kernel under one selection (`SelectionKey`), worked out once for the graph."""
+
     choices: dict[str, KernelChoice]  # stage name -> its kernel and why
     kernels: dict[str, Kernel]
     skipped: set[str]  # stages no later stage reads under these kernels
@@ -80,7 +82,7 @@ def stage_policy(st: Stage, family: str, variants: dict[str, str]) -> Policy:
 
 def select_kernels(
     graph: list[Stage], tensor_type: Callable[[str], int], variants: dict[str, str], key: SelectionKey
-) -> Selection:
+) -> SelectedKernels:
     """Every stage's kernel, the stages left unread, and the signatures, under `key`."""
     choices = {
         st.name: choose(st, OPS[st.op].family_of(st, tensor_type), variants, key.adapter_type, key.weight_layout)
@@ -93,7 +95,7 @@ def select_kernels(
         + tuple(stage_policy(st, f, variants).name for f in OPS[st.op].policy_families(st))
         for st in graph
     ]
-    return Selection(choices, kernels, skipped, signatures)
+    return SelectedKernels(choices, kernels, skipped, signatures)
 
 
 def unread_stages(graph: list[Stage], kernels: dict[str, Kernel]) -> set[str]:

@@ -4,8 +4,8 @@ A matmul kernel is composed from three kernel files of labkit/ops/ (see the top 
 ops/matmul/matmul.wgsl for the driver interface): lib/common.wgsl + matmul/formats/quant_<fmt>.wgsl +
 a driver. `prepare_matmul`
 returns one `Dispatch` per weight window (and per token chunk when X or Y is bigger than one
-storage binding); record them with `labkit.gpu.dispatch.encode`. It makes them through a
-`NewDispatches`; a step refresh passes its own, which hands out the kept ones with new uniforms.
+storage binding), their uniforms, bind groups and X textures from the pass's allocator
+(labkit.gpu.allocator); record them with `labkit.gpu.dispatch.encode`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
+from labkit.gpu.allocator import Allocator
 from labkit.gpu.dispatch import Dispatch, grid, new_dispatch
 from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
@@ -138,20 +139,6 @@ X_TEXTURE = "var X: texture_2d<f32>"  # how a driver declares that it reads X fr
 X_TEXTURE_TOKENS = TEXTURE_DIM  # tokens per X texture (its height)
 
 
-class NewDispatches:
-    """How `prepare_matmul` makes its dispatches and X's texture fills: new ones (its `make`)."""
-
-    def dispatch(self, gpu: Any, pipeline: Any, buffers: list, data: bytes, workgroups: tuple, label: str,
-                 tables: Any, after: tuple = ()) -> Dispatch:  # fmt: skip
-        return new_dispatch(gpu, pipeline, buffers, data, workgroups, label, tables, after)
-
-    def fill(self, gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
-        return fill_texture(gpu, rows, label)
-
-
-NEW = NewDispatches()
-
-
 def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[TokenChunk]:
     """A chunk cut into pieces of at most n_max tokens, binding the same buffers."""
     return [
@@ -160,12 +147,12 @@ def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[Toke
     ]
 
 
-def _x_textures(gpu: Any, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str, make):
+def _x_textures(objects: Allocator, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str):
     """The dispatches filling one X texture per chunk (cut to X_TEXTURE_TOKENS), and the chunks
     binding those textures as X. A chunk's X may be bound at a byte offset: so is its fill's."""
     fills, out = [], []
     for c in (piece for whole in chunks for piece in _split(whole, X_TEXTURE_TOKENS, x_stride, y_stride)):
-        xt, fill = make.fill(gpu, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
+        xt, fill = fill_texture(objects, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
         fills.append(fill)
         out.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
     return fills, out
@@ -180,7 +167,7 @@ def _check_sizes(name: str, T: int, x: Any, x_floats: int, y: Any, y_floats: int
 
 
 def prepare_matmul(
-    gpu: Any,
+    objects: Allocator,
     weight: GpuWeight,
     x: Any,
     y: Any,
@@ -193,7 +180,6 @@ def prepare_matmul(
     max_binding: int | None = None,
     window_filter: Callable[[int, int], bool] | None = None,
     epilogue: tuple[list, dict] | None = None,
-    make: NewDispatches = NEW,
 ) -> list[Dispatch]:
     """Dispatches computing Y[y_offset + t*y_stride + n] for all rows n, t < T: one per weight
     window and token chunk.
@@ -203,8 +189,9 @@ def prepare_matmul(
     are [T, 262144]: 1 MiB per token) is bound per chunk of tokens, at offsets aligned to
     max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
     windows that get dispatched (the lm_head variants); all by default. `epilogue` = (buffers bound
-    after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion). `make`
-    makes the dispatches (see NewDispatches)."""
+    after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion). Uniforms,
+    bind groups and X textures come from `objects` (the pass's allocator; `gpu.fresh` outside one)."""
+    gpu = objects.gpu
     format_name(weight.ggml_type)  # UnsupportedTensorTypeError before any work
     K, N = weight.n_cols, weight.n_rows
     x_stride = K if x_stride is None else int(x_stride)
@@ -230,12 +217,15 @@ def prepare_matmul(
     windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
     fills = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
-        fills, chunks = _x_textures(gpu, chunks, K, x_stride, y_stride, weight.name, make)
-    return fills + _dispatches(gpu, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}), make)
+        fills, chunks = _x_textures(objects, chunks, K, x_stride, y_stride, weight.name)
+    return fills + _dispatches(objects, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}))
 
 
-def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, epilogue, make) -> list[Dispatch]:
+def _dispatches(
+    objects: Allocator, weight: GpuWeight, windows, chunks, source: str, strides, epilogue
+) -> list[Dispatch]:
     """One dispatch per weight window and token chunk."""
+    gpu = objects.gpu
     pipeline = compile_pipeline(gpu, source, label=f"matmul_{format_name(weight.ggml_type)}")
     rows_per_wg, tokens_per_wg = driver_geometry(source)
     (x_stride, y_stride), (extra, extra_values) = strides, epilogue
@@ -249,5 +239,5 @@ def _dispatches(gpu, weight: GpuWeight, windows, chunks, source: str, strides, e
             label += f" tokens[{c.t0}:{c.t0 + c.n}]" if len(chunks) > 1 else ""
             buffers, data = [w.buffer, c.x, c.y], PARAMS.pack(source, values)
             n = grid(n_wg, gpu.max_workgroups)
-            out.append(make.dispatch(gpu, pipeline, buffers, data, n, label, tables, tuple(extra)))
+            out.append(new_dispatch(objects, pipeline, buffers, data, n, label, tables, tuple(extra)))
     return out

@@ -26,7 +26,7 @@ from labkit.gpu.dispatch import encode
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region
 from labkit.gpu.repack import layout_of, repack_weight, upload_blocks
-from labkit.gpu.stage_context import StageContext
+from labkit.gpu.stage_context import PassScope, StageContext
 from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.weights import GpuWeight, upload_weight
 from labkit.model.dequant import dequantize
@@ -90,11 +90,12 @@ class CaseHost(StageHost):
         raw, qtype, (n_rows, n_cols) = self.case.weights[name]
         return upload_weight(self.gpu, name, raw, int(qtype), n_rows, n_cols, self.case.window_bytes, rows_per_expert)
 
-    def token_rows(self, ids: Any, name: str) -> Region:
+    def token_rows(self, ids: Any, name: str, objects: Any = None) -> Region:
         rows = self.dequantized(name)[np.asarray(ids)]
         return Region(self.array(rows), 0, rows.shape)
 
-    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: Any = None) -> Region:
+    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, objects: Any = None,
+               scratch: Any = None) -> Region:  # fmt: skip
         layout = layout_of_kind(st.kind) if st.kind in BY_KIND else OPS[st.op].layout
         return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, layout)
 
@@ -119,7 +120,7 @@ def run_stage(case: Any, kernel: Kernel, policies: dict[str, str] | None = None,
     st = case.stage
     regions = {name: Region(host.array(x), 0, x.shape) for name, x in zip(st.inputs, case.inputs)}
     ids = case.ids if case.ids is not None else range(case.T)
-    ctx = StageContext(host, st, kernel, regions, host.kv_cache(), ids, False)
+    ctx = StageContext(host, st, kernel, PassScope(regions, host.kv_cache(), ids, False, gpu.fresh))
     out = OPS[st.op].plan(st, ctx)
     enc = gpu.device.create_command_encoder()
     encode(enc, ctx.dispatches)

@@ -2,10 +2,10 @@
 
 A decode step plans the same stages with the same kernels every token; only the uniforms
 (n_past, positions) and the new token's embedding row change. Planning afresh each step made
-~6 000 buffers and bind groups per token (0.3 s of Python and driver calls on lavapipe). While a
-`PlanCache` is active (`with cache.active():`), `labkit.gpu.dispatch` and the executor ask it
-first: the k-th request of a pass for a buffer of a given label and size gets the buffer the k-th
-request got last pass, a uniform slot is rewritten only when its bytes changed, and a bind group
+~6 000 buffers and bind groups per token (0.3 s of Python and driver calls on lavapipe). A
+`PlanCache` is an allocator (labkit.gpu.allocator) handed to the pass's planning: within
+`with objects.one_pass():`, the k-th request of a pass for a buffer of a given label and size gets
+the buffer the k-th request got last pass, a uniform slot is rewritten only when its bytes changed, and a bind group
 over the same pipeline and resources is reused. Objects the last pass did not ask for are dropped,
 so a long-running lab holds one pass's objects per cache, not a growing pile.
 
@@ -13,19 +13,19 @@ Reuse is safe because a pass reads its captures back to host arrays before the n
 submitted, and every write into a reused object goes through the queue, so it lands after the
 work submitted before it (a compiled decode step writes its moving words so). lab.run keeps its
 last pass to re-run it after a variant switch; the next run of the cache's role takes its buffers,
-and that run is the one kept from then on. When a pass uses a cache is
-decided in labkit.gpu.reuse.
+and that run is the one kept from then on. Which passes use one is decided in labkit.gpu.reuse.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wgpu
 
-_ACTIVE: ContextVar[PlanCache | None] = ContextVar("labkit_plan_cache", default=None)
+from labkit.gpu.allocator import bind_group
+
+if TYPE_CHECKING:
+    from labkit.gpu.device import GpuDevice
 
 
 def storage_bytes(n_floats: int) -> int:
@@ -37,11 +37,6 @@ def pow2_at_most(n: int, limit: int) -> int:
     """n rounded up to a power of two, but not past `limit`: a size that grows a little each step
     (a decode step's attention maps, one key longer) keeps its buffer for many steps."""
     return min(1 << (int(n) - 1).bit_length(), limit)
-
-
-def active_cache() -> PlanCache | None:
-    """The plan cache the current pass is built with, if any."""
-    return _ACTIVE.get()
 
 
 class UniformArena:
@@ -110,11 +105,16 @@ class UniformArena:
 
 
 class PlanCache:
-    def __init__(self, device: Any, round_limit: int = 0, arena: UniformArena | None = None):
+    """An allocator (labkit.gpu.allocator) that hands each request the object the same request got
+    last pass."""
+
+    keeps = True  # its objects outlive the pass
+
+    def __init__(self, gpu: GpuDevice, round_limit: int = 0, arena: UniformArena | None = None):
         """`round_limit`: storage buffers are rounded up to a power of two while that stays within it,
         so the attention maps a decode step grows by one key reuse one buffer for many steps.
         `arena`: uniforms live in its slots, written when it is flushed (a decode step's caches)."""
-        self.device, self.round_limit, self.arena = device, int(round_limit), arena
+        self.gpu, self.device, self.round_limit, self.arena = gpu, gpu.device, int(round_limit), arena
         self._slots: list[tuple[int, int] | None] = []  # uniform i's (offset, size) in the arena, None: full
         self._buffers: dict[tuple, list[Any]] = {}
         self._uniforms: list[tuple[Any, bytes]] = []
@@ -124,9 +124,13 @@ class PlanCache:
         self._n_uniforms = 0
         self.created = 0  # GPU objects created through this cache (tests: a warm step creates none)
 
-    def active(self) -> _Active:
-        """Build one pass with this cache (`with cache.active():`); on exit, drop what it did not use."""
-        return _Active(self)
+    def one_pass(self) -> _OnePass:
+        """Build one pass from this cache (`with objects.one_pass():`): its requests are counted from
+        the first again, and on exit what it did not ask for is dropped."""
+        return _OnePass(self)
+
+    def stage_done(self) -> None:
+        """Nothing to do: its operand textures are kept per request, not passed between stages."""
 
     def buffer(self, size: int, usage: int, label: str = "") -> Any:
         """The buffer this request got last pass (same label, size, usage, order), or a new one."""
@@ -201,13 +205,13 @@ class PlanCache:
             self._uniforms.append((buf, data))
         return buf
 
-    def bind(self, pipeline: Any, resources: list[Any], make: Callable[[], Any]) -> Any:
-        """A bind group over the same pipeline and resources as last pass, or `make()`."""
-        key = (id(pipeline), *(_resource_key(r) for r in resources))
+    def bind(self, pipeline: Any, resources: list[Any], group: int = 0) -> Any:
+        """A bind group over the same pipeline and resources as last pass, or a new one."""
+        key = (id(pipeline), group, *(_resource_key(r) for r in resources))
         self._used_binds.add(key)
         if key not in self._binds:
             # the value keeps pipeline and buffers alive, so their ids cannot be reused while cached
-            self._binds[key] = (make(), pipeline, resources)
+            self._binds[key] = (bind_group(self.device, pipeline, resources, group), pipeline, resources)
             self.created += 1
         return self._binds[key][0]
 
@@ -236,23 +240,21 @@ class PlanCache:
         return sum(map(len, self._buffers.values())) + uniforms + len(self._binds)
 
 
-class _Active:
-    """PlanCache.active's context: a class, not a generator (entered per re-planned stage per step)."""
+class _OnePass:
+    """PlanCache.one_pass's context: a class, not a generator (entered once per pass)."""
 
-    __slots__ = ("cache", "token")
+    __slots__ = ("objects",)
 
-    def __init__(self, cache: PlanCache):
-        self.cache = cache
+    def __init__(self, objects: PlanCache):
+        self.objects = objects
 
     def __enter__(self) -> PlanCache:
-        c = self.cache
+        c = self.objects
         c._used_buffers, c._used_binds, c._n_uniforms = {}, set(), 0
-        self.token = _ACTIVE.set(c)
         return c
 
     def __exit__(self, *exc) -> None:
-        _ACTIVE.reset(self.token)
-        self.cache._trim()
+        self.objects._trim()
 
 
 def _resource_key(r: Any) -> tuple:

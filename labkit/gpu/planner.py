@@ -12,9 +12,11 @@ only to be compiled (labkit.gpu.compiled_step). Submitting the plans is the subm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING
 
+from labkit.gpu.allocator import Allocator
 from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.fusion import epilogue_for
 from labkit.gpu.kernel_selection import reads
@@ -22,17 +24,20 @@ from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.reuse import Reuse
 from labkit.gpu.scratch import ScratchPool
-from labkit.gpu.stage_context import StageContext
-from labkit.gpu.texture_pool import TexturePool
+from labkit.gpu.stage_context import PassScope, StageContext
 from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 
+if TYPE_CHECKING:
+    from labkit.gpu.executor import GpuExecutor
+
 
 def plan_pass(
-    ex: Any,
-    ids: list[int],
-    cache: GpuKVCache,
+    ex: GpuExecutor,
+    ids: Sequence[int],
+    kv: GpuKVCache,
+    objects: Allocator,
     last_logits_only: bool = False,
     reuse: list[StagePlan] | None = None,
     start: int = 0,
@@ -40,7 +45,8 @@ def plan_pass(
     streamed: set[str] | None = None,
     fuse: bool = False,
 ) -> list[StagePlan]:
-    """Regions and dispatches for the new tokens `ids` after cache.n_past cached ones.
+    """Regions and dispatches for the new tokens `ids` after kv.n_past cached ones, every GPU object
+    from `objects` (labkit.gpu.allocator).
 
     With `reuse`, stages before `start` keep their regions (and data) and get no dispatches.
     With `keep`, only those stages get regions of their own; the others get scratch regions
@@ -50,15 +56,14 @@ def plan_pass(
     step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do."""
     sel = ex.selection()
     kernels, skipped = sel.kernels, sel.skipped
-    scratch, textures = None, TexturePool(ex.device)
+    scratch = None
     if keep is not None:
         readers = last_readers(ex.graph, lambda st: reads(st, kernels[st.name]), skipped)
-        scratch = ScratchPool(ex.buffer, readers, keep, round_below=ex.binding_limit, streamed=streamed)
-    regions: dict[str, Region] = {}
-    fused: dict[str, Region] = {}  # stages an earlier stage's fused kernel writes (labkit.gpu.fusion)
-    plans: list[StagePlan] = []
+        scratch = ScratchPool(partial(_buffer, ex, objects), readers, keep, round_below=ex.binding_limit,
+                              streamed=streamed)  # fmt: skip
     epilogues = _epilogues(ex.graph, sel, len(ids)) if fuse else None
-    where = Where(regions, fused, cache, ids, last_logits_only, scratch, textures, epilogues)  # dicts fill as it plans
+    scope = PassScope({}, kv, ids, last_logits_only, objects, scratch, {}, epilogues)  # its dicts fill as it plans
+    plans: list[StagePlan] = []
     for i in range(len(ex.graph)):
         st = ex.graph[i]
         if reuse is not None and i < start:
@@ -66,9 +71,9 @@ def plan_pass(
             plans.append(StagePlan(st, old.out, [], old.signature, old.skipped))
         else:
             chunked = i == len(ex.graph) - 1 and _logits_in_chunks(st, len(ids), last_logits_only, streamed)
-            plans.append(_stage_plan(ex, sel, i, where, chunked))
-        regions[st.name] = plans[-1].out
-        fused.update(plans[-1].also_writes)
+            plans.append(_stage_plan(ex, sel, i, scope, chunked))
+        scope.regions[st.name] = plans[-1].out
+        scope.fused.update(plans[-1].also_writes)
         if scratch is not None:
             plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
     if plans and streamed:
@@ -76,27 +81,18 @@ def plan_pass(
     return plans
 
 
-class Where(NamedTuple):
-    """What a stage is planned within: the regions so far, the pass's tokens and pools."""
-
-    regions: dict
-    fused: dict
-    cache: Any
-    ids: list[int]
-    last_only: bool
-    scratch: Any
-    textures: TexturePool
-    epilogues: list | None = None  # each stage's fused epilogue, when the pass fuses (plan_pass's `fuse`)
+def _buffer(ex: GpuExecutor, objects: Allocator, n_floats: int, label: str):
+    return ex.buffer(n_floats, label, objects)
 
 
-def _stage_plan(ex: Any, sel, i: int, w: Where, chunked: bool = False) -> StagePlan:
-    """Stage i's plan, fused with the next stage's epilogue where the pass fuses (`Where.epilogues`)."""
+def _stage_plan(ex: GpuExecutor, sel, i: int, scope: PassScope, chunked: bool = False) -> StagePlan:
+    """Stage i's plan, fused with the next stage's epilogue where the pass fuses (`PassScope.epilogues`)."""
     st = ex.graph[i]
-    ep = w.epilogues[i] if w.epilogues is not None else None
-    ctx = partial(StageContext, ex, st, sel.kernels[st.name], w.regions, w.cache, w.ids, w.last_only, w.scratch, ep)
+    ep = scope.epilogues[i] if scope.epilogues is not None else None
+    ctx = StageContext(ex, st, sel.kernels[st.name], scope, ep)
     if chunked:
-        return _plan_logits_chunks(ex, ctx, sel.signatures[i], w.textures)
-    return _plan_stage(ex, ctx, sel.signatures[i], st.name in sel.skipped, w.textures, w.fused.get(st.name))
+        return _plan_logits_chunks(ex, ctx, sel.signatures[i])
+    return _plan_stage(ex, ctx, sel.signatures[i], st.name in sel.skipped, scope.fused.get(st.name))
 
 
 _EPILOGUES: dict[int, tuple] = {}  # id(selection) -> (selection, T, each stage's epilogue): one per step shape
@@ -113,18 +109,18 @@ def _epilogues(graph: list[Stage], sel, T: int) -> list:
     return held[2]
 
 
-def _plan_stage(ex: Any, context, signature: tuple, skipped: bool, textures: TexturePool, fused=None) -> StagePlan:
-    """One stage's regions and dispatches (`context()` makes its StageContext); a skipped stage
-    gets a placeholder buffer, never dispatched and never captured; a `fused` one, the region
-    an earlier stage's kernel writes, and no dispatch."""
-    ctx = context()
+def _plan_stage(ex: GpuExecutor, ctx: StageContext, signature: tuple, skipped: bool, fused=None) -> StagePlan:
+    """One stage's regions and dispatches; a skipped stage gets a placeholder buffer, never
+    dispatched and never captured; a `fused` one, the region an earlier stage's kernel writes, and
+    no dispatch."""
     st = ctx.stage
     if skipped:
-        return StagePlan(st, Region(ex.buffer(4, st.name + ".skipped"), 0, (0,)), [], signature, True)
+        placeholder = ex.buffer(4, st.name + ".skipped", ctx.objects)
+        return StagePlan(st, Region(placeholder, 0, (0,)), [], signature, True)
     if fused is not None:
         return StagePlan(st, fused, [], signature)
-    with textures.stage():  # its operand textures serve later stages once it is recorded
-        out = OPS[st.op].plan(st, ctx)
+    out = OPS[st.op].plan(st, ctx)
+    ctx.objects.stage_done()  # its operand textures serve later stages once it is recorded
     return StagePlan(st, out, ctx.dispatches, signature, also_writes=ctx.also_writes, reads_ids=ctx.reads_ids)
 
 
@@ -136,27 +132,27 @@ def _logits_in_chunks(st: Stage, T: int, last_only: bool, streamed: set[str] | N
     return len(token_spans(T, 4 * st.params["out"])) > 1
 
 
-def _plan_logits_chunks(ex: Any, context, signature: tuple, textures: TexturePool) -> StagePlan:
+def _plan_logits_chunks(ex: GpuExecutor, ctx: StageContext, signature: tuple) -> StagePlan:
     """The unembedding as token chunks over one region of the largest chunk's rows."""
-    ctx = context()
     st, x, width = ctx.stage, ctx.input(0), ctx.stage.params["out"]
     spans = token_spans(ctx.T, 4 * width)
     out = ctx.output((max(n for _, n in spans), width))
     keep = ctx.policy("lm_head").window_filter
     chunks = []
-    with textures.stage():
-        for t0, n in spans:
-            rows = Region(out.buffer, out.offset, (n, width))
-            chunks.append(LogitsChunk(t0, n, ex.matmul(ctx, x, rows, n, t0, keep)))
+    for t0, n in spans:
+        rows = Region(out.buffer, out.offset, (n, width))
+        chunks.append(LogitsChunk(t0, n, ex.matmul(ctx, x, rows, n, t0, keep)))
+    ctx.objects.stage_done()
     return StagePlan(st, out, [], signature, chunks=chunks)
 
 
-def plans_under(ex: Any, ids, cache, last_only: bool, reuse: Reuse, keep, streamed):
+def plans_under(ex: GpuExecutor, ids, kv: GpuKVCache, objects: Allocator, last_only: bool, reuse: Reuse, keep,
+                streamed):  # fmt: skip
     """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
     changed signature (when every stage of this pass has its own region too)."""
     if reuse.kind == "rerun" and keep is None:
         previous, new_sigs = reuse.previous, ex.selection().signatures
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
-        return plan_pass(ex, ids, cache, last_only, reuse=previous.plans, start=start), start
-    return plan_pass(ex, ids, cache, last_only, keep=keep, streamed=streamed), 0
+        return plan_pass(ex, ids, kv, objects, last_only, reuse=previous.plans, start=start), start
+    return plan_pass(ex, ids, kv, objects, last_only, keep=keep, streamed=streamed), 0

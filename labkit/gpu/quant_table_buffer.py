@@ -8,7 +8,6 @@ from typing import Any
 
 import wgpu
 
-from labkit.gpu.dispatch import bind
 from labkit.ops.quant_tables import TABLE_GROUP, table_words
 
 _BUFFERS: dict[int, tuple[Any, Any]] = {}  # id(device) -> (device, buffer): the device kept alive with it
@@ -39,5 +38,5 @@ def tables_bind_group(gpu: Any, pipeline: Any, source: str) -> Any | None:
         return None
     held = _GROUPS.get(id(pipeline))
     if held is None or held[0] is not pipeline:
-        held = _GROUPS[id(pipeline)] = (pipeline, bind(gpu, pipeline, [table_buffer(gpu)], group=TABLE_GROUP))
+        held = _GROUPS[id(pipeline)] = (pipeline, gpu.fresh.bind(pipeline, [table_buffer(gpu)], TABLE_GROUP))
     return held[1]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import wgpu
 
-from labkit.gpu.plan_cache import active_cache
+from labkit.gpu.allocator import Allocator
 
 COPY_ALIGN = 256  # staging offsets: copy_buffer_to_buffer wants 4; 256 keeps pieces tidy
 STAGING_BYTES = 256 << 20  # the most bytes read back in one round
@@ -33,7 +33,7 @@ class Piece:
 
 
 @dataclass
-class Selection:
+class CaptureCopy:
     """What one capture reads back: its pieces, in order, and the array shape they fill."""
 
     name: str
@@ -80,13 +80,13 @@ class Readback:
         self.device, self.heads = device, heads
         limit = min(int(device.limits.get("max-buffer-size", 1 << 30)), STAGING_BYTES) // COPY_ALIGN * COPY_ALIGN
         self.sizes: list[int] = [0]  # bytes of each round
-        self.selections: list[Selection] = []
+        self.copies: list[CaptureCopy] = []
         for p in plans:
-            self.selections.append(self._select(p, T, positions, limit))
+            self.copies.append(self._select(p, T, positions, limit))
         self.staging: Any = None
         self.owns_staging = False  # made (and destroyed) here, not lent by the caller or a plan cache
 
-    def _select(self, plan: Any, T: int, positions: list[int] | None, limit: int) -> Selection:
+    def _select(self, plan: Any, T: int, positions: list[int] | None, limit: int) -> CaptureCopy:
         name, shape = plan.stage.name, tuple(plan.out.shape)
         amap = plan.out.layout == "heads" and len(shape) == 3  # the region says how its rows lie
         spans, held = rows_to_copy(shape, T, positions, amap)
@@ -102,7 +102,7 @@ class Readback:
         out_shape = ((len(heads), n_rows) + shape[2:]) if amap else ((n_rows,) + shape[1:])
         cut_heads = tuple(heads) if amap and self.heads is not None else None
         dtype = np.int32 if plan.out.layout == "ids" else np.float32
-        return Selection(name, plan.out.buffer, pieces, out_shape, held, cut_heads, dtype)
+        return CaptureCopy(name, plan.out.buffer, pieces, out_shape, held, cut_heads, dtype)
 
     def _place(self, src: int, nbytes: int, limit: int) -> list[Piece]:
         """Pieces of `nbytes` from `src`: in the current staging buffer while it has room, then in
@@ -120,26 +120,25 @@ class Readback:
             src, nbytes = src + n, nbytes - n
         return out
 
-    def record(self, enc: Any, lend: Any = None) -> None:
+    def record(self, enc: Any, lend: Any = None, objects: Allocator | None = None) -> None:
         """Copy the first round into the staging buffer, in the pass's encoder. The staging buffer is
-        `lend` when it is big enough (a streamed pass reads its segments through one), the plan
-        cache's, or a new one destroyed after reading."""
+        `lend` when it is big enough (a streamed pass reads its segments through one), one of
+        `objects` when they outlive the pass (a plan cache's), or a new one destroyed after reading."""
         size = max(self.sizes)
         if not size:
             return
         usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-        cache = active_cache()
         if lend is not None and lend.size >= size:
             self.staging = lend
-        elif cache is not None:
-            self.staging = cache.buffer(size, usage, "staging")
+        elif objects is not None and objects.keeps:
+            self.staging = objects.buffer(size, usage, "staging")
         else:
             self.staging = self.device.create_buffer(size=size, usage=usage)
             self.owns_staging = True
         self._copy_round(enc, 0)
 
     def _copy_round(self, enc: Any, round_: int) -> None:
-        for s in self.selections:
+        for s in self.copies:
             for pc in s.pieces:
                 if pc.buf == round_ and pc.nbytes:
                     enc.copy_buffer_to_buffer(s.buffer, pc.src, self.staging, pc.dst, pc.nbytes)
@@ -155,8 +154,8 @@ class Readback:
         Each array is filled straight from the mapped staging memory (a copy out of the mapping
         first and then into the arrays cost 1.5 s for 512 Gemma tokens' logits, 0.15 s now)."""
         into = into or {}
-        arrays = {s.name: into[s.name] if s.name in into else np.empty(s.shape, s.dtype) for s in self.selections}
-        for s in self.selections:
+        arrays = {s.name: into[s.name] if s.name in into else np.empty(s.shape, s.dtype) for s in self.copies}
+        for s in self.copies:
             assert arrays[s.name].shape == s.shape and arrays[s.name].flags.c_contiguous, s.name
         for round_ in range(len(self.sizes)):
             if round_:  # later rounds: copied now, through the same staging buffer
@@ -167,8 +166,8 @@ class Readback:
                 self._fill(arrays, round_)
         if self.owns_staging and not keep_staging:
             self.staging.destroy()
-        held = {s.name: s.positions for s in self.selections if s.positions is not None}
-        heads = {s.name: s.heads for s in self.selections if s.heads is not None}
+        held = {s.name: s.positions for s in self.copies if s.positions is not None}
+        heads = {s.name: s.heads for s in self.copies if s.heads is not None}
         return arrays, held, heads
 
     def _fill(self, arrays: dict[str, np.ndarray], round_: int) -> None:
@@ -176,7 +175,7 @@ class Readback:
         self.staging.map_sync(wgpu.MapMode.READ, 0, self.sizes[round_])
         try:
             mapped = np.frombuffer(self.staging.read_mapped(0, self.sizes[round_], copy=False), dtype=np.uint8)
-            for s in self.selections:
+            for s in self.copies:
                 flat, at = arrays[s.name].reshape(-1).view(np.uint8), 0
                 for pc in s.pieces:
                     if pc.buf == round_:

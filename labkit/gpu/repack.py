@@ -38,7 +38,7 @@ import wgpu
 from gguf import GGMLQuantizationType
 
 from labkit.errors import GpuLimitError, UnsupportedTensorTypeError
-from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform_bytes, wait_idle
+from labkit.gpu.dispatch import Dispatch, encode, grid, wait_idle
 from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.weights import GpuWeight, WeightWindow
@@ -152,9 +152,9 @@ def repack_weight(gpu: Any, weight: GpuWeight, source: str, max_binding: int | N
         for first in range(0, src.n_rows, per_window):
             n = min(per_window, src.n_rows - first)
             label = f"{weight.name}[{src.first_row + first}:{src.first_row + first + n}] repacked"
-            params = uniform_bytes(gpu, REPACK_PARAMS.pack(source, {"K": K, "rows": n, "row0": first}))
+            params = gpu.fresh.uniform(REPACK_PARAMS.pack(source, {"K": K, "rows": n, "row0": first}))
             n_wg = -(-layout.invocations(n, K) // 64)
-            bg = bind(gpu, pipeline, [src.buffer, (staging, 0, layout.window_bytes(n, K)), params])
+            bg = gpu.fresh.bind(pipeline, [src.buffer, (staging, 0, layout.window_bytes(n, K)), params])
             enc = gpu.device.create_command_encoder(label=f"repack {label}")
             encode(enc, [Dispatch(pipeline, bg, grid(n_wg), f"repack {label}", tables)])
             nbytes = _padded(layout.window_bytes(n, K))

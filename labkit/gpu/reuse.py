@@ -25,11 +25,11 @@ in this one place:
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from labkit.gpu import scratch
+from labkit.gpu.allocator import Allocator, FreshObjects
 
 ReuseKind = Literal["fresh", "rerun", "objects", "steps"]
 
@@ -64,14 +64,15 @@ class Reuse:
             return FRESH
         return self
 
-    def scope(self, executor: Any, key: tuple) -> AbstractContextManager:
-        """The context a pass is planned in: the role's plan cache (for steps: the decode role's, which
-        a step the compiled step cannot take is planned over)."""
+    def allocator(self, executor: Any) -> Allocator:
+        """Where the pass's GPU objects come from (labkit.gpu.allocator): the role's plan cache (for
+        steps: the decode role's, which a step the compiled step cannot take is planned over), or
+        new ones, with operand textures recycled between its stages."""
         if self.kind == "objects":
-            return executor.plan_cache(self.role).active()
-        if self.kind == "steps":  # a step that cannot be compiled: planned over the decode role's objects
-            return executor.plan_cache("decode").active()
-        return nullcontext()
+            return executor.plan_cache(self.role)
+        if self.kind == "steps":
+            return executor.plan_cache("decode")
+        return FreshObjects(executor.gpu)
 
 
 FRESH = Reuse()

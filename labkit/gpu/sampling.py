@@ -28,14 +28,19 @@ class GpuSampler:
         z = np.ascontiguousarray(logits, dtype=np.float32)
         n = z.size
         src = dev.create_buffer_with_data(data=z.tobytes(), usage=STORAGE)
-        scaled, out = ex.buffer(n, "sample.scaled"), ex.buffer(n, "sample.probs")
+        objects = ex.gpu.fresh
+        scaled, out = ex.buffer(n, "sample.scaled", objects), ex.buffer(n, "sample.probs", objects)
         inv_t = 1.0 / max(self.sampler.temperature, 1e-8)
         enc = dev.create_command_encoder()
         encode(
             enc,
             [
-                ex.default_dispatch("embed", [src, scaled], {"n": n, "scale": inv_t}, -(-n // 64), "sample.scale"),
-                ex.default_dispatch("softmax", [scaled, out, scaled], SOFTMAX_ROW | {"n": n}, 1, "sample.softmax"),
+                ex.default_dispatch(
+                    "embed", [src, scaled], {"n": n, "scale": inv_t}, -(-n // 64), "sample.scale", objects
+                ),  # fmt: skip
+                ex.default_dispatch(
+                    "softmax", [scaled, out, scaled], SOFTMAX_ROW | {"n": n}, 1, "sample.softmax", objects
+                ),  # fmt: skip
             ],
         )
         dev.queue.submit([enc.finish()])

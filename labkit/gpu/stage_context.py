@@ -6,10 +6,13 @@ collects its dispatches into the stage's plan."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import wgpu
 
+from labkit.gpu.allocator import Allocator
 from labkit.gpu.dispatch import Dispatch
 from labkit.gpu.fusion import Epilogue
 from labkit.gpu.kv_cache import GpuKVCache
@@ -19,29 +22,41 @@ from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
 
+if TYPE_CHECKING:
+    from labkit.gpu.scratch import ScratchPool
+    from labkit.gpu.stage_host import StageHost
+
+
+@dataclass
+class PassScope:
+    """What every stage of one pass is planned within: the regions planned so far, the pass's tokens
+    and KV cache, and the allocator its GPU objects come from (labkit.gpu.allocator)."""
+
+    regions: dict[str, Region]
+    kv: GpuKVCache
+    ids: Sequence[int]
+    last_only: bool
+    objects: Allocator
+    scratch: ScratchPool | None = None  # uncaptured stages' regions (labkit.gpu.scratch)
+    fused: dict[str, Region] = field(default_factory=dict)  # stages an earlier stage's fused kernel writes
+    epilogues: list | None = None  # each stage's fused epilogue, when the pass fuses (labkit.gpu.fusion)
+
 
 class StageContext:
     """What one stage's op `plan` sees (labkit.ops.base.GpuStage); collects its dispatches."""
 
-    def __init__(
-        self,
-        ex: Any,  # its host (labkit.gpu.stage_host): the executor, or the op harness
-        st: Stage,
-        kernel: Kernel,
-        regions: dict,
-        cache: GpuKVCache,
-        ids,
-        last_only,
-        scratch=None,
-        epilogue: Epilogue | None = None,
-    ):
-        self.ex, self.stage, self.kernel, self.regions, self.kv = ex, st, kernel, regions, cache
-        self.ids, self.last_only, self.scratch, self.epilogue = ids, last_only, scratch, epilogue
-        self.T, self.n_past = len(ids), cache.n_past
+    def __init__(self, host: StageHost, st: Stage, kernel: Kernel, scope: PassScope, epilogue: Epilogue | None = None):
+        self.ex, self.stage, self.kernel, self.scope, self.epilogue = host, st, kernel, scope, epilogue
+        self.regions, self.kv, self.ids, self.objects = scope.regions, scope.kv, scope.ids, scope.objects
+        self.T, self.n_past = len(scope.ids), scope.kv.n_past
         self.shape = PassShape(self.T, self.n_past)
         self.dispatches: list[Dispatch] = []
         self.also_writes: dict[str, Region] = {}  # the fused epilogue stage's region
         self.reads_ids = False  # the plan looked at the token ids (token_rows)
+
+    @property
+    def last_only(self) -> bool:
+        return self.scope.last_only
 
     def input(self, i: int) -> Region:
         return self.regions[self.stage.inputs[i]]
@@ -50,7 +65,7 @@ class StageContext:
         st = self.stage
         if st.kv_write:  # this layer's cache, from position n_past on
             return Region(self.cache(st.kv_write), self.n_past * shape[-1], shape)  # rows of kv_dim
-        return self.ex.region(st, shape, self.shape, self.scratch)
+        return self.ex.region(st, shape, self.shape, self.objects, self.scope.scratch)
 
     def cache(self, kind: str) -> wgpu.GPUBuffer:
         return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
@@ -67,7 +82,7 @@ class StageContext:
 
     def token_rows(self, name: str) -> Region:
         self.reads_ids = True
-        return self.ex.token_rows(self.ids, name)
+        return self.ex.token_rows(self.ids, name, self.objects)
 
     @property
     def loop_turn_cap(self) -> int | None:
@@ -81,9 +96,11 @@ class StageContext:
         """One dispatch of the stage's kernel. An operand given as `Rows` is bound as its buffer, or,
         where the kernel declares a texture there, as a texture filled by a dispatch before it."""
         op = OPS[self.stage.op]
-        bound, fills = bind_operands(self.ex.gpu, self.kernel.source(self.shape), operands, self.stage.name)
+        bound, fills = bind_operands(self.objects, self.kernel.source(self.shape), operands, self.stage.name)
         self.dispatches += fills
-        self.dispatches.append(self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups))
+        self.dispatches.append(
+            self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups, self.objects)
+        )
 
     def matmul(self, x: Region, out: Region, rows_T: int, x_skip: int = 0, window_filter=None,
                epilogue: tuple[str, list, dict] | None = None) -> None:  # fmt: skip
@@ -96,15 +113,17 @@ class StageContext:
         ep = self.epilogue
         if ep is None:
             return None
-        z = self.ex.region(ep.stage, shape, self.shape, self.scratch)
+        z = self.ex.region(ep.stage, shape, self.shape, self.objects, self.scope.scratch)
         self.also_writes[ep.stage.name] = z
         return ep, self.regions[ep.other], z
 
     def temp(self, shape: tuple[int, ...], what: str) -> Region:
         """A region of this stage's own that is not its output (a matmul's product before its bias)."""
-        return Region(self.ex.buffer(math.prod(shape), f"{self.stage.name}.{what}"), 0, shape)
+        return Region(self.ex.buffer(math.prod(shape), f"{self.stage.name}.{what}", self.objects), 0, shape)
 
     def dispatch_op(self, op: str, operands: list, values: dict, workgroups: int) -> None:
         """One dispatch of another op's kernel as selected for this stage's layer (a bias add)."""
         kernel = self.ex.kernel_for_op(op, self.stage.layer)
-        self.dispatches.append(self.ex.dispatch(self.stage, OPS[op], kernel, self.shape, operands, values, workgroups))
+        self.dispatches.append(
+            self.ex.dispatch(self.stage, OPS[op], kernel, self.shape, operands, values, workgroups, self.objects)
+        )

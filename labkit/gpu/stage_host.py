@@ -13,17 +13,18 @@ and which variants are selected.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wgpu
 
 from labkit.errors import BufferLimitError
+from labkit.gpu.allocator import Allocator
 from labkit.gpu.device import GpuDevice
 from labkit.gpu.dispatch import Dispatch, grid, new_dispatch
 from labkit.gpu.kernel_selection import stage_policy
-from labkit.gpu.matmul import NEW, NewDispatches, prepare_matmul
+from labkit.gpu.matmul import prepare_matmul
 from labkit.gpu.pass_plan import Region
-from labkit.gpu.plan_cache import active_cache, storage_bytes
+from labkit.gpu.plan_cache import storage_bytes
 from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.scratch import ScratchPool
 from labkit.gpu.shader import compile_pipeline
@@ -35,6 +36,9 @@ from labkit.ops.attn_ctx.loop_turns import fused_tier_hint
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
 from labkit.ops.registry import adapter_kind, get_kernel, selected
+
+if TYPE_CHECKING:
+    from labkit.gpu.stage_context import StageContext
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -67,8 +71,8 @@ class StageHost:
         """A 3-D expert tensor's GGUF bytes, in windows of whole experts."""
         raise NotImplementedError
 
-    def token_rows(self, ids: Any, name: str) -> Region:
-        """The embedding rows of the pass's tokens, as f32."""
+    def token_rows(self, ids: Any, name: str, objects: Allocator) -> Region:
+        """The embedding rows of the pass's tokens, as f32, in a buffer from `objects`."""
         raise NotImplementedError
 
     @property
@@ -85,8 +89,8 @@ class StageHost:
         limit = self.gpu.max_binding
         return limit if self.max_binding is None else min(limit, int(self.max_binding))
 
-    def buffer(self, n_floats: int, label: str = "") -> wgpu.GPUBuffer:
-        """A storage buffer of n floats: fresh, or the active plan cache's (labkit.gpu.plan_cache)."""
+    def buffer(self, n_floats: int, label: str, objects: Allocator) -> wgpu.GPUBuffer:
+        """A storage buffer of n floats from `objects` (new, or a plan cache's: labkit.gpu.allocator)."""
         size = storage_bytes(n_floats)
         max_size = int(self.gpu.limits.get("max-buffer-size", size))
         if size > max_size:
@@ -94,10 +98,7 @@ class StageHost:
                 f"{label}: needs a {_mib(size)} buffer, above this device's max-buffer-size of {_mib(max_size)}."
                 + LONG_PROMPT_HINT
             )
-        cache = active_cache()
-        if cache is not None:
-            return cache.buffer(size, STORAGE, label)
-        return self.device.create_buffer(size=size, usage=STORAGE, label=label)
+        return objects.buffer(size, STORAGE, label)
 
     def check_binding(self, label: str, nbytes: int, shape: PassShape, what: str = "") -> None:
         """BufferLimitError when a kernel would bind `nbytes` whole, above the binding limit."""
@@ -114,7 +115,8 @@ class StageHost:
             f"max-storage-buffer-binding-size of {_mib(limit)}, and its kernel binds it whole.{hint}"
         )
 
-    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, scratch: ScratchPool | None = None):
+    def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, objects: Allocator,
+               scratch: ScratchPool | None = None) -> Region:  # fmt: skip
         """A fresh output region, or a scratch one when the pass has a pool and does not keep this
         stage: a matmul's may exceed one binding (bound per token chunk), any other's is checked
         against the binding limit before it is allocated."""
@@ -124,7 +126,7 @@ class StageHost:
         layout = layout_of(st.kind) if st.kind in BY_KIND else OPS[st.op].layout  # ids: integers
         if scratch is not None and scratch.wants(st.name):
             return Region(scratch.take(n, st.name), 0, shape, layout)
-        return Region(self.buffer(n, st.name), 0, shape, layout)
+        return Region(self.buffer(n, st.name, objects), 0, shape, layout)
 
     # ----- dispatches
     def pipeline(self, op_name: str, source: str, label: str):
@@ -135,10 +137,9 @@ class StageHost:
         return compile_pipeline(self.gpu, source, label=label)
 
     def dispatch(self, st: Stage, op, kernel: Kernel, shape: PassShape, buffers, values, workgroups,
-                 make: NewDispatches = NEW) -> Dispatch:  # fmt: skip
-        """One dispatch of a kernel: buffers bound whole in order, then a fresh uniform (`make`: or a
-        step refresh's kept dispatch, as for a matmul). A buffer above the binding limit is a
-        BufferLimitError naming the stage."""
+                 objects: Allocator) -> Dispatch:  # fmt: skip
+        """One dispatch of a kernel: buffers bound whole in order, then its uniform, both from
+        `objects`. A buffer above the binding limit is a BufferLimitError naming the stage."""
         limit = self.binding_limit
         for b in buffers:  # outputs were checked in region(); this catches the inputs and the KV cache
             if isinstance(b, wgpu.GPUBuffer) and b.size > limit:
@@ -147,15 +148,13 @@ class StageHost:
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
         tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
         data = op.params.pack(source, values)
-        return make.dispatch(self.gpu, pipe, list(buffers), data, grid(workgroups), st.name, tables)
+        return new_dispatch(objects, pipe, list(buffers), data, grid(workgroups), st.name, tables)
 
-    def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
-               epilogue: tuple[str, list, dict] | None = None,
-               make: NewDispatches = NEW) -> list[Dispatch]:  # fmt: skip
+    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep,
+               epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
         """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
         fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)
-        is given (labkit/ops/matmul decides both that and the bias). `make`: new dispatches, or a
-        step refresh's kept ones (labkit.gpu.matmul.NewDispatches)."""
+        is given (labkit/ops/matmul decides both that and the bias); its objects from the context's."""
         w = self.matmul_weight(ctx.stage, ctx.kernel)
         K, N = w.n_cols, w.n_rows
         source = ctx.kernel.source(PassShape(rows_T, ctx.shape.n_past))  # the matmul's own token count
@@ -168,7 +167,7 @@ class StageHost:
             params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")
             self._checked.add(("matmul", source))
         return prepare_matmul(
-            self.gpu,
+            ctx.objects,
             w,
             x.buffer,
             out.buffer,
@@ -181,18 +180,18 @@ class StageHost:
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
             epilogue=fused,
-            make=make,
         )
 
     def kernel_for_op(self, op: str, layer: int | None) -> Kernel:
         return get_kernel(op, selected(self.variants, op, layer), self.adapter)
 
-    def default_dispatch(self, op: str, buffers: list, values: dict, workgroups: int, label: str) -> Dispatch:
+    def default_dispatch(self, op: str, buffers: list, values: dict, workgroups: int, label: str,
+                         objects: Allocator) -> Dispatch:  # fmt: skip
         """A dispatch of an op's correct kernel, whatever is selected (the GPU sampler's softmax)."""
         kernel = get_kernel(op, "default", self.adapter)
         source = kernel.source()
         pipe = self.pipeline(op, source, f"{op}/default")
-        return new_dispatch(self.gpu, pipe, list(buffers), OPS[op].params.pack(source, values), grid(workgroups), label)
+        return new_dispatch(objects, pipe, list(buffers), OPS[op].params.pack(source, values), grid(workgroups), label)
 
 
 def _mib(nbytes: int) -> str:

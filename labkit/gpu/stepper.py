@@ -22,9 +22,9 @@ from labkit.gpu.readback import Readback
 
 
 class Stepper:
-    def __init__(self, executor: GpuExecutor, ids: list[int], cache: GpuKVCache):
-        self.executor, self.ids, self.cache = executor, list(ids), cache
-        self.plans = executor.plan(ids, cache)
+    def __init__(self, executor: GpuExecutor, ids: list[int], kv: GpuKVCache):
+        self.executor, self.ids, self.kv = executor, list(ids), kv
+        self.plans = executor.plan(ids, kv)
         self.index = 0
         self.captures: dict[str, np.ndarray] = {}
         self._current: str | None = None
@@ -74,7 +74,7 @@ class Stepper:
         self._current = p.stage.name
         self._skip()
         if self.done:
-            self.cache.advance(len(self.ids))
+            self.kv.advance(len(self.ids))
         return p.stage.name
 
     def _not_computed(self, p: StagePlan) -> UnknownStageError:

@@ -9,19 +9,18 @@ The planner (labkit.gpu.executor) decides regions and dispatches; this module on
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import wgpu
 
+from labkit.gpu.allocator import Allocator
 from labkit.gpu.chunked_logits import read_chunks
 from labkit.gpu.dispatch import encode, pass_timestamps, resolve_timestamps
 from labkit.gpu.pass_plan import Region, StagePlan
+from labkit.gpu.pass_request import PassRequest, Patch
 from labkit.gpu.readback import Readback, read_now
 from labkit.poison import POISON_BITS
-
-Patch = Callable[[np.ndarray, str], np.ndarray]
 
 
 class Submitted(NamedTuple):
@@ -41,12 +40,16 @@ class Submitter:
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
 
-    def submit(self, todo, captured, patch, stepped: bool, timestamps: bool, T: int, cut=(None, None)) -> Submitted:
+    def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest,
+               objects: Allocator) -> Submitted:  # fmt: skip
         """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
-        captures (only the rows and heads of `cut` = (positions, heads), when given) are read after
-        the last segment or, in a streamed pass (segment ends set while planning), each segment's
-        own after that segment, before its scratch regions serve the next."""
-        segments = segments_of(todo, set(patch), stepped)
+        captures (only the request's positions and heads, when given) are read after the last
+        segment or, in a streamed pass (segment ends set while planning), each segment's own after
+        that segment, before its scratch regions serve the next. A staging buffer comes from
+        `objects` when they are kept."""
+        patch, timestamps, T = request.patch, request.timestamps, request.T
+        cut = (request.positions, request.heads)
+        segments = segments_of(todo, set(patch), request.stepped)
         streamed = any(p.segment_end for p in todo)
         timed = timestamps and self.has_timestamps and (len(segments) == 1 or streamed)
         names = {p.stage.name for p in captured}
@@ -70,7 +73,7 @@ class Submitter:
                     record_stage(enc, p, qs, j)
             readback = Readback(self.device, reading, T, *cut) if reading else None
             if readback is not None:
-                readback.record(enc, lend=staging)
+                readback.record(enc, lend=staging, objects=objects)
             ts_buf = resolve_timestamps(self.device, enc, qs, len(seg)) if qs is not None else None
             done = enc.finish()
             self.submit_at = time.perf_counter()

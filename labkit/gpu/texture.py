@@ -19,7 +19,8 @@ from typing import Any
 import wgpu
 
 from labkit.errors import GpuLimitError
-from labkit.gpu.dispatch import Dispatch, bind, grid, texture_view, uniform_bytes
+from labkit.gpu.allocator import Allocator
+from labkit.gpu.dispatch import Dispatch, grid
 from labkit.gpu.plan_cache import pow2_at_most
 from labkit.gpu.shader import compile_pipeline
 from labkit.ops.attn_ctx.loop_turns import fused_tier_hint
@@ -48,8 +49,10 @@ def texture_bindings(source: str) -> frozenset[int]:
     return frozenset(int(m) for m in _TEXTURE_BINDING.findall(source))
 
 
-def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
-    """A texture view holding `rows` (texel (w, t): floats 4w..4w+3 of row t), and the dispatch that fills it."""
+def fill_texture(objects: Allocator, rows: Rows, label: str) -> tuple[Any, Dispatch]:
+    """A texture view from `objects` holding `rows` (texel (w, t): floats 4w..4w+3 of row t), and the
+    dispatch that fills it."""
+    gpu = objects.gpu
     if rows.width % 4 or rows.offset % 4 or rows.stride % 4:
         raise GpuLimitError(f"{label}: rows read as a texture need widths, offsets and strides in whole vec4s")
     dim = int(gpu.limits.get("max-texture-dimension-2d", TEXTURE_DIM))  # lavapipe 16384, NVIDIA 32768
@@ -62,16 +65,16 @@ def fill_texture(gpu: Any, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     # rows rounded up to a power of two, so a decode step's V, one row longer each step, reuses
     # its plan's texture for many steps (kernels read only the rows they were given)
     height = pow2_at_most(rows.rows, dim)
-    view = texture_view(gpu, (rows.width // 4, height), wgpu.TextureFormat.rgba32float, usage, "operand texture")
+    view = objects.texture_view((rows.width // 4, height), wgpu.TextureFormat.rgba32float, usage, "operand texture")
     src = wgsl_file("to_texture")
     pipeline = compile_pipeline(gpu, src, label="to_texture")
     values = dict(width=rows.width, rows=rows.rows, offset=rows.offset, stride=rows.stride)
-    bg = bind(gpu, pipeline, [rows.buffer, view, uniform_bytes(gpu, FILL_PARAMS.pack(src, values))])
+    bg = objects.bind(pipeline, [rows.buffer, view, objects.uniform(FILL_PARAMS.pack(src, values))])
     n_wg = -(-rows.rows * (rows.width // 4) // 64)
     return view, Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), f"to texture: {label}", filled=(rows, view))
 
 
-def bind_operands(gpu: Any, source: str, operands: list[Any], label: str) -> tuple[list[Any], list[Dispatch]]:
+def bind_operands(objects: Allocator, source: str, operands: list[Any], label: str) -> tuple[list[Any], list[Dispatch]]:
     """What to bind for each operand (a `Rows` becomes its buffer, or a filled texture where
     `source` declares a texture), and the fills to dispatch first."""
     textures, bound, fills = texture_bindings(source), [], []
@@ -79,7 +82,7 @@ def bind_operands(gpu: Any, source: str, operands: list[Any], label: str) -> tup
         if not isinstance(op, Rows):
             bound.append(op)
         elif i in textures:
-            view, fill = fill_texture(gpu, op, f"{label} @binding({i})")
+            view, fill = fill_texture(objects, op, f"{label} @binding({i})")
             bound.append(view)
             fills.append(fill)
         else:

@@ -1,5 +1,5 @@
 """Figures for the post-mortem cases. Presentation only: the numbers come from Runs and from the
-measurements in labkit.cases (a LogitLens, sampled draws, per-position NMSE lists)."""
+measurements in labkit.casebook (a LogitLens, sampled draws, per-position NMSE lists)."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from labkit.attribution.rounding import to_bf16
 from labkit.attribution.segments import segment_of
 from labkit.captures import Run
 from labkit.errors import InvalidArgumentError, NoCommonStagesError
+from labkit.gpu.pass_request import PassRequest
 
 from conftest import give_back_memory
 
@@ -197,9 +198,16 @@ def test_a_segment_is_blamed_where_hooks_see_no_stage(smollm):
 def test_a_decode_step_is_attributed_on_its_cache(smollm):
     ids = smollm.prompt_ids(PROMPTS[0])
     ex = smollm.executor
-    cache = ex.new_cache(len(ids))
-    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(ids[:-1], cache).captures)
-    step = Run(smollm.name, "gpu", ids[-1:], smollm.stages, ex.run_pass(ids[-1:], cache).captures, n_past=len(ids) - 1)
+    state = ex.new_state(len(ids))
+    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(PassRequest(ids[:-1]), state).captures)
+    step = Run(
+        smollm.name,
+        "gpu",
+        ids[-1:],
+        smollm.stages,
+        ex.run_pass(PassRequest(ids[-1:]), state).captures,
+        n_past=len(ids) - 1,
+    )
     att = labkit.attribute(step, smollm, past=past)
     assert att.guilty == [] and att.n_past == len(ids) - 1, att.table(only_guilty=True)
     assert att.row("blk.0.attn_scores").total < 1e-8  # the reference step read the reference's own cache
@@ -291,9 +299,9 @@ def test_a_reproducer_rechecks_the_guilty_stage_without_labkit(smollm, tmp_path)
 def test_a_segment_and_a_decode_step_reproduce_with_their_cache(smollm, tmp_path):
     ids = smollm.prompt_ids(PROMPTS[0])
     ex = smollm.executor
-    cache = ex.new_cache(len(ids))
-    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(ids[:-1], cache).captures)
-    caps = ex.run_pass(ids[-1:], cache, patch={"blk.4.attn_out": lambda a, st: a * 1.01}).captures
+    state = ex.new_state(len(ids))
+    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(PassRequest(ids[:-1]), state).captures)
+    caps = ex.run_pass(PassRequest(ids[-1:], patch={"blk.4.attn_out": lambda a, st: a * 1.01}), state).captures
     caps = {n: a for n, a in caps.items() if not n.endswith(("attn_scores", "attn_probs", "attn_ctx"))}
     step = Run(smollm.name, "gpu", ids[-1:], smollm.stages, caps, n_past=len(ids) - 1)
     att = labkit.attribute(step, smollm, past=past)

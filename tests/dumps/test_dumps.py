@@ -24,6 +24,7 @@ from labkit.errors import (
     UnknownPresetError,
     UnmappedDumpsError,
 )
+from labkit.gpu.pass_request import PassRequest
 from labkit.model.graph import build_graph
 
 ARCHS = ("gemma3", "llama", "qwen2", "qwen3", "gemma2", "phi3")
@@ -424,9 +425,11 @@ def test_a_decode_steps_dumps_compare_and_attribute_on_their_cache(smollm):
     the engine's prompt pass."""
     ids = smollm.prompt_ids(SKY)
     ex, n = smollm.executor, len(ids) - 1
-    cache = ex.new_cache(len(ids))
-    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(ids[:-1], cache).captures)
-    step = Run(smollm.name, "gpu", ids[-1:], smollm.stages, ex.run_pass(ids[-1:], cache).captures, n_past=n)
+    state = ex.new_state(len(ids))
+    past = Run(smollm.name, "gpu", ids[:-1], smollm.stages, ex.run_pass(PassRequest(ids[:-1]), state).captures)
+    step = Run(
+        smollm.name, "gpu", ids[-1:], smollm.stages, ex.run_pass(PassRequest(ids[-1:]), state).captures, n_past=n
+    )
     dumps = _tl_dumps(step, smollm)
     assert dumps["blocks.0.attn.hook_pattern"].shape == (1, smollm.config.n_heads, 1, len(ids))
     mine = labkit.load_dumps(dumps, smollm, names="transformerlens", tokens=ids[-1:], n_past=n)

@@ -15,6 +15,7 @@ import pytest
 import wgpu
 
 import labkit
+from labkit.gpu.pass_request import PassRequest
 from labkit.gpu.planner import plan_pass
 from labkit.gpu.reuse import Reuse
 from labkit.ops.registry import kernel_source
@@ -42,14 +43,14 @@ def decode(lab, prompt_ids, steps: int, replay: bool = True, forced=None) -> lis
     planned afresh through a plan cache; the logits bytes of every step. `forced`: the step tokens,
     instead of greedy ones."""
     ex = lab.executor
-    cache = ex.new_cache(len(prompt_ids) + steps)
+    state = ex.new_state(len(prompt_ids) + steps)
     out, ids = [], list(prompt_ids)
     for _ in range(steps):
         if len(ids) == 1 and replay:
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+            res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=Reuse.steps()), state)
         else:
             plans = Reuse.objects("decode" if len(ids) == 1 else "prefill")
-            res = ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=plans)
+            res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=plans), state)
         logits = res.captures["logits"][-1]
         out.append(logits.tobytes())
         ids = [int(np.argmax(logits)) if forced is None else forced[len(out) - 1]]
@@ -64,17 +65,17 @@ def test_a_warm_step_plans_nothing_and_creates_no_gpu_objects(lab, monkeypatch):
     calls = []
     monkeypatch.setattr(compiled_step, "plan_pass", lambda *a, **k: calls.append(1) or plan_pass(*a, **k))
     ex = lab.executor
-    kv = ex.new_cache(len(IDS) + 8)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
-    ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-    step, compiled = ex.compiled_steps.step, ex.compiled_steps.compiled
+    kv = ex.new_state(len(IDS) + 8)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
+    ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
+    step, compiled = kv.step, ex.compiled_steps.compiled
     assert step is not None and calls == [1] * compiled_step.COMPILE_AT
     warm = step.max_keys - kv.n_past  # steps before one more key outgrows an attention map
     assert warm >= 3, warm
     buffers, created = live_buffers(), step.objects.created
     for _ in range(warm):
-        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-    assert ex.compiled_steps.step is step and ex.compiled_steps.compiled == compiled and step.steps == warm + 1
+        ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
+    assert kv.step is step and ex.compiled_steps.compiled == compiled and step.steps == warm + 1
     assert len(calls) == compiled_step.COMPILE_AT, "a warm step was planned"
     assert step.objects.created == created and live_buffers() <= buffers, "a warm step made GPU objects"
 
@@ -100,22 +101,24 @@ def test_a_compiled_step_holds_for_its_own_cache_and_selection_only(tiny_model):
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     ex, steps = lab.executor, lab.executor.compiled_steps
 
-    def step(cache, token: int) -> bytes:
-        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+    def step(state, token: int) -> bytes:
+        res = ex.run_pass(PassRequest([token], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), state)
         return res.captures["logits"][-1].tobytes()
 
     def fresh(ids: list[int], token: int) -> bytes:  # the same step in a cache of its own, planned afresh
-        cache = ex.new_cache(len(ids) + 1)
-        ex.run_pass(ids, cache, names=["logits"], reuse=Reuse.objects("prefill"))
-        res = ex.run_pass([token], cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode"))
+        state = ex.new_state(len(ids) + 1)
+        ex.run_pass(PassRequest(ids, names=("logits",), reuse=Reuse.objects("prefill")), state)
+        res = ex.run_pass(
+            PassRequest([token], names=("logits",), last_logits_only=True, reuse=Reuse.objects("decode")), state
+        )
         return res.captures["logits"][-1].tobytes()
 
-    a, b = ex.new_cache(len(IDS) + 8), ex.new_cache(len(IDS) + 8)
-    ex.run_pass(IDS, a, names=["logits"], reuse=Reuse.objects("prefill"))
-    assert step(a, 5) == fresh(IDS, 5) and steps.step.cache is a
-    ex.run_pass([*IDS, 5], b, names=["logits"], reuse=Reuse.objects("prefill"))  # b one position on
+    a, b = ex.new_state(len(IDS) + 8), ex.new_state(len(IDS) + 8)
+    ex.run_pass(PassRequest(IDS, names=("logits",), reuse=Reuse.objects("prefill")), a)
+    assert step(a, 5) == fresh(IDS, 5) and a.step.kv is a.kv
+    ex.run_pass(PassRequest([*IDS, 5], names=("logits",), reuse=Reuse.objects("prefill")), b)  # b one position on
     compiled = steps.compiled
-    assert step(b, 9) == fresh([*IDS, 5], 9) and steps.step.cache is b and steps.compiled == compiled + 1
+    assert step(b, 9) == fresh([*IDS, 5], 9) and b.step.kv is b.kv and steps.compiled == compiled + 1
     lab.use("rope", "normal_pairs")
     assert step(b, 11) == fresh([*IDS, 5, 9], 11) and steps.compiled == compiled + 2
     lab.use("rope", "default")
@@ -135,24 +138,29 @@ def test_a_warm_step_moves_only_its_ops_step_fields(model):
     lab = labkit.open(model)
     ex = lab.executor
     ids = lab.prompt_ids("The capital of France is")
-    kv, fresh = ex.new_cache(24), ex.new_cache(24)  # fresh: the same steps, each planned afresh
-    for cache in (kv, fresh):
-        ex.run_pass(ids, cache, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    kv, fresh = ex.new_state(24), ex.new_state(24)  # fresh: the same steps, each planned afresh
+    for state in (kv, fresh):
+        ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
     assert len(ids) <= 8
     while kv.n_past < 18:  # to 18 keys: SmolLM2's scores take a second workgroup of keys at 17
-        res = ex.run_pass([5 + kv.n_past], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        res = ex.run_pass(
+            PassRequest([5 + kv.n_past], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv
+        )
         want = ex.run_pass(
-            [5 + fresh.n_past], fresh, names=["logits"], last_logits_only=True, reuse=Reuse.objects("decode")
+            PassRequest([5 + fresh.n_past], names=("logits",), last_logits_only=True, reuse=Reuse.objects("decode")),
+            fresh,
         )
         assert res.captures["logits"][-1].tobytes() == want.captures["logits"][-1].tobytes()
         for p, q in zip(res.plans, want.plans, strict=True):
             if p.stage.op == "attn_scores":
                 assert [d.workgroups for d in p.dispatches] == [d.workgroups for d in q.dispatches], p.stage.name
     queue, n = ex.gpu.device.queue, kv.n_past * lab.config.n_kv_heads * lab.config.head_dim
-    for layer, (a, b) in enumerate(zip(kv.k + kv.v, fresh.k + fresh.v, strict=True)):  # every position written
+    for layer, (a, b) in enumerate(
+        zip(kv.kv.k + kv.kv.v, fresh.kv.k + fresh.kv.v, strict=True)
+    ):  # every position written
         got, expected = (np.frombuffer(queue.read_buffer(buf), np.float32)[:n] for buf in (a, b))
         assert np.isfinite(expected).all() and got.tobytes() == expected.tobytes(), f"cache buffer {layer}"
-    step = ex.compiled_steps.step
+    step = kv.step
     moved = {st.name for st in lab.graph if st.op in ("rope", "attn_scores", "softmax", "attn_ctx")}
     moved |= {st.name for st in lab.graph if st.op == "matmul" and st.kv_write}
     assert step.moving_stages == moved, sorted(step.moving_stages ^ moved)
@@ -172,9 +180,9 @@ def test_a_long_lived_lab_compiles_again_after_each_switch(tiny_model):
         lab.use("attn_scores", "default")
         lab.generate(IDS, max_new_tokens=3)
         assert decode(lab, IDS, 4) == decode(lab, IDS, 4, replay=False)
-        assert steps.step is not None and steps.step.steps >= 1
-        used.append(steps.step.objects.arena.used)
-        held.append(steps.step.objects.n_objects)
+        assert steps.last is not None and steps.last.steps >= 1
+        used.append(steps.last.objects.arena.used)
+        held.append(steps.last.objects.n_objects)
     assert len(set(used)) == 1 and len(set(held)) == 1, (used, held)
 
 
@@ -183,13 +191,13 @@ def test_the_step_compiles_again_when_the_keys_outgrow_its_attention_maps(tiny_m
     key would not fit, and is compiled again then, and only then."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     ex, steps = lab.executor, lab.executor.compiled_steps
-    kv = ex.new_cache(len(IDS) + 40)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    kv = ex.new_state(len(IDS) + 40)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
     compiles = []
     for _ in range(36):
-        before, held = steps.compiled, steps.step
+        before, held = steps.compiled, kv.step
         outgrown = held is None or kv.n_past + 1 > held.max_keys
-        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
         assert (steps.compiled == before + 1) == outgrown, (kv.n_past, before, steps.compiled)
         compiles += [kv.n_past] if outgrown else []
     assert len(compiles) >= 3, compiles  # 12 to 47 keys: at least the 16 and 32 boundaries
@@ -202,15 +210,15 @@ def test_a_capture_of_a_kv_writer_is_planned_each_step(tiny_model):
     lab = labkit.open(tiny_model("gemma3", "Q8_0"))
     ex = lab.executor
     names = ["blk.0.v", "blk.0.attn_probs", "logits"]
-    got, want = ex.new_cache(len(IDS) + 3), ex.new_cache(len(IDS) + 3)
-    for cache in (got, want):
-        ex.run_pass(IDS, cache, names=["logits"], reuse=Reuse.objects("prefill"))
+    got, want = ex.new_state(len(IDS) + 3), ex.new_state(len(IDS) + 3)
+    for state in (got, want):
+        ex.run_pass(PassRequest(IDS, names=("logits",), reuse=Reuse.objects("prefill")), state)
     for token in (3, 8):
-        a = ex.run_pass([token], got, names=names, last_logits_only=True, reuse=Reuse.steps())
-        b = ex.run_pass([token], want, names=names, last_logits_only=True, reuse=Reuse.objects("fresh"))
+        a = ex.run_pass(PassRequest([token], names=names, last_logits_only=True, reuse=Reuse.steps()), got)
+        b = ex.run_pass(PassRequest([token], names=names, last_logits_only=True, reuse=Reuse.objects("fresh")), want)
         for name in names:
             assert a.captures[name].tobytes() == b.captures[name].tobytes(), name
-    assert ex.compiled_steps.step is None
+    assert got.step is None
 
 
 def test_a_step_whose_compiling_raises_leaves_no_step(tiny_model, monkeypatch):
@@ -220,8 +228,8 @@ def test_a_step_whose_compiling_raises_leaves_no_step(tiny_model, monkeypatch):
 
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     ex = lab.executor
-    kv = ex.new_cache(len(IDS) + 4)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    kv = ex.new_state(len(IDS) + 4)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
     calls = []
 
     def flaky(*a, **k):
@@ -232,10 +240,10 @@ def test_a_step_whose_compiling_raises_leaves_no_step(tiny_model, monkeypatch):
 
     monkeypatch.setattr(compiled_step, "plan_pass", flaky)
     with pytest.raises(RuntimeError, match="student"):
-        ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-    assert ex.compiled_steps.step is None and kv.n_past == len(IDS)
-    got = ex.run_pass([3], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
-    assert ex.compiled_steps.step is not None
+        ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
+    assert kv.step is None and kv.n_past == len(IDS)
+    got = ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
+    assert kv.step is not None
     want = decode(lab, IDS, 2, replay=False, forced=[3, 3])[1]
     assert got.captures["logits"][-1].tobytes() == want
 
@@ -303,10 +311,10 @@ def test_long_running_lab_is_bounded(tiny_model):
 def warm_step_plans(lab) -> dict:
     """The stage plans of a warm compiled decode step after IDS."""
     ex = lab.executor
-    kv = ex.new_cache(len(IDS) + 3)
-    ex.run_pass(IDS, kv, names=["logits"], last_logits_only=True, reuse=Reuse.objects("prefill"))
+    kv = ex.new_state(len(IDS) + 3)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
     for _ in range(3):
-        res = ex.run_pass([5], kv, names=["logits"], last_logits_only=True, reuse=Reuse.steps())
+        res = ex.run_pass(PassRequest([5], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
     return {p.stage.name: p for p in res.plans}
 
 

@@ -8,6 +8,7 @@ import pytest
 
 import labkit
 from labkit.gpu.executor import POISON_BITS
+from labkit.gpu.pass_request import PassRequest
 
 from conftest import REAL_MODELS, _open_cached, check_against_golden, golden
 
@@ -115,12 +116,12 @@ def test_decode_pass_stages_match_reference_with_cache(tiny_model, arch, adapter
     ex = lab.executor
     ex.adapter_type = adapter
     assert lab.kernels()["attn_ctx"]["kernel"] == ("masked_wide" if adapter == "DiscreteGPU" else "masked")
-    cache = ex.new_cache(len(IDS) + 2)
-    ex.run_pass(IDS, cache, names=[])
+    state = ex.new_state(len(IDS) + 2)
+    ex.run_pass(PassRequest(IDS, names=()), state)
     rc = KVCache()
     lab.reference_engine.forward(IDS, rc, capture=[])
     for tok in (6, 10):
-        dec = ex.run_pass([tok], cache, debug=True)
+        dec = ex.run_pass(PassRequest([tok], debug=True), state)
         ref = lab.reference_engine.forward([tok], rc)
         a = Run(lab.name, "gpu", [tok], lab.stages, dec.captures, unwritten=dec.unwritten)
         b = Run(lab.name, "reference", [tok], lab.stages, ref)

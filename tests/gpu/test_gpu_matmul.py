@@ -18,9 +18,10 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
 from labkit.errors import ShaderCompileError, UnsupportedTensorTypeError
+from labkit.gpu.allocator import FreshObjects
 from labkit.gpu.device import GpuDevice, describe, get_device, pick_adapter
-from labkit.gpu.dispatch import Dispatch, bind, encode, grid, uniform
-from labkit.gpu.matmul import NewDispatches, driver_geometry, matmul_source, prepare_matmul
+from labkit.gpu.dispatch import Dispatch, encode, grid, uniform
+from labkit.gpu.matmul import driver_geometry, matmul_source, prepare_matmul
 from labkit.gpu.repack import (
     GROUP_FIELDS,
     REPACK_BUFFER,
@@ -165,7 +166,7 @@ def run_case(
         src = repacked_source(fmt, 1 if driver == "matvec" else 16)
     else:
         src = matmul_source(int(qtype), driver=driver)
-    submit(gpu, prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
+    submit(gpu, prepare_matmul(gpu.fresh, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
     check_strided_output(
         gpu, yb, y0, sentinel, x, raw, qtype, (n_rows, n_cols, T), (x_off, x_stride, y_off, y_stride), what
     )
@@ -302,7 +303,7 @@ def test_blocks_from_the_host_equal_the_gpu_repack(gpu, qtype):
         ys = []
         for w in (on_gpu, on_host):
             y = storage(gpu, np.zeros(T * n_rows, np.float32))
-            submit(gpu, prepare_matmul(gpu, w, x, y, T, source=kernel.source(PassShape(T, 0))))
+            submit(gpu, prepare_matmul(gpu.fresh, w, x, y, T, source=kernel.source(PassShape(T, 0))))
             ys.append(read_f32(gpu, y))
         assert ys[0].tobytes() == ys[1].tobytes(), f"{qtype.name} T={T} seed={SEED + 3600}"
 
@@ -323,7 +324,7 @@ def texture_bytes(gpu, view) -> np.ndarray:
     width, height = view.texture.size[0], view.texture.size[1]
     out = storage(gpu, np.zeros(4 * width * height, np.uint32))
     pipeline = compile_pipeline(gpu, TEXTURE_READER, label="read texture")
-    submit(gpu, [Dispatch(pipeline, bind(gpu, pipeline, [view, out]), grid(width * height // 64), "read texture")])
+    submit(gpu, [Dispatch(pipeline, gpu.fresh.bind(pipeline, [view, out]), grid(width * height // 64), "read texture")])
     return np.frombuffer(gpu.queue.read_buffer(out), np.uint8)
 
 
@@ -400,7 +401,7 @@ def test_tiled_x_texture_split_into_pieces(gpu, monkeypatch):
     x, y = storage(gpu, np.ones(37 * 64, np.float32)), storage(gpu, np.zeros(37 * 8, np.float32))
     fills = [
         d
-        for d in prepare_matmul(gpu, rw, x, y, 37, source=repacked_source("q8_0", 37))
+        for d in prepare_matmul(gpu.fresh, rw, x, y, 37, source=repacked_source("q8_0", 37))
         if d.label.startswith("to texture")
     ]
     assert len(fills) == 8
@@ -424,7 +425,7 @@ def test_repacked_windows_keep_their_gguf_window(gpu):
         x = rng.standard_normal(n_cols).astype(np.float32)
         sentinel = np.float32(-777.0)
         xb, yb = storage(gpu, x), storage(gpu, np.full(n_rows, sentinel, np.float32))
-        submit(gpu, prepare_matmul(gpu, w, xb, yb, 1, source=src, window_filter=keep_all_but_last))
+        submit(gpu, prepare_matmul(gpu.fresh, w, xb, yb, 1, source=src, window_filter=keep_all_but_last))
         y = read_f32(gpu, yb)[:n_rows]
         assert np.all(y[25:] == sentinel) and not np.any(y[:25] == sentinel), f"{w.name}: {y}"
 
@@ -445,7 +446,7 @@ def test_repacked_carries_the_format_fault(gpu):
         ("matvec", rw, repacked_source("q4_k", 1)),
     ):
         xb, yb = storage(gpu, x), storage(gpu, np.zeros((T, n_rows), np.float32))
-        submit(gpu, prepare_matmul(gpu, w, xb, yb, T, source=src))
+        submit(gpu, prepare_matmul(gpu.fresh, w, xb, yb, T, source=src))
         out[name] = read_f32(gpu, yb)[: T * n_rows].reshape(T, n_rows)
     good = x.astype(np.float64) @ gguf_dequantize(raw.reshape(n_rows, -1), Q.Q4_K).astype(np.float64).T
     for name in ("tiled", "matvec"):
@@ -495,7 +496,7 @@ def test_matmul_2d_grid(gpu):
     x = rng.standard_normal(n_cols).astype(np.float32)
     xb, yb = storage(gpu, x), storage(gpu, np.full(n_rows, np.nan, np.float32))
     src = matmul_source(int(Q.F32), driver="wg_reduce")
-    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=src)
+    ds = prepare_matmul(gpu.fresh, weight, xb, yb, 1, source=src)
     assert ds[0].workgroups[1] == 2
     submit(gpu, ds)
     want = raw.view(np.float32).reshape(n_rows, n_cols).astype(np.float64) @ x
@@ -508,7 +509,7 @@ def test_matmul_2d_grid(gpu):
     x = rng.standard_normal(T).astype(np.float32)
     xb, yb = storage(gpu, x), storage(gpu, np.full(T * n_rows, np.nan, np.float32))
     src = matmul_source(int(Q.F32), driver="row")
-    ds = prepare_matmul(gpu, weight, xb, yb, T, x_stride=1, source=src)
+    ds = prepare_matmul(gpu.fresh, weight, xb, yb, T, x_stride=1, source=src)
     assert ds[0].workgroups[1] == 2
     submit(gpu, ds)
     got = read_f32(gpu, yb)[: T * n_rows].reshape(T, n_rows)
@@ -547,7 +548,7 @@ def test_unsupported_type(gpu):
     w = upload_weight(gpu, "w", np.zeros(84, np.uint8), int(Q.Q2_K), 1, 256)
     w.ggml_type = int(Q.Q8_K)  # a weight that got past the upload check still gets a typed error
     with pytest.raises(UnsupportedTensorTypeError):
-        prepare_matmul(gpu, w, storage(gpu, np.zeros(256)), storage(gpu, np.zeros(1)), 1)
+        prepare_matmul(gpu.fresh, w, storage(gpu, np.zeros(256)), storage(gpu, np.zeros(1)), 1)
 
 
 def test_shader_compile_error(gpu):
@@ -582,9 +583,9 @@ def test_pipeline_cache_and_helpers(gpu):
     assert matmul_source(int(Q.Q4_K), driver="default") == matmul_source(
         int(Q.Q4_K), driver="row" if gpu.adapter_type == "CPU" else "wg_reduce"
     )
-    u = uniform(gpu, "<3I", 1, 2, 3)
+    u = uniform(gpu.fresh, "<3I", 1, 2, 3)
     assert u.size == 16
-    assert uniform(gpu, "<8I", *range(8)).size == 32
+    assert uniform(gpu.fresh, "<8I", *range(8)).size == 32
 
 
 def test_uniform_per_dispatch(gpu):
@@ -597,8 +598,8 @@ def test_uniform_per_dispatch(gpu):
     )
     pipe = compile_pipeline(gpu, wgsl, label="uniform-test")
     yb = storage(gpu, np.zeros(8))
-    ds = [Dispatch(pipe, bind(gpu, pipe, [yb, uniform(gpu, "<fI", 2.5, i)]), (1, 1, 1)) for i in range(2)]
-    ds[1] = Dispatch(pipe, bind(gpu, pipe, [(yb, 0, 32), uniform(gpu, "<fI", 7.0, 1)]), (1, 1, 1))
+    ds = [Dispatch(pipe, gpu.fresh.bind(pipe, [yb, uniform(gpu.fresh, "<fI", 2.5, i)]), (1, 1, 1)) for i in range(2)]
+    ds[1] = Dispatch(pipe, gpu.fresh.bind(pipe, [(yb, 0, 32), uniform(gpu.fresh, "<fI", 7.0, 1)]), (1, 1, 1))
     submit(gpu, ds)
     assert read_f32(gpu, yb)[:2].tolist() == [2.5, 7.0]
 
@@ -657,7 +658,7 @@ def test_time_gemma_unembedding(gpu):
     x = rng.standard_normal(n_cols).astype(np.float32)
     xb = storage(gpu, x)
     yb = storage(gpu, np.zeros(n_rows, np.float32))
-    ds = prepare_matmul(gpu, weight, xb, yb, 1, source=matmul_source(int(Q.Q8_0), driver="row"))
+    ds = prepare_matmul(gpu.fresh, weight, xb, yb, 1, source=matmul_source(int(Q.Q8_0), driver="row"))
     submit(gpu, ds[:1])  # warm-up: pipeline compile
     gpu.queue.read_buffer(xb)
     t0 = time.perf_counter()
@@ -691,10 +692,10 @@ def test_matmul_token_chunks_within_max_binding(gpu, driver):
     x_offset/y_offset. Odd T, a non-zero y_offset, every chunk edge, and two weight windows."""
     bound: list[tuple] = []
 
-    class Spy(NewDispatches):  # what each dispatch binds as X and Y
-        def dispatch(self, gpu_, pipeline, buffers, *rest):
-            bound.append(tuple(buffers[1:3]))
-            return super().dispatch(gpu_, pipeline, buffers, *rest)
+    class Spy(FreshObjects):  # what each dispatch binds as X and Y (W, X, Y, its uniform)
+        def bind(self, pipeline, resources, group=0):
+            bound.append(tuple(resources[1:3]))
+            return super().bind(pipeline, resources, group)
 
     qtype, n_rows, n_cols = Q.Q8_0, 67, 96
     for i, (T, limit) in enumerate([(37, 1024), (9, 2048), (31, 700), (5, 10_000)]):
@@ -712,12 +713,10 @@ def test_matmul_token_chunks_within_max_binding(gpu, driver):
         xb, yb = storage(gpu, x), storage(gpu, y0)
         bound.clear()
         src = matmul_source(int(qtype), driver=driver)
-        ds = prepare_matmul(
-            gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=limit, make=Spy()
-        )
+        ds = prepare_matmul(Spy(gpu), weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=limit)
         chunked = yb.size > limit or xb.size > limit
         assert chunked == (len(ds) > len(weight.windows)), what
-        assert len(bound) == len(ds), what  # every dispatch came through `make`
+        assert len(bound) == len(ds), what  # every dispatch's bind group came from the allocator handed in
         for b in (b for pair in bound for b in pair):
             if isinstance(b, tuple):
                 buf, offset, size = b
@@ -730,7 +729,7 @@ def test_matmul_token_chunks_within_max_binding(gpu, driver):
         check_strided_output(gpu, yb, y0, sentinel, x, raw, qtype, dims, strides, what)
     # no chunk at all: one row of Y plus the alignment slack must fit
     with pytest.raises(ValueError, match="does not fit"):
-        prepare_matmul(gpu, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=256)
+        prepare_matmul(gpu.fresh, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src, max_binding=256)
 
 
 def test_token_chunks_edges():
@@ -821,8 +820,8 @@ def check_epilogue(gpu, qtype, op: str, act: str, y_first: bool, variant: str) -
     xb, eb = storage(gpu, x), storage(gpu, e)
     values = {"e_offset": 5, "z_offset": z_off, "act": ACT_CODES[act], "y_first": int(y_first)}
     EPILOGUE_PARAMS.check(src, what)
-    fused = prepare_matmul(gpu, weight, xb, yb, 1, 8, n_cols, y_off, n_rows, src, epilogue=([eb, zb], values))
-    unfused = prepare_matmul(gpu, weight, xb, plain, 1, 8, n_cols, y_off, n_rows, plain_src)
+    fused = prepare_matmul(gpu.fresh, weight, xb, yb, 1, 8, n_cols, y_off, n_rows, src, epilogue=([eb, zb], values))
+    unfused = prepare_matmul(gpu.fresh, weight, xb, plain, 1, 8, n_cols, y_off, n_rows, plain_src)
     submit(gpu, fused + unfused)
     y, z = read_f32(gpu, yb), read_f32(gpu, zb)
     assert y.tobytes() == read_f32(gpu, plain).tobytes(), f"{what}: Y differs from the unfused matvec's"

@@ -22,6 +22,7 @@ import pytest
 import labkit
 from labkit.errors import BufferLimitError, GpuLimitError, InvalidArgumentError, PromptTooLongError, UnknownStageError
 from labkit.gpu.dispatch import encode
+from labkit.gpu.pass_request import PassRequest
 from labkit.gpu.readback import Readback
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
@@ -30,7 +31,7 @@ IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
 def pass_of(lab, **kw):
     """The executor's own result of a pass of IDS (its plans and regions), on a fresh cache."""
     ex = lab.executor
-    return ex.run_pass(IDS, ex.new_cache(len(IDS)), **kw)
+    return ex.run_pass(PassRequest(IDS, **kw), ex.new_state(len(IDS)))
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +140,7 @@ def test_long_pass_reads_logits_in_token_chunks(lab, monkeypatch, T):
     full = lab.run(ids, names=["logits"])
     monkeypatch.setattr(scratch, "STREAM_MIN_TOKENS", 16)
     monkeypatch.setattr(chunked_logits, "CHUNK_BYTES", 1)
-    res = lab.executor.run_pass(ids, lab.executor.new_cache(T), names=["logits"])
+    res = lab.executor.run_pass(PassRequest(ids, names=("logits",)), lab.executor.new_state(T))
     assert [(c.t0, c.n) for c in res.plans[-1].chunks] == (
         [(0, 16), (16, 16), (32, 5)] if T == 37 else [(0, 16), (16, 17)]
     )

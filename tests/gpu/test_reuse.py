@@ -85,12 +85,12 @@ def test_a_full_uniform_arena_falls_back_to_buffers_of_their_own():
     from labkit.gpu.device import get_device
     from labkit.gpu.plan_cache import PlanCache, UniformArena
 
-    dev = get_device().device
-    arena = UniformArena(dev, capacity=2 * UniformArena.ALIGN)  # room for two slots
-    cache = PlanCache(dev, arena=arena)
+    gpu = get_device()
+    arena = UniformArena(gpu.device, capacity=2 * UniformArena.ALIGN)  # room for two slots
+    cache = PlanCache(gpu, arena=arena)
 
     def one_pass(v: int) -> list:
-        with cache.active():
+        with cache.one_pass():
             return [cache.uniform(bytes([v + i]) * 16) for i in range(4)]
 
     first = one_pass(1)
@@ -115,13 +115,13 @@ def test_uniform_arena_slots_a_cache_gives_up_are_taken_again():
     from labkit.gpu.device import get_device
     from labkit.gpu.plan_cache import PlanCache, UniformArena
 
-    dev = get_device().device
+    gpu = get_device()
     A = UniformArena.ALIGN
-    arena = UniformArena(dev, capacity=4 * A)
-    a, b = PlanCache(dev, arena=arena), PlanCache(dev, arena=arena)
+    arena = UniformArena(gpu.device, capacity=4 * A)
+    a, b = PlanCache(gpu, arena=arena), PlanCache(gpu, arena=arena)
 
     def one_pass(cache, sizes: list[int], v: int) -> list:
-        with cache.active():
+        with cache.one_pass():
             return [cache.uniform(bytes([v]) * n) for n in sizes]
 
     small = one_pass(a, [16, 16], 1)

@@ -42,9 +42,9 @@ def test_texture_bindings_of_the_shipped_kernels():
 def test_bind_operands_binds_buffers_or_filled_textures(gpu):
     buf = gpu.device.create_buffer_with_data(data=np.arange(64, dtype=np.float32).tobytes(), usage=STORAGE)
     rows = Rows(buf, 4, 12, 8, 5)
-    bound, fills = bind_operands(gpu, wgsl_file("attn_scores_decode"), [rows, rows, buf], "decode")
+    bound, fills = bind_operands(gpu.fresh, wgsl_file("attn_scores_decode"), [rows, rows, buf], "decode")
     assert bound == [buf, buf, buf] and fills == []
-    bound, fills = bind_operands(gpu, wgsl_file("attn_scores_prefill"), [rows, rows, buf], "prefill")
+    bound, fills = bind_operands(gpu.fresh, wgsl_file("attn_scores_prefill"), [rows, rows, buf], "prefill")
     assert all(isinstance(b, wgpu.GPUTextureView) for b in bound[:2]) and bound[2] is buf
     assert len(fills) == 2 and all(f.label.startswith("to texture: prefill") for f in fills)
 
@@ -53,11 +53,11 @@ def test_rows_past_the_texture_size_are_a_typed_error(gpu):
     buf = gpu.device.create_buffer(size=4 * 16 * 9, usage=STORAGE)
     small = dataclasses.replace(gpu, limits={**gpu.limits, "max-texture-dimension-2d": 8})
     with pytest.raises(GpuLimitError, match="9 rows of 16 floats do not fit this device's 8 x 8 textures") as e:
-        fill_texture(small, Rows(buf, 0, 16, 16, 9), "V")
+        fill_texture(small.fresh, Rows(buf, 0, 16, 16, 9), "V")
     assert 'lab.use("attn_ctx", "tiled")' in str(e.value), str(e.value)  # 9 keys: the fast fused tier reaches them
-    fill_texture(small, Rows(buf, 0, 16, 16, 8), "V")  # 8 rows fit
+    fill_texture(small.fresh, Rows(buf, 0, 16, 16, 8), "V")  # 8 rows fit
     with pytest.raises(GpuLimitError, match="whole vec4s"):
-        fill_texture(gpu, Rows(buf, 2, 16, 16, 4), "q")
+        fill_texture(gpu.fresh, Rows(buf, 2, 16, 16, 4), "q")
 
 
 def test_a_fill_records_the_rows_it_copies_and_its_texture(gpu):
@@ -67,7 +67,7 @@ def test_a_fill_records_the_rows_it_copies_and_its_texture(gpu):
     into another texture."""
     buf = gpu.device.create_buffer(size=4 * 16 * 4, usage=STORAGE)
     rows = Rows(buf, 0, 16, 16, 1)
-    view, fill = fill_texture(gpu, rows, "X")
+    view, fill = fill_texture(gpu.fresh, rows, "X")
     assert fill.filled == (rows, view) and fill.label == "to texture: X" and fill.workgroups[0] >= 1
-    other_view, other = fill_texture(gpu, Rows(buf, 16, 16, 16, 1), "X")
+    other_view, other = fill_texture(gpu.fresh, Rows(buf, 16, 16, 16, 1), "X")
     assert other.filled[0] != rows and other_view is not view and other.bind_group is not fill.bind_group

@@ -11,7 +11,7 @@ import pytest
 import wgpu
 
 from labkit.gpu.device import get_device
-from labkit.gpu.dispatch import Dispatch, bind, grid, run, uniform_bytes
+from labkit.gpu.dispatch import Dispatch, grid, run
 from labkit.gpu.shader import compile_pipeline
 from labkit.gpu.texture import Rows, bind_operands
 from labkit.ops import OPS, attn_ctx, attn_scores, glu, rmsnorm, rope, softmax
@@ -45,9 +45,9 @@ def launch(gpu, op: str, buffers: list, values: dict, n_workgroups: int, source:
     source = source or kernel_source(op)
     OPS[op].params.check(source, op)
     pipe = compile_pipeline(gpu, source, label=op)
-    u = uniform_bytes(gpu, OPS[op].params.pack(source, values))
-    bound, fills = bind_operands(gpu, source, buffers, op)
-    run(gpu, [*fills, Dispatch(pipe, bind(gpu, pipe, [*bound, u]), grid(n_workgroups), op)])
+    u = gpu.fresh.uniform(OPS[op].params.pack(source, values))
+    bound, fills = bind_operands(gpu.fresh, source, buffers, op)
+    run(gpu, [*fills, Dispatch(pipe, gpu.fresh.bind(pipe, [*bound, u]), grid(n_workgroups), op)])
 
 
 def read(gpu, b, n: int) -> np.ndarray:
@@ -378,7 +378,10 @@ def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu, path, monk
     y = empty(gpu, 4)
     store = _write_pipeline(gpu, Y_BINDING, "3.5")
     double = _write_pipeline(gpu, Y_BINDING, "Y[0] * 2.0")
-    run(gpu, [Dispatch(store, bind(gpu, store, [y]), grid(1)), Dispatch(double, bind(gpu, double, [y]), grid(1))])
+    run(
+        gpu,
+        [Dispatch(store, gpu.fresh.bind(store, [y]), grid(1)), Dispatch(double, gpu.fresh.bind(double, [y]), grid(1))],
+    )
     got = np.frombuffer(gpu.queue.read_buffer(y), np.float32)[0]
     assert got == 7.0, f"store then double gave {got}, want 7.0"
 
@@ -386,10 +389,10 @@ def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu, path, monk
 def test_a_dispatch_over_another_pipelines_bind_group_raises(gpu):
     """The native recording path skips wgpu-py's per-call checks; wgpu still validates the pass
     when its encoder finishes, so a mismatched bind group is a GPUValidationError, not silence."""
-    y, u = empty(gpu, 4), uniform_bytes(gpu, np.zeros(4, np.float32).tobytes())
+    y, u = empty(gpu, 4), gpu.fresh.uniform(np.zeros(4, np.float32).tobytes())
     plain = _write_pipeline(gpu, Y_BINDING, "1.0")
     uniform_then_y = "@group(0) @binding(0) var<uniform> U: vec4<f32>;\n" + Y_AT_1
     with_uniform = _write_pipeline(gpu, uniform_then_y, "U.x")
-    wrong = Dispatch(plain, bind(gpu, with_uniform, [u, y]), grid(1))
+    wrong = Dispatch(plain, gpu.fresh.bind(with_uniform, [u, y]), grid(1))
     with pytest.raises(wgpu.GPUValidationError):
         run(gpu, [wrong])

@@ -9,6 +9,7 @@ import pytest
 
 import labkit
 from labkit.errors import ShaderCompileError, UnknownVariantError
+from labkit.gpu.pass_request import PassRequest
 from labkit.ops.registry import kernel_source
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8]
@@ -42,9 +43,9 @@ def test_decode_uses_prefill_breaks_decode_at_the_first_attention(tiny_model):
 
     lab = labkit.open(tiny_model("llama", "Q8_0"), variants={"attn_scores": "decode_uses_prefill"})
     ex = lab.executor
-    cache = ex.new_cache(len(IDS) + 1)
-    ex.run_pass(IDS, cache, names=[])
-    dec = ex.run_pass([6], cache)
+    state = ex.new_state(len(IDS) + 1)
+    ex.run_pass(PassRequest(IDS, names=()), state)
+    dec = ex.run_pass(PassRequest([6]), state)
     rc = KVCache()
     lab.reference_engine.forward(IDS, rc, capture=[])
     ref = lab.reference_engine.forward([6], rc)
@@ -331,7 +332,7 @@ def test_registries_are_separate_and_import_order_free():
         "import labkit.sampling as s; "
         "assert 'sampling' not in KERNELS and 'lm_head' in POLICIES and 'lm_head' not in KERNELS; "
         "assert variants()['sampling'] == ['default', 'top_p_before_softmax', 'norm_top1000']; "
-        "import labkit; assert callable(labkit.cases) and type(labkit).__name__ == 'module'"
+        "import labkit; assert callable(labkit.cases) and callable(labkit.sweep) and type(labkit).__name__ == 'module'"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

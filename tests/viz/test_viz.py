@@ -344,7 +344,7 @@ def test_debug_run_repr_names_the_unwritten_logits(tiny_model):
 def test_viz_imports_nothing_upstream_of_captures():
     """Data flows file → model → GPU executor → captures → compare and viz: viz modules must not
     import the lab, the GPU package or the model package."""
-    banned = ("labkit.lab", "labkit.gpu", "labkit.model", "labkit.cli", "labkit.cases")
+    banned = ("labkit.lab", "labkit.gpu", "labkit.model", "labkit.cli", "labkit.casebook")
     for path in sorted((ROOT / "labkit" / "viz").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = []

@@ -8,9 +8,9 @@ Modules: task (one pass pair on a worker, its row), cluster (which Dask client),
 table), reduce (ddmin), files (prompt files, Parquet with the configuration).
 """
 
-from labkit.sweep.files import load_results, read_prompts, save_results
-from labkit.sweep.reduce import Reduction, reduce_prompt
-from labkit.sweep.sweep import parse_selection, sweep, throughput
+from labkit.sweeps.files import load_results, read_prompts, save_results
+from labkit.sweeps.reduce import Reduction, reduce_prompt
+from labkit.sweeps.sweep import parse_selection, sweep, throughput
 
 __all__ = [
     "Reduction",

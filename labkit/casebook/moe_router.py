@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.tools import oracle_or_none
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.tools import oracle_or_none
 from labkit.compare import compare
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12, 333, 150, 64, 7]  # placeholder tokens of the tiny vocabulary

@@ -28,9 +28,10 @@ from typing import NamedTuple
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization
-from labkit.cases.tools import GreedyReference, greedy_reference
+from labkit.casebook.base import Case, Check, Evidence, Localization
+from labkit.casebook.tools import GreedyReference, greedy_reference
 from labkit.compare import compare
+from labkit.gpu.pass_request import PassRequest
 
 PROMPT = "The color of the sky is"
 WINDOW_BYTES = 4 << 20  # 612-byte Q8_0 rows: 6853 rows per window, 8 windows
@@ -91,8 +92,8 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> L
     plain = lab.run(PROMPT, names=["logits"], debug=False)  # what a normal run shows
     # the post-mortem's loop: argmax over the raw logits buffer, one decode pass per token
     ex = lab.executor
-    cache = ex.new_cache(len(ids) + N_NEW)
-    res = ex.run_pass(ids, cache, names=["logits"], debug=True, last_logits_only=True)
+    state = ex.new_state(len(ids) + N_NEW)
+    res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, debug=True), state)
     steps: list[DecodeStep] = []
     while True:
         z = res.captures["logits"][-1]
@@ -100,7 +101,7 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> L
         steps.append(DecodeStep(int(np.argmax(z)), int(rows.size), _ranges(rows)))
         if len(steps) == N_NEW:
             break
-        res = ex.run_pass([steps[-1].argmax], cache, names=["logits"], debug=True, last_logits_only=True)
+        res = ex.run_pass(PassRequest([steps[-1].argmax], names=("logits",), last_logits_only=True, debug=True), state)
     greedy = [s.argmax for s in steps]
     return LmHeadEvidence(
         side=side,

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.norm_cascade import _f32_l2, _qkv_max, _unmasked
-from labkit.cases.tools import oracle_or_none, register_reader_fault
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.norm_cascade import _f32_l2, _qkv_max, _unmasked
+from labkit.casebook.tools import oracle_or_none, register_reader_fault
 from labkit.compare import compare
 
 IDS = [1, 37, 211, 5, 98, 410, 76, 12]

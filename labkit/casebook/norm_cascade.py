@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.tools import register_reader_fault
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.tools import register_reader_fault
 from labkit.compare import Comparison, compare
 
 PROMPT = "The color of the sky is"

@@ -14,8 +14,8 @@ from typing import Any
 
 from labkit.errors import InvalidArgumentError
 from labkit.ops.registry import check_selection
-from labkit.sweep.cluster import dask_client
-from labkit.sweep.task import AGAINST, run_task
+from labkit.sweeps.cluster import dask_client
+from labkit.sweeps.task import AGAINST, run_task
 
 
 @dataclass

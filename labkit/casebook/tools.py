@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Evidence
+from labkit.casebook.base import Evidence
 from labkit.lens import LogitLens
 
 # ----- logit lens ---------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def gpu_weight_columns(lab, tensor: str, cols: int = 256) -> np.ndarray:
     x = np.zeros((cols, K), dtype=np.float32)
     x[np.arange(cols), np.arange(cols)] = 1.0
     xb = ex.device.create_buffer_with_data(data=x.tobytes(), usage=STORAGE)
-    yb = ex.buffer(cols * N, "roundtrip.y")
+    yb = ex.buffer(cols * N, "roundtrip.y", ex.gpu.fresh)
     stage = next(s for s in lab.graph if s.op == "matmul" and s.weight == tensor and not s.weight_rows)
     run_dispatches(ex.gpu, ex.stage_matmul(stage, Region(xb, 0, (cols, K)), Region(yb, 0, (cols, N))), "roundtrip")
     y = np.frombuffer(ex.device.queue.read_buffer(yb, 0, 4 * cols * N), dtype=np.float32)

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.tools import ChiSquare, chi_square
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.tools import ChiSquare, chi_square
 from labkit.compare import Comparison, compare
 
 PROMPT = "The color of the sky is"

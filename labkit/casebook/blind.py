@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Check
+from labkit.casebook.base import Check
 from labkit.compare import Comparison, compare
 
 BLIND_PROMPT = "The color of the sky is"

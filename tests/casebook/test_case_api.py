@@ -18,7 +18,7 @@ import pytest
 import labkit
 from labkit import progress
 from labkit.captures import Run
-from labkit.cases import (
+from labkit.casebook import (
     STEPS,
     Case,
     Evidence,
@@ -27,10 +27,10 @@ from labkit.cases import (
     UnknownSideError,
     get_case,
 )
-from labkit.cases.base import _jsonable
+from labkit.casebook.base import _jsonable
 
 ROOT = Path(__file__).resolve().parents[2]
-cases_mod = importlib.import_module("labkit.cases")  # the package (labkit.cases is also a function)
+cases_mod = importlib.import_module("labkit.casebook")  # the package (labkit.cases is the function)
 MODULES = ["q4k_sign", "sky_kaw", "lm_head_unwritten", "norm_cascade", "top_p_order", "rope_style"]
 
 
@@ -152,7 +152,7 @@ def test_every_case_module_names_its_evidence():
 
 
 def test_sky_kaw_tier_logits_are_named_after_the_workgroup_variants():
-    from labkit.cases.sky_kaw import TierLogits
+    from labkit.casebook.sky_kaw import TierLogits
     from labkit.ops.registry import variants
 
     assert set(TierLogits._fields) <= set(variants()["attn_workgroups"])
@@ -224,7 +224,7 @@ def test_labkit_case_json_runs_without_bars(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_the_named_api_measures_what_the_module_functions_measure(smollm):
-    from labkit.cases import norm_cascade
+    from labkit.casebook import norm_cascade
 
     case = get_case("norm-cascade")
     case.prepare()
@@ -259,16 +259,16 @@ RUN_STAGES = {"logits"}  # evidence field names that are stages too: run["logits
 
 
 def evidence_classes() -> list[type]:
-    mods = [importlib.import_module(f"labkit.cases.{m}") for m in [*MODULES, "tools"]]
+    mods = [importlib.import_module(f"labkit.casebook.{m}") for m in [*MODULES, "tools"]]
     found = {obj for mod in mods for obj in vars(mod).values() if isinstance(obj, type) and issubclass(obj, Evidence)}
     return sorted(found - {Evidence}, key=lambda c: c.__name__)
 
 
 def evidence_names() -> set[str]:
     """Every name a notebook might have read by key: evidence fields and their named parts."""
-    from labkit.cases.lm_head_unwritten import DecodeStep, RowWindow
-    from labkit.cases.sky_kaw import TierLogits
-    from labkit.cases.top_p_order import Sampling
+    from labkit.casebook.lm_head_unwritten import DecodeStep, RowWindow
+    from labkit.casebook.sky_kaw import TierLogits
+    from labkit.casebook.top_p_order import Sampling
 
     names = {f.name for kind in evidence_classes() for f in dataclasses.fields(kind)}
     names |= {*TierLogits._fields, *DecodeStep._fields, *RowWindow._fields, *Localization._fields}

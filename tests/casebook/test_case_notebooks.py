@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from notebook_outputs import CASE_REPORTS, assert_outputs_match, assert_shippable, execute
 
-from labkit.cases import cases
+from labkit.casebook import cases
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = [c.name for c in cases()]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from labkit.cases.blind import BLIND_PROMPT, blind_case, blind_case_of, blind_cases, candidates
+from labkit.casebook.blind import BLIND_PROMPT, blind_case, blind_case_of, blind_cases, candidates
 from labkit.ops.registry import is_faulty
 
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ from labkit.errors import LabkitError
 if TYPE_CHECKING:
     from labkit.lab import Lab
 
-POSTMORTEMS = resources.files("labkit.cases") / "postmortems"  # copies of the originals, package data
+POSTMORTEMS = resources.files("labkit.casebook") / "postmortems"  # copies of the originals, package data
 
 
 class UnknownCaseError(LabkitError):
@@ -156,7 +156,7 @@ class CaseSpec:
     step functions; Case calls them through its methods of the same names."""
 
     name: str
-    postmortem: str  # file id in labkit/cases/postmortems, e.g. "001"; "" for a case of no post-mortem
+    postmortem: str  # file id in labkit/casebook/postmortems, e.g. "001"; "" for a case of no post-mortem
     title: str
     model: str
     prompt: str

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from labkit.errors import InputFileError, InvalidArgumentError, UnknownVariantError
-from labkit.sweep import load_results, parse_selection, read_prompts, reduce_prompt, save_results, sweep, throughput
+from labkit.sweeps import load_results, parse_selection, read_prompts, reduce_prompt, save_results, sweep, throughput
 
 distributed = pytest.importorskip("distributed")
 BIN = Path(sys.executable).parent
@@ -54,7 +54,7 @@ def test_a_prompts_selections_on_one_worker_share_its_reference_pass(tiny_model)
     """Tasks run in this process, as a worker runs them: the second selection of a prompt compares
     with the reference its first made; another prompt makes its own, and the first prompt's is then
     made again. The kept reference gives the verdict a freshly made one gives, to the last NMSE."""
-    from labkit.sweep.task import run_task
+    from labkit.sweeps.task import run_task
 
     model = str(tiny_model("gemma3", "Q8_0"))
     a, b, bad = PROMPTS[0], PROMPTS[1], {"rope": "normal_pairs"}

@@ -36,9 +36,10 @@ from typing import NamedTuple
 import numpy as np
 
 from labkit.captures import Run
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.tools import LogitLens, RoundTrip, logit_lens, sign_readout, weight_roundtrip
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.tools import LogitLens, RoundTrip, logit_lens, sign_readout, weight_roundtrip
 from labkit.compare import compare
+from labkit.gpu.pass_request import PassRequest
 from labkit.model.reference import KVCache
 
 PROMPT = "The color of the sky is"
@@ -107,15 +108,16 @@ def observe(lab, side: str, variants: dict[str, str], ref: Evidence | None) -> S
     ids = lab.prompt_ids(PROMPT, extra=N_NEW)
     ex = lab.executor
     # the prompt pass, as any engine runs it
-    pcache = ex.new_cache(len(ids))
-    prompt = _run(lab, "gpu", ids, ex.run_pass(ids, pcache, last_logits_only=True).captures, variants=variants)
+    res = ex.run_pass(PassRequest(ids, last_logits_only=True), ex.new_state(len(ids)))
+    prompt = _run(lab, "gpu", ids, res.captures, variants=variants)
     # the sky step: prefix prefilled, " is" decoded on its cache; then greedy decode continues
-    cache = ex.new_cache(len(ids) + N_NEW)
-    ex.run_pass(ids[:-1], cache, names=[], last_logits_only=True)
-    step = _run(lab, "gpu", ids[-1:], ex.run_pass(ids[-1:], cache).captures, n_past=len(ids) - 1, variants=variants)
+    state = ex.new_state(len(ids) + N_NEW)
+    ex.run_pass(PassRequest(ids[:-1], names=(), last_logits_only=True), state)
+    res = ex.run_pass(PassRequest(ids[-1:]), state)
+    step = _run(lab, "gpu", ids[-1:], res.captures, n_past=len(ids) - 1, variants=variants)
     out = [int(np.argmax(step.logits()))]
     while len(out) < N_NEW:
-        res = ex.run_pass([out[-1]], cache, names=["logits"], last_logits_only=True)
+        res = ex.run_pass(PassRequest([out[-1]], names=("logits",), last_logits_only=True), state)
         out.append(int(np.argmax(res.captures["logits"][-1])))
     return SkyKawEvidence(
         side=side,
@@ -140,7 +142,7 @@ def tier_logits(lab, ids: list[int]) -> TierLogits:
         lab.use("attn_ctx", "tiled")
         for name in TierLogits._fields:  # the wrong workgroup count, then the fixed one
             lab.use("attn_workgroups", name)
-            res = ex.run_pass(ids, ex.new_cache(len(ids)), names=["logits"], last_logits_only=True)
+            res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True), ex.new_state(len(ids)))
             tiers[name] = np.asarray(res.captures["logits"][-1], dtype=np.float64)
     finally:
         for family, name in before.items():

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.captures import Run, TopToken
-from labkit.cases.base import Case, Check, Evidence, Localization, fmt
-from labkit.cases.tools import RoundTrip, first_tensor_of_type, latin_script, weight_roundtrip
+from labkit.casebook.base import Case, Check, Evidence, Localization, fmt
+from labkit.casebook.tools import RoundTrip, first_tensor_of_type, latin_script, weight_roundtrip
 from labkit.compare import compare
 
 PROMPT = "The color of the sky is"

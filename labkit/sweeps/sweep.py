@@ -1,4 +1,4 @@
-"""`labkit.sweep`: prompts x variant selections x models as Dask tasks, one row per pass pair."""
+"""`labkit.sweeps`: prompts x variant selections x models as Dask tasks, one row per pass pair."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from labkit.errors import InvalidArgumentError
 from labkit.ops.registry import check_selection
-from labkit.sweep.cluster import dask_client
-from labkit.sweep.files import save_results
-from labkit.sweep.task import AGAINST, run_task, selection_label
+from labkit.sweeps.cluster import dask_client
+from labkit.sweeps.files import save_results
+from labkit.sweeps.task import AGAINST, run_task, selection_label
 
 COLUMNS = ["model", "prompt", "tokens", "n_tokens", "variants", "against", "diverged", "first_divergence",
            "first_divergence_kind", "first_divergence_position", "top1", "top1_against", "top1_agree",

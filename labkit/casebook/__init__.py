@@ -1,6 +1,6 @@
 """The post-mortem cases: reproduce the fault, report its symptoms, localize it, fix it, check.
 
-    from labkit.cases import cases, get_case, run_case
+    from labkit.casebook import cases, get_case, run_case
     [c.name for c in cases()]          # q4k-sign, sky-kaw, lm-head-unwritten, norm-cascade, top-p-order,
                                        # rope-style
     report = run_case("q4k-sign")      # faulty pass, reference, localization, fixed pass, checklist
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from labkit.cases.base import (
+from labkit.casebook.base import (
     SIDES,
     Case,
     CaseLabError,
@@ -37,7 +37,7 @@ from labkit.cases.base import (
     UnknownSideError,
     selection,
 )
-from labkit.cases.base import Timer as _Timer
+from labkit.casebook.base import Timer as _Timer
 from labkit.progress import bar
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ STEPS = ("open", "reference", "faulty", "localize", "fixed", "checks")  # run_ca
 
 
 def _registry() -> dict[str, Case]:
-    from labkit.cases import (
+    from labkit.casebook import (
         lm_head_unwritten,
         moe_router,
         norm_cascade,

@@ -13,8 +13,8 @@ import pytest
 from notebook_outputs import CASE_REPORTS
 
 import labkit
-from labkit.cases import CaseLabError, CaseReport, Check, UnknownCaseError, cases, get_case, run_case, tools
-from labkit.cases.base import Case
+from labkit.casebook import CaseLabError, CaseReport, Check, UnknownCaseError, cases, get_case, run_case, tools
+from labkit.casebook.base import Case
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,7 +186,7 @@ def test_chi2_fallback_matches_scipy():
 
 
 def test_exact_distribution_is_llama_cpp_order():
-    from labkit.cases.top_p_order import accumulated, exact_distribution
+    from labkit.casebook.top_p_order import accumulated, exact_distribution
     from labkit.sampling import correct_order
 
     z = np.random.default_rng(0).normal(size=5000) * 3
@@ -282,7 +282,7 @@ def test_checklist_passes_after_the_fix(report):
 
 @pytest.mark.slow
 def test_q4k_root_cause_is_the_first_q4k_matmul_in_the_file(gemma):
-    from labkit.cases import q4k_sign
+    from labkit.casebook import q4k_sign
 
     assert q4k_sign.root_cause_stage(gemma) == get_case("q4k-sign").root_cause_stage
     assert gemma.gguf.tensors["blk.0.ffn_down.weight"].type_name != "Q4_K"  # the FFN is only downstream
