@@ -240,7 +240,7 @@ class GpuExecutor(StageHost):
 
     def check_names(self, names: Iterable[str] | None, patch: dict) -> list[str] | None:
         """UnknownStageError for a names filter or a patch naming stages the graph lacks."""
-        known = {s.name for s in self.graph}
+        known = self._stages
         unknown = [n for n in patch if n not in known]
         if unknown:
             raise UnknownStageError(f"cannot patch unknown stage(s): {', '.join(unknown)}")

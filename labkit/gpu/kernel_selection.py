@@ -17,7 +17,6 @@ from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, Policy
 from labkit.ops.registry import adapter_kind, get_kernel, get_policy, selected
-from labkit.ops.registry import variants as registered_variants
 
 
 @dataclass(frozen=True)
@@ -50,30 +49,23 @@ class SelectedKernels(NamedTuple):
 
 
 def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, weight_layout: str) -> KernelChoice:
-    """The kernel of one stage: the selected variant, or the default for the adapter and layout."""
+    """The kernel of one stage: the selected variant, or the default for the adapter and, where the
+    op's default depends on it (the matmuls' table, labkit.ops.matmul.table), the weight layout."""
     adapter = adapter_kind(adapter_type)
     name = selected(variants, family, st.layer)
-    kernel = get_kernel(family, name, adapter)
     if name != "default":
         key = f"blk.{st.layer}.{family}"
-        why = f"selected ({key if key in variants else family})"
-    elif kernel.repack is not None and weight_layout == "blocks" and "blocks" in registered_variants().get(family, ()):
-        kernel = get_kernel(family, _blocks_variant(family, adapter), adapter)
-        why = "default for weights kept near their GGUF width (the int8 layout does not fit the memory budget)"
-    elif kernel.repack is not None and weight_layout in ("blocks", "gguf"):
-        kernel = get_kernel(family, "row", adapter)
-        why = "default for weights kept as GGUF bytes (the repacked layout does not fit the memory budget)"
-    elif kernel.prefer:
-        why = f"default on a {adapter_type} adapter ({adapter})"
-    else:
-        why = "default"
+        return KernelChoice(
+            family, get_kernel(family, name, adapter), f"selected ({key if key in variants else family})"
+        )
+    rule = OPS[st.op].default_variant if st.op in OPS else None
+    why = ""
+    if rule is not None:
+        name, why = rule(family, adapter, weight_layout)
+    kernel = get_kernel(family, name, adapter)
+    if not why:
+        why = f"default on a {adapter_type} adapter ({adapter})" if kernel.prefer else "default"
     return KernelChoice(family, kernel, why)
-
-
-def _blocks_variant(family: str, adapter: str) -> str:
-    """The blocks layout's kernel: with the split-K decode driver on a real GPU, where it has one."""
-    splitk = adapter == "gpu" and "blocks_splitk" in registered_variants().get(family, ())
-    return "blocks_splitk" if splitk else "blocks"
 
 
 def stage_policy(st: Stage, family: str, variants: dict[str, str]) -> Policy:

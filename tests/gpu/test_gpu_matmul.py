@@ -40,13 +40,12 @@ from labkit.ops.matmul import (
     BLOCK_FORMATS,
     EPILOGUE_PARAMS,
     INTEGER_FORMATS,
-    MATVEC_MAX_T,
-    SPLITK_FORMATS,
     epilogue_source,
     format_name,
     repacked_source,
 )
 from labkit.ops.matmul import source as mm_source
+from labkit.ops.matmul.table import MATVEC_MAX_T, SPLITK_FORMATS
 from labkit.ops.registry import get_kernel
 from labkit.quant.formats import FORMATS_LIST, QUANT_FORMATS
 

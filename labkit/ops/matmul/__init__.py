@@ -2,14 +2,14 @@
 
 The file's bytes are uploaded unchanged. A kernel is composed from common.wgsl, the format's
 block reader (quant_<fmt>.wgsl, transcribed from ggml's dequantize_row_*) and a driver:
-- `repacked` (the default on CPU adapters): repack.wgsl, composed with the same block reader,
-  first rewrites the weight on the GPU as aligned int8 quants with per-group scales; then
-  matmul_tiled.wgsl (16 tokens x 8 rows per thread, prefill) or matmul_matvec.wgsl (4 rows
-  per thread, decode and prompts of up to MATVEC_MAX_T tokens) reads it. Chosen per matmul by
-  its token count.
-- `row` (matmul.wgsl), `wg_reduce` (matmul_wg_reduce.wgsl) and `wg_tile` (the default on real
-  GPUs: matmul_wg_tile.wgsl past 64 tokens, wg_reduce's driver below) read the GGUF
-  bytes themselves.
+- `repacked`: repack.wgsl, composed with the same block reader, first rewrites the weight on the
+  GPU as aligned int8 quants with per-group scales; then matmul_tiled.wgsl (16 tokens x 8 rows per
+  thread, prefill) or matmul_matvec.wgsl (4 rows per thread, decode) reads it.
+- `blocks`, `blocks_splitk`: the GGUF blocks in a texture, near the format's own width.
+- `row` (matmul.wgsl), `wg_reduce` (matmul_wg_reduce.wgsl) and `wg_tile` (matmul_wg_tile.wgsl past
+  64 tokens, wg_reduce's driver below) read the GGUF bytes themselves.
+Which kernels a format has, the driver each runs for a token count, and which one "default" means
+on an adapter under the memory plan's weight layout are one table (labkit.ops.matmul.table).
 Each weight format is its own kernel family (`matmul_q8_0`, `matmul_q4_k`, ...), so a format
 fault (Q4_K mins added) binds to exactly the weights of that format; it lives in the block
 reader, so it is repacked with the weight. The unembedding stage carries the `lm_head`
@@ -26,6 +26,7 @@ from gguf import GGMLQuantizationType
 
 from labkit.errors import UnsupportedTensorTypeError
 from labkit.ops.base import Kernel, Op, Params, Policy, compose, wgsl_const, wgsl_file
+from labkit.ops.matmul.table import BY_VARIANT, SPLITK_FORMATS, MatmulKernel, default_kernel, kernels_of
 from labkit.quant.formats import BY_NAME, FORMATS_LIST
 
 PARAMS = Params(
@@ -46,10 +47,6 @@ FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "wg_tile": "matmul_wg_tile", "tiled": "matmul_tiled",
            "matvec": "matmul_matvec"}  # fmt: skip
-# wg_tile's kernel runs wg_reduce's driver up to this many tokens. On an H200 (the tile's 64 x 64 in one
-# workgroup), 1B shape: T=64 wg_reduce 0.104 s, tile 0.122 s (32 workgroups for 2048 rows); T=512
-# 0.659 s against 0.333 s. 8B shape, T=64: 0.394 against 0.367 s.
-WG_REDUCE_MAX_T = 64
 # what a driver file is composed after: the row drivers share their X, W and Y access
 DRIVER_HELPERS = {d: ("matmul_row_io",) for d in ("matmul", "moe_matmul", "moe_matmul_gathered")}
 DRIVER_HELPERS["blocks_repack"] = ("blocks_quads",)  # where the layout puts each block
@@ -68,14 +65,6 @@ BLOCK_DRIVERS = {
 }
 GROUP_BLOCKS = 8  # GGUF blocks per group of the grouped blocks layout
 BLOCK_FORMATS = tuple(f.name for f in FORMATS_LIST if "blocks" in f.layouts)
-BLOCKS_DEFAULT = tuple(f.name for f in FORMATS_LIST if f.cpu_default == "blocks")  # the CPU default there
-# Up to this many tokens a matmul on repacked or blocks weights runs the decode driver (a pass of
-# it per token, in one dispatch), not the 16-token tile, whose work is the same for 1 token as for
-# 16. On lavapipe (AMD EPYC family 25, 2 cores, best of 5, alternating), matvec against tile:
-# Q4_K blocks 8192 x 2048 T=2 8.9 / 21.0 ms, T=4 16.7 / 24.5, T=6 25.9 / 24.7; Q6_K 2048 x 8192
-# T=4 22.7 / 28.0; int8 2048 x 2048 T=3 4.9 / 7.5, T=4 5.6-7.0 / 6.8-6.9. A Llama-3.2-1B-shaped
-# pass: T=2 0.51 / 1.39 s, T=3 0.79 / 1.79 s, T=4 1.20 / 1.16 s, so 4 tokens stay on the tile.
-MATVEC_MAX_T = 3
 
 
 def format_name(ggml_type: int) -> str:
@@ -177,7 +166,7 @@ def group_of(fmt: str) -> int:
 def repacked_source(fmt: str, T: int) -> str:
     """The fast driver for a matmul of T tokens on repacked weights: matvec for decode, tiled for
     prefill. It reads no GGUF bytes, so only the format's GROUP is composed in."""
-    return _repacked_source(fmt, "matvec" if T <= MATVEC_MAX_T else "tiled")
+    return _repacked_source(fmt, BY_VARIANT["repacked"].driver(T))
 
 
 def epilogue_source(fmt: str, op: str) -> str:
@@ -198,7 +187,8 @@ def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
 
 def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Kernel:
     """A kernel on repacked weights; `quant` names a variant block reader, which the repack uses."""
-    return Kernel(f"matmul_{fmt}", name, doc, lambda shape: repacked_source(fmt, shape.T),
+    row = BY_VARIANT["repacked"]
+    return Kernel(f"matmul_{fmt}", name, doc, lambda shape: _repacked_source(fmt, row.driver(shape.T)),
                   repack=lambda: source(fmt, "repack", quant),
                   epilogue=lambda op: epilogue_source(fmt, op), **kw)  # fmt: skip
 
@@ -214,7 +204,6 @@ def block_texels(fmt: str) -> int:
 
 # the geometry file each blocks driver is composed after: where a thread's rows and X come from
 BLOCK_GEOMETRY = {"tiled": ("quad_step16", "tile16"), "matvec": ("quad_rows",), "splitk": ("splitk_rows",)}
-SPLITK_FORMATS = ("q4_k", "q5_k", "q6_k")  # formats with a split-K decode driver (for real GPUs)
 
 
 @lru_cache(maxsize=64)
@@ -239,20 +228,17 @@ def blocks_repack_source(fmt: str) -> str:
     return f"const BLOCK_TEXELS: u32 = {block_texels(fmt)}u;\n" + source(fmt, "blocks_repack")
 
 
-def blocks_kernel(fmt: str, decode: str = "matvec", **kw) -> Kernel:
-    """The format's drivers on its GGUF blocks in a texture, each block padded to whole texels:
-    16x8 tiles for prefill, and for decode a row quad per thread (`matvec`, lavapipe's shape) or
-    64 threads splitting 4 rows (`splitk`, a real GPU's)."""
-    name, doc = ("blocks", BLOCKS_DOC) if decode == "matvec" else ("blocks_splitk", BLOCKS_SPLITK_DOC)
-    return Kernel(f"matmul_{fmt}", name, doc,
-                  lambda shape: blocks_source(fmt, decode if shape.T <= MATVEC_MAX_T else "tiled"),
-                  repack=lambda: blocks_repack_source(fmt),
-                  epilogue=lambda op: blocks_source(fmt, decode, op), **kw)  # fmt: skip
-
-
-BLOCKS_DOC = "GGUF blocks in a texture, near the format's own width; 16x8 tiles for prefill, a row quad for decode"
-BLOCKS_SPLITK_DOC = ("GGUF blocks in a texture, as `blocks`; for decode, 64 threads split each 4 rows' blocks "
-                     "(enough workgroups for a real GPU)")  # fmt: skip
+def table_kernel(fmt: str, row: MatmulKernel, prefer: str | None) -> Kernel:
+    """A table row's kernel for one format: its source per token count, and for the repacked and
+    blocks layouts the repack that writes the weight and the decode driver's fused epilogues."""
+    fam = f"matmul_{fmt}"
+    if row.layout == "repacked":
+        return repacked_kernel(fmt, row.variant, row.doc, prefer=prefer)
+    if row.layout == "blocks":
+        return Kernel(fam, row.variant, row.doc, lambda shape: blocks_source(fmt, row.driver(shape.T)),
+                      repack=lambda: blocks_repack_source(fmt),
+                      epilogue=lambda op: blocks_source(fmt, row.short, op), prefer=prefer)  # fmt: skip
+    return Kernel(fam, row.variant, row.doc, lambda shape: source(fmt, row.driver(shape.T)), prefer=prefer)
 
 
 # faulty block readers (quant_<fmt>_<name>.wgsl: a whole reader, or a part's replacement), each
@@ -272,41 +258,21 @@ FAULTY_READERS = (
      "broke MXFP4 GGUF models; vllm-project/vllm#35979: an MXFP4 scale exponent offset twice, weights 4x too small"),
 )  # fmt: skip
 
-REPACKED_DOC = "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, a row quad per thread for decode"
-
-
-WG_TILE_DOC = (
-    "on the GGUF bytes for real GPUs: a prefill past 64 tokens in 64-row x 64-token tiles through workgroup "
-    "memory, shorter passes as wg_reduce"
-)
-
-
-def _wg_tile_source(fmt: str, T: int) -> str:
-    """wg_tile's driver for a pass of T tokens: the tile for a long prefill, wg_reduce's row otherwise."""
-    return source(fmt, "wg_tile" if T > WG_REDUCE_MAX_T else "wg_reduce")
-
 
 def _kernels() -> tuple[Kernel, ...]:
-    """Each format's kernels, one per layout its record lists; the one its record names is the CPU
-    default (the K-quants' blocks: as fast on lavapipe as int8, half the bytes; the legacy formats'
-    grouped blocks were 8-27% slower there than int8, measured, so int8 stays theirs)."""
+    """Each format's rows of the table as kernels, `prefer` marking what `default_kernel` gives on
+    each adapter kind (so the registry's "default" is the table's), then the faulty readers."""
     out = []
     for f in FORMATS_LIST:
-        fam, fmt = f"matmul_{f.name}", f.name
-        cpu = {f.cpu_default: "cpu"}
-        if "repacked" in f.layouts:
-            out.append(repacked_kernel(fmt, "repacked", REPACKED_DOC, prefer=cpu.get("repacked")))
-        if "blocks" in f.layouts:
-            out.append(blocks_kernel(fmt, prefer=cpu.get("blocks")))
-        if fmt in SPLITK_FORMATS:
-            out.append(blocks_kernel(fmt, "splitk"))
-        out.append(Kernel(fam, "row", "rows per thread on the GGUF bytes, token tiles",
-                          lambda shape, f=fmt: source(f), prefer=cpu.get("row")))  # fmt: skip
-        out.append(Kernel(fam, "wg_reduce", "one workgroup per row on the GGUF bytes, shared-memory reduction "
-                          "(for real GPUs)", lambda shape, f=fmt: source(f, "wg_reduce")))  # fmt: skip
-        out.append(Kernel(fam, "wg_tile", WG_TILE_DOC, lambda shape, f=fmt: _wg_tile_source(f, shape.T), prefer="gpu"))
+        defaults = {default_kernel(f.name, kind)[0]: kind for kind in ("gpu", "cpu")}
+        out += [table_kernel(f.name, row, defaults.get(row.variant)) for row in kernels_of(f.name)]
     out += [repacked_kernel(fmt, name, doc, quant=name, faulty=True) for fmt, name, doc in FAULTY_READERS]
     return tuple(out)
+
+
+def default_variant(family: str, adapter: str, weight_layout: str) -> tuple[str, str]:
+    """The Op's hook for kernel selection: the table's default for a `matmul_<fmt>` family."""
+    return default_kernel(family.removeprefix("matmul_"), adapter, weight_layout)
 
 
 OP = Op(
@@ -332,6 +298,7 @@ OP = Op(
         ),
     ),
     family=family,
+    default_variant=default_variant,
     weight="matrix",
     chunked_output=True,
     step_fields=("y_offset",),  # the KV writers' (v, and its bias) position in the cache
