@@ -16,12 +16,9 @@ Both follow `Allocator`.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import wgpu
-
-if TYPE_CHECKING:
-    from labkit.gpu.device import GpuDevice
 
 UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 
@@ -29,7 +26,7 @@ UNIFORM = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
 class Allocator(Protocol):
     """What makes a pass's GPU objects (labkit.gpu.dispatch, the stage host, the readback)."""
 
-    gpu: GpuDevice
+    gpu: Any  # the GpuDevice whose objects these are (labkit.gpu.device, which hands out `fresh` ones)
 
     def buffer(self, size: int, usage: int, label: str = "") -> Any: ...
 
@@ -57,7 +54,7 @@ class FreshObjects:
 
     keeps = False
 
-    def __init__(self, gpu: GpuDevice, recycle_textures: bool = True):
+    def __init__(self, gpu: Any, recycle_textures: bool = True):
         self.gpu, self.device = gpu, gpu.device
         self.recycle = recycle_textures
         self._free: dict[tuple, list[Any]] = {}  # (size, format, usage) -> views a recorded stage left

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from labkit.gpu.dispatch import grid
+from labkit.gpu.dispatch import grid, native_commands, native_recording
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import StagePlan
 from labkit.gpu.plan_cache import PlanCache, UniformArena
@@ -43,8 +43,6 @@ from labkit.ops.base import wgsl_params
 
 if TYPE_CHECKING:
     from labkit.gpu.device import GpuDevice
-    from labkit.gpu.executor import GpuExecutor
-    from labkit.gpu.pass_request import PassState
 
 COMPILE_AT = 3  # positions a step is planned at to be compiled: one more than an affine rule needs
 
@@ -65,6 +63,7 @@ class StepWorkgroups:
     plan: int  # index into the plans
     dispatch: int  # index into that plan's dispatches
     source: str
+    command: int = 0  # index into the step's native commands
 
 
 @dataclass
@@ -77,13 +76,14 @@ class CompiledStep:
     workgroups: list[StepWorkgroups]
     embed: list[tuple[Any, str]]  # (rows buffer, embedding tensor) of the stages that read the token
     max_keys: int  # the keys the grown regions hold
+    commands: list[list] | None = None  # every dispatch as wgpu-native handles (labkit.gpu.dispatch.native_commands)
     moving_stages: frozenset[str] = frozenset()  # the stages whose uniform words move (tests, profiling)
     steps: int = field(default=0)  # steps taken (tests, profiling)
 
     def holds(self, key: tuple, kv: GpuKVCache) -> bool:
         return key == self.key and kv is self.kv and kv.n_past + 1 <= self.max_keys
 
-    def prepare(self, ex: GpuExecutor, token: int) -> list[StagePlan]:
+    def prepare(self, ex: Any, token: int) -> list[StagePlan]:
         """This step's values written (the arena flushed once), its plans to submit."""
         n = self.kv.n_past
         arena = self.objects.arena
@@ -102,6 +102,8 @@ class CompiledStep:
             st = p.stage
             d = p.dispatches[w.dispatch]
             d.workgroups = grid(OPS[st.op].step_workgroups(st, w.source, 1, n))
+            if self.commands is not None:
+                self.commands[w.command][3:6] = d.workgroups
         self.steps += 1
         return self.plans
 
@@ -115,15 +117,16 @@ class CompiledSteps:
         self.compiled = 0  # steps compiled so far (tests, profiling)
         self.refused = ""  # why the last compile was refused, if it was
 
-    def get(self, ex: GpuExecutor, key: tuple, ids, state: PassState, last_only: bool) -> CompiledStep | None:
-        """The state's compiled step for this one-token step: its kept one when it holds, else compiled
-        now; None when the step cannot be compiled (it is then planned afresh)."""
-        if state.step is None or not state.step.holds(key, state.kv):
-            state.step = None
-            if state.kv.n_past + COMPILE_AT <= state.kv.capacity:
-                state.step = self._compile(ex, key, ids, state.kv, last_only)
-        self.last = state.step
-        return state.step
+    def get(self, ex: Any, key: tuple, ids, kv: GpuKVCache, held: CompiledStep | None,
+            last_only: bool) -> CompiledStep | None:  # fmt: skip
+        """The compiled step for this one-token step on `kv`: `held` (the sequence's, PassState.step)
+        when it still holds, else one compiled now; None when the step cannot be compiled (it is then
+        planned afresh). The caller keeps what it returns as the sequence's step."""
+        step = held if held is not None and held.holds(key, kv) else None
+        if step is None and kv.n_past + COMPILE_AT <= kv.capacity:
+            step = self._compile(ex, key, ids, kv, last_only)
+        self.last = step
+        return step
 
     def _compile(self, ex, key, ids, kv: GpuKVCache, last_only) -> CompiledStep | None:
         arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
@@ -151,7 +154,8 @@ class CompiledSteps:
         self.compiled += 1
         owners = _word_fields(plans, arena, sources)
         movers = frozenset(owners[int(w)][0].name for w in moving.words)
-        return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), movers)
+        commands = _commands(plans, groups)
+        return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), commands, movers)
 
 
 def _same_objects(passes: list[list[StagePlan]]) -> str:
@@ -214,6 +218,17 @@ def _step_workgroups(passes: list[list[StagePlan]], sources: dict, n_past: int):
                 return None, f"{st.name}: its op's workgroup rule does not give the planned counts"
             out.append(StepWorkgroups(i, j, source))
     return out, ""
+
+
+def _commands(plans: list[StagePlan], groups: list[StepWorkgroups]) -> list[list] | None:
+    """The step's dispatches as native commands, each moving workgroup count told where it is in them;
+    None where wgpu-py's own methods record (no native functions)."""
+    if not native_recording():
+        return None
+    first = np.cumsum([0] + [len(p.dispatches) for p in plans])
+    for g in groups:
+        g.command = int(first[g.plan]) + g.dispatch
+    return native_commands([d for p in plans for d in p.dispatches])
 
 
 def _max_keys(plans: list[StagePlan]) -> int:

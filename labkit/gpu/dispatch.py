@@ -80,10 +80,17 @@ def _native_pass_calls() -> tuple | None:
 _NATIVE_PASS_CALLS = _native_pass_calls()
 
 
-def encode(encoder: Any, dispatches: list[Dispatch], label: str = "", timestamp_writes: dict | None = None) -> None:
+def native_recording() -> bool:
+    """Whether encode records through wgpu-native's own functions (`native_commands` then apply)."""
+    return _NATIVE_PASS_CALLS is not None
+
+
+def encode(encoder: Any, dispatches: list[Dispatch], label: str = "", timestamp_writes: dict | None = None,
+           commands: list[list] | None = None) -> None:  # fmt: skip
     """Record the dispatches, in order, in one compute pass of `encoder`: the one compute-pass
     recorder. WebGPU makes each dispatch its own usage scope, so a dispatch sees everything the ones
-    before it wrote; one pass instead of one per stage saves lavapipe's per-pass cost (0.3 ms)."""
+    before it wrote; one pass instead of one per stage saves lavapipe's per-pass cost (0.3 ms).
+    `commands`: the same dispatches as `native_commands` gave them (a compiled step's, kept)."""
     kw = {"timestamp_writes": timestamp_writes} if timestamp_writes else {}
     cpass = encoder.begin_compute_pass(label=label, **kw)
     if _NATIVE_PASS_CALLS is None:
@@ -94,19 +101,31 @@ def encode(encoder: Any, dispatches: list[Dispatch], label: str = "", timestamp_
                 cpass.set_bind_group(1, d.tables)
             cpass.dispatch_workgroups(*d.workgroups)
     else:
-        _record_native(cpass._internal, dispatches)
+        _record_native(cpass._internal, commands if commands is not None else native_commands(dispatches))
     cpass.end()
 
 
-def _record_native(handle: Any, dispatches: list[Dispatch]) -> None:
-    """encode's loop through wgpu-native's functions (_native_pass_calls)."""
+def native_commands(dispatches: list[Dispatch]) -> list[list]:
+    """Each dispatch as [pipeline, bind group, tables or None, x, y, z] of wgpu-native handles: what
+    `_record_native` passes on. A compiled step keeps its list and rewrites only the counts that move."""
+    return [
+        [d.pipeline._internal, d.bind_group._internal, None if d.tables is None else d.tables._internal, *d.workgroups]
+        for d in dispatches
+    ]
+
+
+def _record_native(handle: Any, commands: list[list]) -> None:
+    """encode's loop through wgpu-native's functions (_native_pass_calls); a pipeline set once for
+    a run of dispatches of it."""
     set_pipeline, set_bind_group, dispatch, null = _NATIVE_PASS_CALLS
-    for d in dispatches:
-        set_pipeline(handle, d.pipeline._internal)
-        set_bind_group(handle, 0, d.bind_group._internal, 0, null)
-        if d.tables is not None:
-            set_bind_group(handle, 1, d.tables._internal, 0, null)
-        x, y, z = d.workgroups
+    last = None
+    for pipeline, group, tables, x, y, z in commands:
+        if pipeline is not last:
+            set_pipeline(handle, pipeline)
+            last = pipeline
+        set_bind_group(handle, 0, group, 0, null)
+        if tables is not None:
+            set_bind_group(handle, 1, tables, 0, null)
         dispatch(handle, x, y, z)
 
 

@@ -304,7 +304,7 @@ class GpuExecutor(StageHost):
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
         todo = plans[start:]
-        got = self.submitter.submit(todo, captured, r, objects)
+        got = self.submitter.submit(todo, captured, r, objects, step.commands if step is not None else None)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
         kv.advance(T)
@@ -328,7 +328,8 @@ class GpuExecutor(StageHost):
             return None
         self.selection()
         key = (self._selection[0], last_only, tuple(names), r.positions, r.heads)
-        return self.compiled_steps.get(self, key, r.ids, state, last_only)
+        state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only)
+        return state.step
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

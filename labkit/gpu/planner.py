@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Any
 
 from labkit.gpu.allocator import Allocator
 from labkit.gpu.chunked_logits import LogitsChunk, token_spans
@@ -29,12 +29,9 @@ from labkit.model.graph import Stage
 from labkit.model.liveness import last_readers
 from labkit.ops import OPS
 
-if TYPE_CHECKING:
-    from labkit.gpu.executor import GpuExecutor
-
 
 def plan_pass(
-    ex: GpuExecutor,
+    ex: Any,
     ids: Sequence[int],
     kv: GpuKVCache,
     objects: Allocator,
@@ -81,11 +78,11 @@ def plan_pass(
     return plans
 
 
-def _buffer(ex: GpuExecutor, objects: Allocator, n_floats: int, label: str):
+def _buffer(ex: Any, objects: Allocator, n_floats: int, label: str):
     return ex.buffer(n_floats, label, objects)
 
 
-def _stage_plan(ex: GpuExecutor, sel, i: int, scope: PassScope, chunked: bool = False) -> StagePlan:
+def _stage_plan(ex: Any, sel, i: int, scope: PassScope, chunked: bool = False) -> StagePlan:
     """Stage i's plan, fused with the next stage's epilogue where the pass fuses (`PassScope.epilogues`)."""
     st = ex.graph[i]
     ep = scope.epilogues[i] if scope.epilogues is not None else None
@@ -109,7 +106,7 @@ def _epilogues(graph: list[Stage], sel, T: int) -> list:
     return held[2]
 
 
-def _plan_stage(ex: GpuExecutor, ctx: StageContext, signature: tuple, skipped: bool, fused=None) -> StagePlan:
+def _plan_stage(ex: Any, ctx: StageContext, signature: tuple, skipped: bool, fused=None) -> StagePlan:
     """One stage's regions and dispatches; a skipped stage gets a placeholder buffer, never
     dispatched and never captured; a `fused` one, the region an earlier stage's kernel writes, and
     no dispatch."""
@@ -132,7 +129,7 @@ def _logits_in_chunks(st: Stage, T: int, last_only: bool, streamed: set[str] | N
     return len(token_spans(T, 4 * st.params["out"])) > 1
 
 
-def _plan_logits_chunks(ex: GpuExecutor, ctx: StageContext, signature: tuple) -> StagePlan:
+def _plan_logits_chunks(ex: Any, ctx: StageContext, signature: tuple) -> StagePlan:
     """The unembedding as token chunks over one region of the largest chunk's rows."""
     st, x, width = ctx.stage, ctx.input(0), ctx.stage.params["out"]
     spans = token_spans(ctx.T, 4 * width)
@@ -146,7 +143,7 @@ def _plan_logits_chunks(ex: GpuExecutor, ctx: StageContext, signature: tuple) ->
     return StagePlan(st, out, [], signature, chunks=chunks)
 
 
-def plans_under(ex: GpuExecutor, ids, kv: GpuKVCache, objects: Allocator, last_only: bool, reuse: Reuse, keep,
+def plans_under(ex: Any, ids, kv: GpuKVCache, objects: Allocator, last_only: bool, reuse: Reuse, keep,
                 streamed):  # fmt: skip
     """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
     changed signature (when every stage of this pass has its own region too)."""

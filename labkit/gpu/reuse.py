@@ -26,13 +26,10 @@ in this one place:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from labkit.gpu import scratch
 from labkit.gpu.allocator import Allocator, FreshObjects
-
-if TYPE_CHECKING:
-    from labkit.gpu.executor import GpuExecutor
 
 ReuseKind = Literal["fresh", "rerun", "objects", "steps"]
 
@@ -67,7 +64,7 @@ class Reuse:
             return FRESH
         return self
 
-    def allocator(self, executor: GpuExecutor) -> Allocator:
+    def allocator(self, executor: Any) -> Allocator:
         """Where the pass's GPU objects come from (labkit.gpu.allocator): the role's plan cache (for
         steps: the decode role's, which a step the compiled step cannot take is planned over), or
         new ones, with operand textures recycled between its stages."""

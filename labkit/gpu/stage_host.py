@@ -13,7 +13,7 @@ and which variants are selected.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import wgpu
 
@@ -36,9 +36,6 @@ from labkit.ops.attn_ctx.loop_turns import fused_tier_hint
 from labkit.ops.base import Kernel, PassShape, Policy
 from labkit.ops.matmul import EPILOGUE_PARAMS
 from labkit.ops.registry import adapter_kind, get_kernel, selected
-
-if TYPE_CHECKING:
-    from labkit.gpu.stage_context import StageContext
 
 STORAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -150,7 +147,7 @@ class StageHost:
         data = op.params.pack(source, values)
         return new_dispatch(objects, pipe, list(buffers), data, grid(workgroups), st.name, tables)
 
-    def matmul(self, ctx: StageContext, x: Region, out: Region, rows_T: int, x_skip: int, keep,
+    def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
                epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip
         """The one way to build a matmul's dispatches: weight windows x token chunks, with the kernel's
         fused form when `epilogue` = (the next stage's op, its extra bindings, their Params values)

@@ -40,13 +40,14 @@ class Submitter:
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
 
-    def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest,
-               objects: Allocator) -> Submitted:  # fmt: skip
+    def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest, objects: Allocator,
+               commands: list[list] | None = None) -> Submitted:  # fmt: skip
         """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
         captures (only the request's positions and heads, when given) are read after the last
         segment or, in a streamed pass (segment ends set while planning), each segment's own after
         that segment, before its scratch regions serve the next. A staging buffer comes from
-        `objects` when they are kept."""
+        `objects` when they are kept. `commands`: the one segment's dispatches as kept native
+        commands (a compiled step's: labkit.gpu.dispatch.native_commands)."""
         patch, timestamps, T = request.patch, request.timestamps, request.T
         cut = (request.positions, request.heads)
         segments = segments_of(todo, set(patch), request.stepped)
@@ -66,7 +67,9 @@ class Submitter:
                 if timed and seg
                 else None
             )
-            if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
+            if commands is not None and len(segments) == 1 and qs is None:
+                encode(enc, [], commands=commands)
+            elif qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
                 encode(enc, [d for p in seg for d in p.dispatches])
             else:
                 for j, p in enumerate(seg):

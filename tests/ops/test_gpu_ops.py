@@ -386,6 +386,23 @@ def test_dispatches_are_recorded_in_order_with_their_bind_groups(gpu, path, monk
     assert got == 7.0, f"store then double gave {got}, want 7.0"
 
 
+def test_a_run_of_one_pipeline_keeps_each_dispatchs_bind_group(gpu):
+    """The native path sets a pipeline once for consecutive dispatches of it (and a compiled step
+    records from kept handles, dispatch.native_commands): each still binds its own group."""
+    from labkit.gpu import dispatch
+
+    y1, y2 = empty(gpu, 4), empty(gpu, 4)
+    store = _write_pipeline(gpu, Y_BINDING, "3.5")
+    double = _write_pipeline(gpu, Y_BINDING, "Y[0] * 2.0")
+    ds = [Dispatch(store, gpu.fresh.bind(store, [y]), grid(1)) for y in (y1, y2)]
+    ds.append(Dispatch(double, gpu.fresh.bind(double, [y2]), grid(1)))
+    enc = gpu.device.create_command_encoder()
+    dispatch.encode(enc, [], commands=dispatch.native_commands(ds))
+    gpu.queue.submit([enc.finish()])
+    got = [float(np.frombuffer(gpu.queue.read_buffer(y), np.float32)[0]) for y in (y1, y2)]
+    assert got == [3.5, 7.0], got
+
+
 def test_a_dispatch_over_another_pipelines_bind_group_raises(gpu):
     """The native recording path skips wgpu-py's per-call checks; wgpu still validates the pass
     when its encoder finishes, so a mismatched bind group is a GPUValidationError, not silence."""
