@@ -368,8 +368,10 @@ class Lab:
         else:
             state, reuse = ex.new_state(len(ids)), Reuse.objects("run")
         self._last_pass = None  # kept again only when this pass succeeds: a failed one leaves nothing to rerun
-        request = PassRequest(ids, names, rows, head_list, cap.logits == "last", debug, stepped, timestamps,
-                              patch or {}, reuse)  # fmt: skip
+        request = PassRequest(
+            ids, names=names, positions=rows, heads=head_list, last_logits_only=cap.logits == "last",
+            debug=debug, stepped=stepped, timestamps=timestamps, patch=patch or {}, reuse=reuse,
+        )  # fmt: skip
         res = ex.run_pass(request, state)
         # regions outlive the pass: keep it, so a later variant switch re-runs only what it affects (a
         # pass on scratch regions cannot be re-run from its middle: dropping it frees its buffers now)

@@ -136,7 +136,7 @@ class CompiledSteps:
             kv.advance(k)
             try:
                 with objects.one_pass():
-                    passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True))
+                    passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True, keys_room=kv.capacity))
             finally:
                 kv.rewind(k)
             snaps.append(np.frombuffer(bytes(arena.host), dtype=np.uint32).astype(np.int64))

@@ -95,7 +95,7 @@ class CaseHost(StageHost):
         return Region(self.array(rows), 0, rows.shape)
 
     def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, objects: Any = None,
-               scratch: Any = None) -> Region:  # fmt: skip
+               scratch: Any = None, keys_room: int = 0) -> Region:  # fmt: skip
         layout = layout_of_kind(st.kind) if st.kind in BY_KIND else OPS[st.op].layout
         return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, layout)
 

@@ -41,6 +41,7 @@ def plan_pass(
     keep: set[str] | None = None,
     streamed: set[str] | None = None,
     fuse: bool = False,
+    keys_room: int = 0,
 ) -> list[StagePlan]:
     """Regions and dispatches for the new tokens `ids` after kv.n_past cached ones, every GPU object
     from `objects` (labkit.gpu.allocator).
@@ -50,7 +51,8 @@ def plan_pass(
     (labkit.gpu.scratch), free again once their last reader is recorded. With `streamed` (the
     captured stages of a streamed pass; keep is then empty), captured regions are held until
     their segment ends (`StagePlan.segment_end`), where the pass reads them back. `fuse`: a decode
-    step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do."""
+    step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do. `keys_room`:
+    attention maps are allocated for that many keys (a compiled step's, so that no region moves)."""
     sel = ex.selection()
     kernels, skipped = sel.kernels, sel.skipped
     scratch = None
@@ -59,7 +61,9 @@ def plan_pass(
         scratch = ScratchPool(partial(_buffer, ex, objects), readers, keep, round_below=ex.binding_limit,
                               streamed=streamed)  # fmt: skip
     epilogues = _epilogues(ex.graph, sel, len(ids)) if fuse else None
-    scope = PassScope({}, kv, ids, last_logits_only, objects, scratch, {}, epilogues)  # its dicts fill as it plans
+    scope = PassScope(
+        {}, kv, ids, last_logits_only, objects, scratch, {}, epilogues, keys_room
+    )  # its dicts fill as it plans
     plans: list[StagePlan] = []
     for i in range(len(ex.graph)):
         st = ex.graph[i]

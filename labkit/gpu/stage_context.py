@@ -40,6 +40,7 @@ class PassScope:
     scratch: ScratchPool | None = None  # uncaptured stages' regions (labkit.gpu.scratch)
     fused: dict[str, Region] = field(default_factory=dict)  # stages an earlier stage's fused kernel writes
     epilogues: list | None = None  # each stage's fused epilogue, when the pass fuses (labkit.gpu.fusion)
+    keys_room: int = 0  # attention maps hold this many keys (a compiled step's: its KV cache's capacity)
 
 
 class StageContext:
@@ -65,7 +66,7 @@ class StageContext:
         st = self.stage
         if st.kv_write:  # this layer's cache, from position n_past on
             return Region(self.cache(st.kv_write), self.n_past * shape[-1], shape)  # rows of kv_dim
-        return self.ex.region(st, shape, self.shape, self.objects, self.scope.scratch)
+        return self.ex.region(st, shape, self.shape, self.objects, self.scope.scratch, self.scope.keys_room)
 
     def cache(self, kind: str) -> wgpu.GPUBuffer:
         return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]

@@ -113,17 +113,21 @@ class StageHost:
         )
 
     def region(self, st: Stage, shape: tuple[int, ...], pass_shape: PassShape, objects: Allocator,
-               scratch: ScratchPool | None = None) -> Region:  # fmt: skip
+               scratch: ScratchPool | None = None, keys_room: int = 0) -> Region:  # fmt: skip
         """A fresh output region, or a scratch one when the pass has a pool and does not keep this
         stage: a matmul's may exceed one binding (bound per token chunk), any other's is checked
-        against the binding limit before it is allocated."""
+        against the binding limit before it is allocated. `keys_room`: an attention map's buffer
+        holds that many keys (a compiled decode step's, for its KV cache's capacity), where they
+        fit one binding."""
         n = math.prod(shape)
         if not OPS[st.op].chunked_output:
             self.check_binding(st.name, 4 * n, pass_shape, f"its output {list(shape)}")
         layout = layout_of(st.kind) if st.kind in BY_KIND else OPS[st.op].layout  # ids: integers
         if scratch is not None and scratch.wants(st.name):
             return Region(scratch.take(n, st.name), 0, shape, layout)
-        return Region(self.buffer(n, st.name, objects), 0, shape, layout)
+        room = math.prod(shape[:-1]) * keys_room if layout == "heads" else 0
+        size = room if n < room and 4 * room <= self.binding_limit else n
+        return Region(self.buffer(size, st.name, objects), 0, shape, layout)
 
     # ----- dispatches
     def pipeline(self, op_name: str, source: str, label: str):

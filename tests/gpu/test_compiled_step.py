@@ -18,6 +18,7 @@ import labkit
 from labkit.gpu.pass_request import PassRequest
 from labkit.gpu.planner import plan_pass
 from labkit.gpu.reuse import Reuse
+from labkit.ops.base import PassShape
 from labkit.ops.registry import kernel_source
 
 IDS = [1, 5, 9, 7, 3, 2, 11, 4, 8, 6, 10]
@@ -70,7 +71,7 @@ def test_a_warm_step_plans_nothing_and_creates_no_gpu_objects(lab, monkeypatch):
     ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
     step, compiled = kv.step, ex.compiled_steps.compiled
     assert step is not None and calls == [1] * compiled_step.COMPILE_AT
-    warm = step.max_keys - kv.n_past  # steps before one more key outgrows an attention map
+    warm = min(step.max_keys, kv.kv.capacity) - kv.n_past  # steps until the cache is full
     assert warm >= 3, warm
     buffers, created = live_buffers(), step.objects.created
     for _ in range(warm):
@@ -186,21 +187,53 @@ def test_a_long_lived_lab_compiles_again_after_each_switch(tiny_model):
     assert len(set(used)) == 1 and len(set(held)) == 1, (used, held)
 
 
-def test_the_step_compiles_again_when_the_keys_outgrow_its_attention_maps(tiny_model):
-    """Attention maps hold the power of two at or above a step's keys; the step holds until one more
-    key would not fit, and is compiled again then, and only then."""
+def test_a_step_compiles_once_for_its_cache_and_again_only_when_its_maps_are_outgrown(tiny_model, monkeypatch):
+    """A compiled step's attention maps hold its KV cache's capacity, so over a whole decode no region
+    moves and the step is compiled once. Where that would not fit one binding, the maps hold the power
+    of two at or above a step's keys (forced here): the step holds until one more key would not fit,
+    and is compiled again then, and only then. Both decode as steps planned afresh do."""
+    from labkit.gpu import compiled_step
+
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     ex, steps = lab.executor, lab.executor.compiled_steps
-    kv = ex.new_state(len(IDS) + 40)
-    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
-    compiles = []
-    for _ in range(36):
-        before, held = steps.compiled, kv.step
-        outgrown = held is None or kv.n_past + 1 > held.max_keys
-        ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
-        assert (steps.compiled == before + 1) == outgrown, (kv.n_past, before, steps.compiled)
-        compiles += [kv.n_past] if outgrown else []
-    assert len(compiles) >= 3, compiles  # 12 to 47 keys: at least the 16 and 32 boundaries
+
+    def run(capacity: int) -> tuple[list[int], list[bytes]]:
+        kv = ex.new_state(capacity)
+        ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), kv)
+        compiles, logits = [], []
+        for _ in range(36):
+            before, held = steps.compiled, kv.step
+            outgrown = held is None or kv.n_past + 1 > held.max_keys
+            res = ex.run_pass(PassRequest([3], names=("logits",), last_logits_only=True, reuse=Reuse.steps()), kv)
+            assert (steps.compiled == before + 1) == outgrown, (kv.n_past, before, steps.compiled)
+            compiles += [kv.n_past] if outgrown else []
+            logits.append(res.captures["logits"][-1].tobytes())
+        return compiles, logits
+
+    capacity = len(IDS) + 40
+    once, logits = run(capacity)
+    assert len(once) == 1, once
+    assert logits == decode(lab, IDS, 37, replay=False, forced=[3] * 37)[1:]
+    monkeypatch.setattr(compiled_step, "plan_pass", lambda *a, **k: plan_pass(*a, **{**k, "keys_room": 0}))
+    grown, again = run(capacity)
+    assert len(grown) >= 3, grown  # 12 to 47 keys: at least the 16 and 32 boundaries
+    assert again == logits
+
+
+def test_an_attention_maps_room_is_kept_within_one_binding(tiny_model):
+    """`keys_room` sizes an attention map's buffer for more keys only where that fits one storage
+    binding; otherwise the map's buffer is its own size (and a compiled step over it holds to its
+    power of two)."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ex = lab.executor
+    st = next(s for s in lab.graph if s.op == "attn_scores")
+    shape, fresh = (lab.config.n_heads, 1, 12), ex.gpu.fresh
+    pass_shape = PassShape(1, 11)
+    roomy = ex.region(st, shape, pass_shape, fresh, keys_room=40)
+    assert roomy.shape == shape and roomy.buffer.size == 4 * lab.config.n_heads * 40
+    too_big = ex.binding_limit // (4 * lab.config.n_heads) + 1
+    plain = ex.region(st, shape, pass_shape, fresh, keys_room=too_big)
+    assert plain.buffer.size == 4 * lab.config.n_heads * 12
 
 
 def test_a_capture_of_a_kv_writer_is_planned_each_step(tiny_model):
