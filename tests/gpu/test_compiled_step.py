@@ -423,3 +423,20 @@ def test_a_run_never_sees_the_run_before(tiny_model):
     assert (faulty["logits"] == 0).any(), "the faulty policy left no row unwritten here"
     for name in want.captures:
         assert faulty[name].tobytes() == want[name].tobytes(), name
+
+
+def test_generate_keeps_its_state_for_the_next_generate_of_that_capacity(tiny_model):
+    """A generate of the same capacity runs on the last one's PassState, rewound: its compiled step
+    holds (nothing compiled again) and the tokens are those of a lab that never generated before;
+    another capacity makes a new state and compiles its own step."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    steps = lab.executor.compiled_steps
+    first = lab.generate(IDS, max_new_tokens=6)
+    compiled, state = steps.compiled, lab._generate_held
+    again = lab.generate(IDS, max_new_tokens=6)
+    assert again.ids == first.ids and steps.compiled == compiled and lab._generate_held is state
+    assert state.step is steps.last and state.step.steps >= 2 * 5
+    other = lab.generate(IDS, max_new_tokens=9)
+    assert lab._generate_held is not state and steps.compiled == compiled + 1
+    assert other.ids[: len(first.ids)] == first.ids
+    assert labkit.open(tiny_model("llama", "Q8_0")).generate(IDS, max_new_tokens=6).ids == first.ids
