@@ -67,13 +67,7 @@ class Submitter:
                 if timed and seg
                 else None
             )
-            if commands is not None and len(segments) == 1 and qs is None:
-                encode(enc, [], commands=commands)
-            elif qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
-                encode(enc, [d for p in seg for d in p.dispatches])
-            else:
-                for j, p in enumerate(seg):
-                    record_stage(enc, p, qs, j)
+            _record(enc, seg, qs, commands if len(segments) == 1 else None)
             readback = Readback(self.device, reading, T, *cut) if reading else None
             if readback is not None:
                 readback.record(enc, lend=staging, objects=objects)
@@ -110,6 +104,18 @@ class Submitter:
         if new.shape != cur.shape:
             raise ValueError(f"patch for {p.stage.name} returned shape {new.shape}, expected {cur.shape}")
         self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
+
+
+def _record(enc, seg: list[StagePlan], qs, commands: list[list] | None) -> None:
+    """A segment's dispatches into `enc`: one compute pass (from kept native commands when given), or
+    with per-stage timestamps (`qs`) one pass per stage."""
+    if qs is None and commands is not None:
+        encode(enc, [], commands=commands)
+    elif qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
+        encode(enc, [d for p in seg for d in p.dispatches])
+    else:
+        for j, p in enumerate(seg):
+            record_stage(enc, p, qs, j)
 
 
 def segments_of(todo: list[StagePlan], cut_after: set[str], stepped: bool) -> list[list[StagePlan]]:
