@@ -46,7 +46,8 @@ def test_every_caller_gets_the_tables_default():
     stage = STAGE
     for f in FORMATS_LIST:
         fam = f"matmul_{f.name}"
-        assert [k.variant for k in kernels_of(f.name)] == [n for n in KERNELS[fam] if not KERNELS[fam][n].faulty]
+        # the registry's kernels of the table's names (a session may have registered a user's too)
+        assert [k.variant for k in kernels_of(f.name)] == [n for n in KERNELS[fam] if n in BY_VARIANT]
         for adapter, adapter_type in (("cpu", "CPU"), ("gpu", "DiscreteGPU")):
             plain = default_kernel(f.name, adapter)[0]
             assert preferred(fam, adapter).name == plain == get_kernel(fam, "default", adapter).name
