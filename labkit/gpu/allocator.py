@@ -59,7 +59,6 @@ class FreshObjects:
         self.recycle = recycle_textures
         self._free: dict[tuple, list[Any]] = {}  # (size, format, usage) -> views a recorded stage left
         self._taken: list[tuple[tuple, Any]] = []
-        self.textures_created = 0
 
     def buffer(self, size: int, usage: int, label: str = "") -> Any:
         return self.device.create_buffer(size=size, usage=usage, label=label)
@@ -78,7 +77,6 @@ class FreshObjects:
         else:
             tex = self.device.create_texture(size=(*size, 1), format=fmt, usage=usage, label=label)
             view = tex.create_view()
-            self.textures_created += 1
         if self.recycle:
             self._taken.append((key, view))
         return view
