@@ -465,7 +465,7 @@ class Lab:
         24-token Gemma 3 270M decode), else a new one, the old one dropped first."""
         held = self._generate_held
         if held is not None and held.kv.capacity == capacity:
-            held.kv.rewind(held.kv.n_past)
+            held.kv.restart(self.executor.device)
             return held
         self._generate_held = None
         self._generate_held = self.executor.new_state(capacity)

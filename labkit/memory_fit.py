@@ -54,7 +54,7 @@ class MemoryFit:
             lab, cfg = self.lab, self.lab.config
 
             def reference(itemsize: int, room: int) -> list[MemoryPart]:
-                return reference_parts(lab.gguf, lab.graph, cfg.n_layers, cfg.kv_dim, T, names, itemsize, room)
+                return reference_parts(lab.gguf, lab.graph, cfg, T, names, itemsize, room)
 
             fixed = reference(8, 0)[1:]  # all but the weight cache, which takes the room left
             room = max(self.plannable() - sum(p.nbytes for p in parts + fixed), 0)

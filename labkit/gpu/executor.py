@@ -213,12 +213,20 @@ class GpuExecutor(StageHost):
         return self._plan_caches[role]
 
     def new_cache(self, capacity: int) -> GpuKVCache:
-        kv = self.cfg.kv_dim
-        return GpuKVCache(
-            capacity,
-            [self.buffer(capacity * kv, f"cache.k.{L}", self.gpu.fresh) for L in range(self.cfg.n_layers)],
-            [self.buffer(capacity * kv, f"cache.v.{L}", self.gpu.fresh) for L in range(self.cfg.n_layers)],
-        )
+        """K and V of `capacity` positions for each attending layer, and each recurrent layer's states (zero)."""
+        cfg, fresh = self.cfg, self.gpu.fresh
+        attends = set(cfg.attention_layers)
+
+        def kv(kind: str) -> list:
+            n = capacity * cfg.kv_dim
+            return [self.buffer(n, f"cache.{kind}.{L}", fresh) if L in attends else None for L in range(cfg.n_layers)]
+
+        states = {}
+        if cfg.ssm is not None:
+            sizes = {"conv": cfg.ssm.conv_state_size, "scan": cfg.ssm.scan_state_size}
+            for L in cfg.state_layers:
+                states |= {(kind, L): self.buffer(n, f"state.{kind}.{L}", fresh) for kind, n in sizes.items()}
+        return GpuKVCache(capacity, kv("k"), kv("v"), states=states)
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's
@@ -298,7 +306,7 @@ class GpuExecutor(StageHost):
         captured = [p for p in plans if (p.stage.name in want or r.debug) and not p.skipped]
         if r.debug:
             for p in plans:
-                if not p.skipped:
+                if not p.skipped and p.out.layout != "state":  # a state is the pass's input too
                     poison_region(self.device, p.out)
         elif reuse.kind == "objects":
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
@@ -316,7 +324,8 @@ class GpuExecutor(StageHost):
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
                    "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches}  # fmt: skip
         recomputed_from = plans[start].stage.name if start < len(plans) else None
-        rerunnable = keep is None and not r.debug and not r.patch and not r.stepped
+        # a recurrent state has moved on: a rerun of the pass would start from where this one left it
+        rerunnable = keep is None and not r.debug and not r.patch and not r.stepped and not kv.states
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
 
     def _compiled_step(self, r: PassRequest, state: PassState, last_only: bool, names) -> CompiledStep | None:

@@ -92,10 +92,11 @@ def select_kernels(
 
 def unread_stages(graph: list[Stage], kernels: dict[str, Kernel]) -> set[str]:
     """Stages no later stage reads under these kernels (a fused tier reads q, not the probabilities).
-    Derived from the graph backwards; cache writers and the last stage are always needed."""
+    Derived from the graph backwards; cache writers, the stages that advance or capture a recurrent
+    state (the next pass reads it), and the last stage are always needed."""
     needed = {graph[-1].name}
     for st in reversed(graph):
-        if st.name in needed or st.kv_write:
+        if st.name in needed or st.kv_write or st.state:
             needed.add(st.name)
             needed.update(reads(st, kernels[st.name]))
     return {st.name for st in graph} - needed

@@ -100,30 +100,41 @@ class CaseHost(StageHost):
         return Region(self.array(np.full(int(np.prod(shape)), np.nan)), 0, shape, layout)
 
     def kv_cache(self) -> GpuKVCache:
-        """The case's K and V at the stage's layer (a cache of one layer's buffers)."""
-        layers = (self.case.stage.layer or 0) + 1
+        """The case's K and V at the stage's layer (a cache of one layer's buffers), and its recurrent
+        states ("conv", "scan": what a pass before it left)."""
+        layer = self.case.stage.layer or 0
         k, v = (self.case.cache.get(kind) for kind in "kv")
         capacity = max((len(c) for c in (k, v) if c is not None), default=0)
+        states = {(kind, layer): self.array(a) for kind, a in self.case.cache.items() if kind not in "kv"}
         return GpuKVCache(
             capacity,
-            [self.array(k)] * layers if k is not None else [],
-            [self.array(v)] * layers if v is not None else [],
+            [self.array(k)] * (layer + 1) if k is not None else [],
+            [self.array(v)] * (layer + 1) if v is not None else [],
             n_past=self.case.n_past,
+            states=states,
         )
 
 
 def run_stage(case: Any, kernel: Kernel, policies: dict[str, str] | None = None, gpu: GpuDevice | None = None):
     """The GPU output of one stage under `kernel` (and dispatch `policies`, family -> name), read back
     as a float32 array of the shape the op's plan gave it."""
+    return run_stage_states(case, kernel, policies, gpu)[0]
+
+
+def run_stage_states(case: Any, kernel: Kernel, policies: dict[str, str] | None = None,
+                     gpu: GpuDevice | None = None) -> tuple[np.ndarray, dict[str, np.ndarray]]:  # fmt: skip
+    """run_stage's output, and the recurrent states ("conv", "scan") as the stage left them."""
     gpu = gpu or get_device()
     host = CaseHost(gpu, case, policies)
     st = case.stage
     regions = {name: Region(host.array(x), 0, x.shape) for name, x in zip(st.inputs, case.inputs)}
     ids = case.ids if case.ids is not None else range(case.T)
-    ctx = StageContext(host, st, kernel, PassScope(regions, host.kv_cache(), ids, False, gpu.fresh))
+    kv = host.kv_cache()
+    ctx = StageContext(host, st, kernel, PassScope(regions, kv, ids, False, gpu.fresh))
     out = OPS[st.op].plan(st, ctx)
     enc = gpu.device.create_command_encoder()
     encode(enc, ctx.dispatches)
     gpu.queue.submit([enc.finish()])
     raw = gpu.queue.read_buffer(out.buffer, 4 * out.offset, 4 * out.size)
-    return np.frombuffer(raw, dtype=np.int32 if out.layout == "ids" else np.float32).reshape(out.shape)
+    states = {kind: np.frombuffer(gpu.queue.read_buffer(buf), dtype=np.float32) for (kind, _), buf in kv.states.items()}
+    return np.frombuffer(raw, dtype=np.int32 if out.layout == "ids" else np.float32).reshape(out.shape), states

@@ -89,7 +89,8 @@ class Readback:
     def _select(self, plan: Any, T: int, positions: list[int] | None, limit: int) -> CaptureCopy:
         name, shape = plan.stage.name, tuple(plan.out.shape)
         amap = plan.out.layout == "heads" and len(shape) == 3  # the region says how its rows lie
-        spans, held = rows_to_copy(shape, T, positions, amap)
+        whole = plan.out.layout == "state"  # one row, the layer's whole state: never cut to positions
+        spans, held = rows_to_copy(shape, shape[0] if whole else T, None if whole else positions, amap)
         row_floats = int(np.prod(shape[2:] if amap else shape[1:]))
         heads = self.heads if amap and self.heads is not None else list(range(shape[0] if amap else 1))
         rows_total = shape[1] if amap else shape[0]

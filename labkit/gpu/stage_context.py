@@ -71,6 +71,14 @@ class StageContext:
     def cache(self, kind: str) -> wgpu.GPUBuffer:
         return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
 
+    def state(self, kind: str) -> wgpu.GPUBuffer:
+        """This layer's recurrent state of `kind` ("conv", "scan"), which the stage reads and advances in place."""
+        return self.kv.states[(kind, self.stage.layer)]
+
+    def state_region(self, kind: str, size: int) -> Region:
+        """This layer's state as a stage's region (a `state` stage: what the pass left in it)."""
+        return Region(self.state(kind), 0, (1, size), "state")
+
     def vector(self, name: str) -> wgpu.GPUBuffer:
         return self.ex.vector(name)
 

@@ -153,9 +153,10 @@ def stage_times_ms(ticks: np.ndarray) -> list[float]:
 def clear_regions(device, plans: list[StagePlan]) -> None:
     """Zero the output buffers of a pass built through a plan cache, as WebGPU zero-fills a new buffer:
     an unwritten row (a faulty variant's) reads 0.0 whatever ran before, so a run of a lab equals the
-    same run of a fresh one. The KV cache is left alone: it holds the positions before the pass."""
+    same run of a fresh one. The KV cache and the states are left alone: they hold what came before the pass."""
     enc = device.create_command_encoder()
-    for buf in {id(p.out.buffer): p.out.buffer for p in plans if not p.skipped and not p.stage.kv_write}.values():
+    kept = [p for p in plans if not p.skipped and not p.stage.kv_write and p.out.layout != "state"]
+    for buf in {id(p.out.buffer): p.out.buffer for p in kept}.values():
         enc.clear_buffer(buf)
     device.queue.submit([enc.finish()])
 

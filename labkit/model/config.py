@@ -26,7 +26,7 @@ class ArchTraits:
     softcaps: bool = False  # attention and final logit soft-capping (gemma2)
     fused_qkv: bool = False  # one attn_qkv weight, rows q;k;v (phi3)
     fused_gate_up: bool = False  # one ffn_up weight, gate rows then up rows (phi3)
-    ffn: str = "dense"  # "dense": one gated FFN; "moe": a router picks experts per token
+    ffn: str = "dense"  # "dense": one gated FFN; "moe": a router picks experts per token; "none" (mamba2)
     sub_norms: bool = False  # RMSNorms before the attention output and the FFN down projection (bitnet)
     # moe: whether the selected experts' weights are renormalized to sum to 1, when the file does
     # not say (`<arch>.expert_weights_norm`); llama.cpp's qwen3moe always renormalizes
@@ -58,6 +58,9 @@ class ArchTraits:
     # moe: its files say which layers are MoE (`leading_dense_block_count` dense layers first, then every
     # `interleave_moe_layer_step`-th), and may add shared experts (`expert_shared_feed_forward_length`)
     moe_layout_keys: bool = False
+    # what mixes the positions in a layer: "attention" (every layer), or "mamba2" (every layer a
+    # Mamba-2 block, llama.cpp's build_mamba2_layer: no attention, no FFN)
+    mixer: str = "attention"
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -112,8 +115,47 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         swa_rope_scaled=True,
         biases=(*("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_inp"), *GPT_OSS_EXPERT_BIASES),
     ),
+    # Mamba-2 as llama.cpp's mamba2 graph computes it: each layer a norm, the Mamba-2 mixer (a causal
+    # conv1d and the selective scan, its state carried from pass to pass) and the residual; no FFN,
+    # the output head tied to the embedding unless the file has one
+    "mamba2": ArchTraits("neox", mixer="mamba2", ffn="none"),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
+
+
+@dataclass(frozen=True)
+class SsmShape:
+    """A Mamba-2 mixer's sizes, as llama.cpp's hparams hold them (ssm_d_conv, ssm_d_inner, ...)."""
+
+    d_conv: int  # the causal conv's taps (the state keeps d_conv - 1 inputs per channel)
+    d_inner: int  # x's width: n_head heads of head_dim
+    d_state: int  # the recurrent state's size per head row (B's and C's width per group)
+    n_head: int  # llama.cpp's ssm_dt_rank: heads, each with its own dt, A and D
+    n_group: int  # B and C are shared by n_head / n_group heads; the gated norm's groups
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_inner // self.n_head
+
+    @property
+    def conv_dim(self) -> int:
+        """The conv's channels: x, B and C."""
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+    @property
+    def d_in_proj(self) -> int:
+        """ssm_in's rows: z, then xBC, then dt."""
+        return self.d_inner + self.conv_dim + self.n_head
+
+    @property
+    def conv_state_size(self) -> int:
+        """Floats of one layer's conv state: each channel's last d_conv - 1 inputs."""
+        return self.conv_dim * (self.d_conv - 1)
+
+    @property
+    def scan_state_size(self) -> int:
+        """Floats of one layer's scan state: [n_head, head_dim, d_state]."""
+        return self.d_inner * self.d_state
 
 
 @dataclass(frozen=True)
@@ -191,6 +233,8 @@ class ModelConfig:
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
+    mixer: str = "attention"  # ArchTraits.mixer: "attention" or "mamba2"
+    ssm: SsmShape | None = None  # the Mamba-2 mixer's sizes, where the family has one
 
     @property
     def q_dim(self) -> int:
@@ -213,11 +257,21 @@ class ModelConfig:
     def layer_window(self, layer: int) -> int | None:
         return self.sliding_window if self.swa_layers[layer] else None
 
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers that attend (and so hold a KV cache); a Mamba-2 layer holds a state instead."""
+        return tuple(range(self.n_layers)) if self.mixer == "attention" else ()
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """The layers that carry a recurrent state from pass to pass."""
+        return tuple(range(self.n_layers)) if self.ssm is not None else ()
+
     def layer_ffn(self, layer: int) -> str:
-        """The layer's feed-forward block: "moe", or "dense" (a dense FFN, or a leading dense layer)."""
+        """The layer's feed-forward block: "moe", "dense" (a dense FFN, or a leading dense layer) or "none"."""
         if self.ffn == "moe" and (not self.moe_layers or self.moe_layers[layer]):
             return "moe"
-        return "dense"
+        return "none" if self.ffn == "none" else "dense"
 
 
 MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: its per-layer arrays hold no more
@@ -310,30 +364,36 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     p = arch + "."
     n_layers = _count(meta, p + "block_count", high=MAX_LAYERS)
     d_model = _count(meta, p + "embedding_length")
-    n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
-    head_dim = _head_dim(meta, p, d_model, n_heads)
     tokens = meta.get("tokenizer.ggml.tokens")
     swa, window = _sliding_window(meta, p, traits, n_layers)
     context = _count(meta, p + "context_length", 2048)
     softcap = traits.softcaps
+    if traits.mixer == "attention":
+        n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
+        head_dim = _head_dim(meta, p, d_model, n_heads)
+        n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
+        rope = _rope_fields(meta, p, traits, head_dim, context, tensor_names)
+    else:  # no layer attends: llama.cpp's mamba2 files say head_count 0
+        n_heads = n_kv_heads = head_dim = 0
+        rope = _no_rope(traits)
     return ModelConfig(
         arch=arch,
         name=str(meta.get("general.name", arch)),
         n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=_kv_heads(meta, p, n_heads, n_layers),
+        n_kv_heads=n_kv_heads,
         head_dim=head_dim,
-        d_ff=_per_layer(meta, p + "feed_forward_length", n_layers, 0 if traits.ffn == "moe" else ..., low=0),
+        d_ff=_per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0),
         vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
         rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
-        **_rope_fields(meta, p, traits, head_dim, context, tensor_names),
+        **rope,
         sliding_window=int(window) if window else None,
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
         embed_scale=math.sqrt(d_model) if traits.embed_scale else 1.0,
-        attn_scale=1.0 / math.sqrt(head_dim),
+        attn_scale=1.0 / math.sqrt(head_dim) if head_dim else 1.0,
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
@@ -351,7 +411,33 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         **_moe_fields(meta, p, traits, n_layers, tensor_names),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
+        mixer=traits.mixer,
+        ssm=_ssm_shape(meta, p, d_model) if traits.mixer == "mamba2" else None,
     )
+
+
+def _no_rope(traits: ArchTraits) -> dict[str, Any]:
+    """The rope fields of a family no layer of which attends (nothing reads them)."""
+    return {"rope_base": 10000.0, "rope_base_local": 10000.0, "rope_style": traits.rope_style, "rope_dim": 0,
+            "rope_scaling": RopeScaling(), "swa_rope_scaled": False, "rope_freq_factors": None}  # fmt: skip
+
+
+def _ssm_shape(meta: dict[str, Any], p: str, d_model: int) -> SsmShape:
+    """A Mamba-2 mixer's sizes as llama.cpp's mamba2 load_arch_hparams reads them, checked as its
+    graph asserts them (heads and groups divide d_inner)."""
+    shape = SsmShape(
+        d_conv=_count(meta, p + "ssm.conv_kernel", high=64),
+        d_inner=_count(meta, p + "ssm.inner_size"),
+        d_state=_count(meta, p + "ssm.state_size", high=4096),
+        n_head=_count(meta, p + "ssm.time_step_rank"),
+        n_group=_count(meta, p + "ssm.group_count", 1),
+    )
+    for what, n in (("ssm.time_step_rank", shape.n_head), ("ssm.group_count", shape.n_group)):
+        if shape.d_inner % n:
+            raise HyperparameterError(f"{p}ssm.inner_size {shape.d_inner} is not a multiple of {p}{what} {n}")
+    if shape.n_head % shape.n_group:
+        raise HyperparameterError(f"{p}ssm.time_step_rank {shape.n_head} is not a multiple of {p}ssm.group_count")
+    return shape
 
 
 def _rope_fields(meta: dict[str, Any], p: str, traits: ArchTraits, head_dim: int, context: int,
@@ -389,9 +475,9 @@ def _is_layer0_bias(name: str) -> bool:
 
 
 def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, names: set[str]) -> dict[str, Any]:
-    """A mixture of experts' numbers, as llama.cpp's load_hparams reads them ({} for a dense FFN)."""
+    """A mixture of experts' numbers, as llama.cpp's load_hparams reads them (only the kind of FFN otherwise)."""
     if traits.ffn != "moe":
-        return {}
+        return {"ffn": traits.ffn}
     n_expert = _count(meta, p + "expert_count", high=MAX_EXPERTS)
     return {
         "ffn": "moe",

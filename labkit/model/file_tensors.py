@@ -18,7 +18,9 @@ class FileTensor:
 
     name: str
     shape: tuple[int, ...]
-    kind: str  # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks", "freq_factors"
+    # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks", "freq_factors", and
+    # Mamba-2's "conv", "ssm_a", "ssm_d"
+    kind: str
 
 
 def file_tensors(cfg: ModelConfig, graph: list[Stage] | None = None) -> list[FileTensor]:
@@ -50,7 +52,19 @@ def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
         return FileTensor(name, (cfg.vocab_size, cfg.d_model), "embedding")
     if st.op == "rmsnorm":
         return FileTensor(name, (P["group"],), "norm")
+    if st.op in _MIXER_TENSORS:  # Mamba-2's, in numpy order ({d_conv, channels} -> [channels, d_conv])
+        return FileTensor(name, _MIXER_TENSORS[st.op](P), _MIXER_KINDS[st.op])
     if st.op == "moe_matmul":
         return FileTensor(name, (cfg.n_expert, P["out"], P["in"]), "experts")
     rows = st.weight_rows[1] if st.weight_rows else P["out"]
     return FileTensor(name, (rows, P["in"]), "router" if st.kind == "ffn_router" else "matrix")
+
+
+# the tensors of Mamba-2's mixer ops, by op: their shapes from the stage's params, and their kinds
+_MIXER_TENSORS = {
+    "ssm_conv": lambda P: (P["channels"], P["d_conv"]),
+    "ssm_scan": lambda P: (P["n_head"], 1),
+    "ssm_skip": lambda P: (P["n_head"], 1),
+    "gated_norm": lambda P: (P["width"] // P["group"], P["group"]),
+}
+_MIXER_KINDS = {"ssm_conv": "conv", "ssm_scan": "ssm_a", "ssm_skip": "ssm_d", "gated_norm": "norm"}

@@ -72,6 +72,11 @@ ARCH_KEYS = {
     "expert_weights_norm": BOOL,
     "leading_dense_block_count": INT,
     "interleave_moe_layer_step": INT,
+    "ssm.conv_kernel": INT,
+    "ssm.inner_size": INT,
+    "ssm.state_size": INT,
+    "ssm.time_step_rank": INT,
+    "ssm.group_count": INT,
 }
 
 

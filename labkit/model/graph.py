@@ -32,6 +32,9 @@ class Stage:
     kv_write: str | None = None  # "k" or "v": the output is this layer's cache at n_past
     kv_read: tuple[str, ...] = ()  # the caches of this layer it reads
     policy: str | None = None  # the host dispatch policy family that applies ("lm_head")
+    # "conv" or "scan": the layer's recurrent state this stage reads and advances (ssm_conv, ssm_scan),
+    # or, for a `state` stage, the state it captures as the pass leaves it
+    state: str | None = None
 
     @property
     def tensors(self) -> dict[str, str]:
@@ -54,7 +57,7 @@ class _Builder:
         self.p = "" if layer is None else f"blk.{layer}."
 
     def add(self, kind: str, op: str, inputs: tuple[str, ...], weight: str | None = None, **kw) -> str:
-        fields = {k: kw.pop(k) for k in ("bias", "weight_rows", "kv_write", "kv_read", "policy") if k in kw}
+        fields = {k: kw.pop(k) for k in ("bias", "weight_rows", "kv_write", "kv_read", "policy", "state") if k in kw}
         ins = tuple(i if "." in i or i == "embed" else self.p + i for i in inputs)
         self.out.append(Stage(self.p + kind, op, ins, weight and self.w(weight), params=kw, layer=self.layer, **fields))
         return self.p + kind
@@ -64,7 +67,8 @@ class _Builder:
         return self.p + matrix + ".bias" if matrix in self.cfg.biases else None
 
     def w(self, name: str) -> str:
-        return name if name.endswith(".weight") else self.p + name + ".weight"
+        """A tensor's full name: `attn_q` is the layer's `attn_q.weight`; a full name stays (ssm_a has no suffix)."""
+        return name if name.endswith(".weight") or name.startswith("blk.") else self.p + name + ".weight"
 
     def norm(self, kind: str, x: str, weight: str, group: int | None = None, width: int | None = None) -> str:
         d = self.cfg.d_model
@@ -213,11 +217,43 @@ def _moe_ffn(b: _Builder, x: str) -> str:
 FFN_BUILDERS = {"dense": _ffn, "moe": _moe_ffn}
 
 
+def _mamba2(b: _Builder, x: str) -> str:
+    """llama.cpp's build_mamba2_layer: ssm_in's rows split into z, xBC and dt (+ its bias); the causal
+    conv over xBC (+ bias, SiLU) continuing the layer's conv state; the selective scan over x, B, C
+    and dt continuing its scan state; y + D·x; the grouped RMSNorm of y·silu(z); ssm_out. The two
+    `state` stages capture each state as the pass leaves it."""
+    cfg, s = b.cfg, b.cfg.ssm
+    d, xbc, dt = cfg.d_model, s.d_inner, s.d_inner + s.conv_dim
+    b.norm("attn_norm", x, "attn_norm")
+    b.linear("ssm_z", "attn_norm", "ssm_in", d, s.d_inner, rows=(0, xbc))
+    b.linear("ssm_xbc", "attn_norm", "ssm_in", d, s.conv_dim, rows=(xbc, dt))
+    b.linear("ssm_dt", "attn_norm", "ssm_in", d, s.n_head, rows=(dt, s.d_in_proj), bias=b.p + "ssm_dt.bias")
+    sizes = {"d_conv": s.d_conv, "d_inner": s.d_inner, "d_state": s.d_state, "n_head": s.n_head,
+             "n_group": s.n_group, "channels": s.conv_dim}  # fmt: skip
+    b.add("ssm_conv", "ssm_conv", ("ssm_xbc",), "ssm_conv1d", bias=b.p + "ssm_conv1d.bias", state="conv",
+          out=s.conv_dim, **sizes)  # fmt: skip
+    b.add("conv_state", "state", ("ssm_conv",), state="conv", size=s.conv_state_size)
+    b.add("ssm_scan", "ssm_scan", ("ssm_conv", "ssm_dt"), b.p + "ssm_a", state="scan", **sizes)
+    b.add("scan_state", "state", ("ssm_scan",), state="scan", size=s.scan_state_size)
+    b.add("ssm_skip", "ssm_skip", ("ssm_scan", "ssm_conv"), b.p + "ssm_d", **sizes)
+    group = s.d_inner // s.n_group
+    b.add("ssm_norm", "gated_norm", ("ssm_skip", "ssm_z"), "ssm_norm", eps=cfg.rms_eps, group=group,
+          width=s.d_inner, gate="before")  # fmt: skip
+    return b.linear("ssm_out", "ssm_norm", "ssm_out", s.d_inner, d)
+
+
+# what mixes the positions in a layer, by ModelConfig.mixer
+MIXERS = {"attention": _attention, "mamba2": _mamba2}
+
+
 def _layer(b: _Builder, x: str) -> str:
-    attn = _attention(b, x)
-    b.add("resid_mid", "add", (x, attn), width=b.cfg.d_model)
+    d = b.cfg.d_model
+    mixed = MIXERS[b.cfg.mixer](b, x)
+    if b.cfg.layer_ffn(b.layer) == "none":  # mamba2: the mixer's output is the layer's
+        return b.add("resid_out", "add", (x, mixed), width=d)
+    b.add("resid_mid", "add", (x, mixed), width=d)
     ffn = FFN_BUILDERS[b.cfg.layer_ffn(b.layer)](b, b.p + "resid_mid")
-    return b.add("resid_out", "add", ("resid_mid", ffn), width=b.cfg.d_model)
+    return b.add("resid_out", "add", ("resid_mid", ffn), width=d)
 
 
 def stage_names(graph: list[Stage]) -> list[str]:

@@ -115,7 +115,8 @@ class MemoryPart:
     """One line of the plan: which engine holds it, what it is, its bytes, and how to make it smaller."""
 
     engine: str  # "gpu", "reference", or "process" (its baseline)
-    part: str  # "weights", "kv cache", "pass regions", "captures", "weight cache", "activations"
+    # "weights", "kv cache", "recurrent state", "pass regions", "captures", "weight cache", "activations"
+    part: str
     nbytes: int
     detail: str = ""
     drop: str = ""  # what to give up to shrink it ("" when it cannot shrink)
@@ -208,7 +209,22 @@ def peak_live_bytes(graph: list[Stage], T: int, itemsize: int, kept=frozenset())
 
 
 def kv_bytes(n_layers: int, kv_dim: int, positions: int, itemsize: int) -> int:
+    """K and V of `positions` for `n_layers` attending layers: it grows with the sequence."""
     return 2 * n_layers * positions * kv_dim * itemsize
+
+
+def state_bytes(cfg, itemsize: int) -> int:
+    """Every recurrent layer's states (Mamba-2's conv and scan states): one size at any length."""
+    if cfg.ssm is None:
+        return 0
+    return len(cfg.state_layers) * (cfg.ssm.conv_state_size + cfg.ssm.scan_state_size) * itemsize
+
+
+def state_part(engine: str, cfg, itemsize: int) -> list[MemoryPart]:
+    """The recurrent state's part of a plan, where the model has one."""
+    n = state_bytes(cfg, itemsize)
+    what = f"{len(cfg.state_layers)} layers' conv and scan states, float{8 * itemsize}, the same at any length"
+    return [MemoryPart(engine, "recurrent state", n, what)] if n else []
 
 
 # what a reference pass holds besides its parts: a float64 row chunk, its float32 source, the product,
@@ -237,7 +253,7 @@ def reference_weight_bytes(gguf, graph: list[Stage], itemsize: int) -> int:
     return sum(itemsize * math.prod(gguf.tensors[n].shape) for n in names)
 
 
-def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int, names, weight_itemsize: int,
+def reference_parts(gguf, graph: list[Stage], cfg, T: int, names, weight_itemsize: int,
                     weight_room: int) -> list[MemoryPart]:  # fmt: skip
     """The float64 reference's parts for a pass of T tokens capturing `names` (all when None): its
     live activations, KV cache and captures, and its weight cache in what room is left (the cache
@@ -251,7 +267,8 @@ def reference_parts(gguf, graph: list[Stage], n_layers: int, kv_dim: int, T: int
         MemoryPart("reference", "weight cache", held, f"{how} (float{8 * weight_itemsize})"),
         MemoryPart("reference", "working set", WORKING_SET, "a widened row chunk and dequantization temporaries"),
         MemoryPart("reference", "activations", peak_live_bytes(graph, T, 8, kept), "float64, freed after last reader"),
-        MemoryPart("reference", "kv cache", kv_bytes(n_layers, kv_dim, T, 8), "float64"),
+        MemoryPart("reference", "kv cache", kv_bytes(len(cfg.attention_layers), cfg.kv_dim, T, 8), "float64"),
+        *state_part("reference", cfg, 8),
         MemoryPart("reference", "captures", captures, f"{len(kept)} stages, float64", CAPTURE_HINT),
     ]
 

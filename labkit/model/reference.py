@@ -28,19 +28,24 @@ from labkit.ops import OPS
 
 @dataclass
 class KVCache:
-    """Roped keys and values of the positions already processed, per layer."""
+    """What a sequence keeps between passes: roped keys and values of the positions already
+    processed, per attending layer, and each recurrent layer's states ((kind, layer) -> array:
+    "conv", "scan"), which stay one size however long the sequence grows."""
 
     k: dict[int, np.ndarray] = field(default_factory=dict)
     v: dict[int, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def n_past(self) -> int:
-        return next(iter(self.k.values())).shape[0] if self.k else 0
+    states: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    n_past: int = 0  # positions processed (advanced by each pass)
 
     def store(self, kind: str, layer: int, new: np.ndarray) -> None:
         """Append this pass's keys or values of a layer."""
         store = self.k if kind == "k" else self.v
         store[layer] = new if layer not in store else np.concatenate([store[layer], new], axis=0)
+
+    def state(self, kind: str, layer: int, shape: tuple[int, ...]) -> np.ndarray:
+        """A layer's state as the last pass left it; zeros before the sequence's first pass."""
+        held = self.states.get((kind, layer))
+        return np.zeros(shape) if held is None else held.reshape(shape)
 
 
 @dataclass
@@ -53,6 +58,16 @@ class _StageInputs:
     positions: np.ndarray
     n_past: int
     layer_cache: dict[str, np.ndarray]
+    layer: int | None = None
+    cache: KVCache | None = None
+
+    def state(self, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+        """This layer's recurrent state of `kind` as the sequence's last pass left it."""
+        return self.cache.state(kind, self.layer, shape)
+
+    def set_state(self, kind: str, value: np.ndarray) -> None:
+        """The state this pass leaves for the next (the op that advances it sets it)."""
+        self.cache.states[(kind, self.layer)] = np.asarray(value, np.float64)
 
     def weight(self, name: str, rows: tuple[int, int] | None = None) -> np.ndarray:
         w = self.engine.weight(name)
@@ -138,7 +153,8 @@ class ReferenceEngine:
         live = self.peak_live_bytes = 0
         for i, st in enumerate(self.graph):
             layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
-            inputs = _StageInputs(self, [vals[n] for n in st.inputs], ids, positions, n_past, layer_cache)
+            xs = [vals[n] for n in st.inputs]
+            inputs = _StageInputs(self, xs, ids, positions, n_past, layer_cache, st.layer, cache)
             out = OPS[st.op].reference(st, inputs)
             vals[st.name] = out if each is None else each(out)
             if st.kv_write:
@@ -152,6 +168,7 @@ class ReferenceEngine:
                 if self._last_reader[n] <= i and n in vals:
                     gone = vals.pop(n)
                     live -= 0 if n in kept else gone.nbytes
+        cache.n_past += len(ids)
         return kept
 
     def _to_dequantize(self) -> set[str]:

@@ -25,7 +25,9 @@ class StageKind:
     int8: float  # an engine that quantizes matmul inputs to 8 bits (llama.cpp)
     float16: float  # activations rounded to f16 between stages
     bfloat16: float
-    layout: str = "rows"  # "rows": [positions, ...] floats; "heads": [heads, queries, keys]; "ids": integers
+    # "rows": [positions, ...] floats; "heads": [heads, queries, keys]; "ids": integers; "state": one row,
+    # a layer's recurrent state after the pass (never cut to positions)
+    layout: str = "rows"
     top_level: bool = False  # outside the layers: no `blk.L.` prefix
     slots: bool = False  # [T, k, ...]: one entry per selected expert, in the order of the layer's ffn_topk
     role: str = ""  # what it does in the transformer (ROLES)
@@ -87,6 +89,40 @@ ROLES: dict[str, str] = {
     "post_attn_norm": (
         "normalizes attention's output before it is added to the residual stream (Gemma's sandwich norm)"
     ),
+    "ssm_z": (
+        "Mamba-2's gate z: a slice of ssm_in's product that never enters the scan; silu(z) gates the scan's "
+        "output in the norm"
+    ),
+    "ssm_xbc": (
+        "Mamba-2's x, B and C before the conv: x is what the scan carries (the value), B how a token writes "
+        "into the state (the key), C how it reads the state (the query)"
+    ),
+    "ssm_dt": (
+        "Mamba-2's step size per head (with its bias): through a softplus it says how much of the state a "
+        "token keeps (small: remember) and how much it writes (large: overwrite)"
+    ),
+    "ssm_conv": (
+        "a short causal convolution over each channel of x, B and C (its last d_conv inputs, the earlier "
+        "ones kept in the conv state), then SiLU: local mixing before the long-range scan"
+    ),
+    "conv_state": (
+        "the conv state as the pass leaves it: each channel's last d_conv - 1 inputs, what the next pass's "
+        "first tokens convolve with. Its size never grows with the sequence"
+    ),
+    "ssm_scan": (
+        "the selective scan: a state of head_dim × d_state numbers per head that each token decays by "
+        "exp(softplus(dt)·A), writes x ⊗ B into, and reads with C: a recurrent memory in place of a KV cache"
+    ),
+    "scan_state": (
+        "the scan state as the pass leaves it ([heads, head_dim, d_state]): everything the model keeps of "
+        "the sequence so far, the same size at 10 tokens and at 32 000"
+    ),
+    "ssm_skip": "the scan's output plus D·x, a learned per-head skip around the scan",
+    "ssm_norm": (
+        "the gated norm: the scan's output times silu(z), then RMS-normed in groups (Mamba-2 gates before "
+        "the norm, Qwen3-Next after)"
+    ),
+    "ssm_out": "the mixer's output projection, back to d_model for the residual stream",
     "resid_mid": (
         "the residual stream after attention: the layer's input plus what attention wrote. Each block "
         "only adds to this running sum, so information from earlier layers is never overwritten"
@@ -161,6 +197,16 @@ LLAMACPP_NODES: dict[str, str] = {
     "attn_sub_norm": "attn_sub_norm-{L}:MUL",
     "attn_out": "",
     "post_attn_norm": "attn_post_norm-{L}:MUL",
+    "ssm_z": "",
+    "ssm_xbc": "",
+    "ssm_dt": "",
+    "ssm_conv": "",
+    "conv_state": "",
+    "ssm_scan": "",
+    "scan_state": "",
+    "ssm_skip": "mamba2_y_add_d-{L}:ADD",
+    "ssm_norm": "",
+    "ssm_out": "mamba_out-{L}:MUL_MAT",
     "resid_mid": "ffn_inp-{L}:ADD",
     "ffn_norm": "ffn_norm-{L}:MUL",
     "ffn_gate": "ffn_gate-{L}:MUL_MAT",
@@ -211,6 +257,18 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("attn_sub_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # bitnet: as post_attn_norm
     K("attn_out", 5e-04, 5e-02, 5e-04, 2e-02),  # 8.3e-3
     K("post_attn_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # 1.6e-2 (gemma3 layer 17)
+    # Mamba-2's mixer (mamba2): the projections are matmul rows, the conv and scan f32 loops over the
+    # pass's tokens (a prompt's scan runs chunked in the reference, token by token on the GPU)
+    K("ssm_z", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_xbc", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_dt", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_conv", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("conv_state", 5e-04, 2e-02, 5e-04, 1e-02, layout="state"),
+    K("ssm_scan", 1e-04, 5e-02, 1e-03, 2e-02),
+    K("scan_state", 1e-04, 5e-02, 1e-03, 2e-02, layout="state"),
+    K("ssm_skip", 1e-04, 5e-02, 1e-03, 2e-02),
+    K("ssm_norm", 1e-04, 5e-02, 1e-03, 2e-02),
+    K("ssm_out", 5e-04, 5e-02, 5e-04, 2e-02),
     K("resid_mid", 1e-06, 1e-02, 5e-04, 1e-02),  # 1.4e-3
     K("ffn_norm", 1e-06, 2e-02, 1e-04, 1e-02),  # 3.9e-3
     K("ffn_gate", 5e-04, 2e-02, 5e-04, 1e-02),  # 3.1e-3
@@ -247,6 +305,7 @@ KIND_ORDER = tuple(k.name for k in STAGE_KINDS)
 TOP_LEVEL_KINDS = tuple(k.name for k in STAGE_KINDS if k.top_level)
 ATTENTION_MAPS = tuple(k.name for k in STAGE_KINDS if k.layout == "heads")
 ID_KINDS = tuple(k.name for k in STAGE_KINDS if k.exact)
+STATE_KINDS = tuple(k.name for k in STAGE_KINDS if k.layout == "state")
 SLOT_KINDS = tuple(k.name for k in STAGE_KINDS if k.slots)
 
 

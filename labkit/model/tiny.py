@@ -58,6 +58,11 @@ class TinySpec:
     # RoPE scaling as the converters write it: (type, factor, original context length), () for none
     rope_scaling: tuple = ()
     rope_freq_factors: bool = False  # llama only: Llama 3.1's per-pair factors, `rope_freqs.weight`
+    # mamba2 only: the mixer's sizes (d_inner is twice d_model, as llama.cpp's converter asserts)
+    ssm_d_state: int = 16
+    ssm_head_dim: int = 32
+    ssm_n_group: int = 2
+    ssm_d_conv: int = 4
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -137,14 +142,11 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_block_count(spec.n_layers)
     w.add_context_length(spec.context)
     w.add_embedding_length(spec.d_model)
-    w.add_feed_forward_length(spec.d_ff)
-    w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
-    w.add_key_length(spec.head_dim)
-    w.add_value_length(spec.head_dim)
     w.add_layer_norm_rms_eps(1e-6 if a.startswith("gemma") else 1e-5)
-    w.add_rope_freq_base(1e6 if a == "gemma3" else 1e4)
-    w.add_rope_dimension_count(spec.head_dim)
+    if traits.mixer == "mamba2":
+        _ssm_metadata(w, spec)
+    else:
+        _attention_metadata(w, spec)
     if spec.rope_scaling:
         kind, factor, n_ctx_orig = spec.rope_scaling
         w.add_string(f"{a}.rope.scaling.type", kind)
@@ -174,6 +176,28 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_add_bos_token(a != "llama")
 
 
+def _attention_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    w.add_feed_forward_length(spec.d_ff)
+    w.add_head_count(spec.n_heads)
+    w.add_head_count_kv(spec.n_kv_heads)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_rope_freq_base(1e6 if spec.arch == "gemma3" else 1e4)
+    w.add_rope_dimension_count(spec.head_dim)
+
+
+def _ssm_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """Mamba-2's keys as llama.cpp's converter writes them (no layer attends: head_count 0, no FFN)."""
+    d_inner = 2 * spec.d_model
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(d_inner // spec.ssm_head_dim)
+    w.add_ssm_group_count(spec.ssm_n_group)
+
+
 class _Tensors:
     """Adds a tiny file's random tensors: matrices in the spec's types, norms near 1."""
 
@@ -192,8 +216,8 @@ class _Tensors:
     def vector(self, name: str, values: np.ndarray) -> None:
         self.w.add_tensor(name, np.asarray(values, np.float32))
 
-    def norm(self, name: str, n: int) -> None:
-        self.vector(name, 1.0 + 0.1 * self.rng.standard_normal(n))
+    def norm(self, name: str, shape: tuple[int, ...]) -> None:
+        self.vector(name, 1.0 + 0.1 * self.rng.standard_normal(shape))
 
 
 def tiny_config(spec: TinySpec) -> ModelConfig:
@@ -228,6 +252,9 @@ def _matrix(t: _Tensors, ft: FileTensor) -> None:
 def _bias(t: _Tensors, ft: FileTensor) -> None:
     # a router's bias moves its choices (a selection bias, beside probabilities near 1/n_expert, too);
     # q/k/v biases are qwen2's size
+    if ft.name.endswith("ssm_dt.bias"):  # Mamba-2's: softplus(bias) a step in [0.001, 0.1], as it is initialised
+        t.vector(ft.name, np.log(np.expm1(t.rng.uniform(1e-3, 0.1, ft.shape))))
+        return
     scale = 0.5 if "ffn_gate_inp" in ft.name else 0.1 if ft.name.endswith(("q.bias", "k.bias", "v.bias")) else 0.05
     t.vector(ft.name, scale * t.rng.standard_normal(ft.shape))
 
@@ -240,11 +267,16 @@ _VALUES = {
     "matrix": _matrix,
     "experts": _matrix,
     "router": lambda t, ft: t.vector(ft.name, t.rng.standard_normal(ft.shape) / np.sqrt(ft.shape[1])),
-    "norm": lambda t, ft: t.norm(ft.name, ft.shape[0]),
+    "norm": lambda t, ft: t.norm(ft.name, ft.shape),
     "bias": _bias,
     "scale": lambda t, ft: t.vector(ft.name, [t.rng.uniform(0.5, 2.0)]),
     "sinks": lambda t, ft: t.vector(ft.name, 1.5 * t.rng.standard_normal(ft.shape)),
     "freq_factors": lambda t, ft: t.vector(ft.name, llama3_freq_factors(ft.shape[0], 1e4)),
+    # Mamba-2's, as its initialisation draws them: conv taps of std ~1/sqrt(d_conv), A = -exp(A_log) with
+    # A in [1, 16], D near 1 (f32, as llama.cpp's ggml_ssm_conv and ggml_ssm_scan read them)
+    "conv": lambda t, ft: t.vector(ft.name, t.rng.standard_normal(ft.shape) / np.sqrt(ft.shape[1])),
+    "ssm_a": lambda t, ft: t.vector(ft.name, -t.rng.uniform(1.0, 16.0, ft.shape)),
+    "ssm_d": lambda t, ft: t.vector(ft.name, 1.0 + 0.1 * t.rng.standard_normal(ft.shape)),
 }
 
 

@@ -9,6 +9,7 @@ from labkit.ops import (
     attn_ctx,
     attn_scores,
     embed,
+    gated_norm,
     glu,
     matmul,
     moe_matmul,
@@ -19,6 +20,10 @@ from labkit.ops import (
     rope,
     softcap,
     softmax,
+    ssm_conv,
+    ssm_scan,
+    ssm_skip,
+    state,
 )
 from labkit.ops.base import Explanation, Kernel, Op, Params, PassShape, Policy
 
@@ -40,6 +45,11 @@ OPS: dict[str, Op] = {
         moe_sum,
         mul,
         add_id,
+        ssm_conv,
+        ssm_scan,
+        ssm_skip,
+        gated_norm,
+        state,
     )
 }
 

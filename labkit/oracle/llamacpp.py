@@ -61,7 +61,9 @@ class Pick:
     ignored and the node is the one of op `op` whose src[1] is named `reads` — the
     rule for unnamed `node_N` tensors. Exactly one node per layer must match.
     `layout`: "vec" → [T, features]; "probs" → [heads, q, k] cropped;
-    "scores" → kq·scale + mask, both read from the consuming soft_max node, cropped.
+    "scores" → kq·scale + mask, both read from the consuming soft_max node, cropped;
+    "scan_y" / "scan_state" → the head (y, T·d_inner floats) or the tail (the state) of ggml_ssm_scan's
+    one output; "state" → a state copied into llama.cpp's recurrent cache, as one row.
     """
 
     name: str
@@ -70,6 +72,9 @@ class Pick:
     reads: str | None = None
     note: str = ""
     part: tuple[int, int] | None = None  # (i, n): the i-th of n equal column blocks (phi3's fused gate/up)
+    rows: bool = False  # the stage's own `weight_rows` as columns of the node (Mamba-2's z, xBC of ssm_in)
+    src: int = 1  # the source `reads` names (ssm_scan's A is its src[3])
+    through: str | None = None  # the node is the one reading, as src[0], a node of this op whose src[1] is `reads`
 
 
 def default_pick(kind: str, note: str = "") -> Pick:
@@ -241,6 +246,60 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
     },
 }
 
+
+def _mamba2() -> dict[str, Pick]:
+    """llama.cpp's build_mamba2_layer (models/mamba-base.cpp), where most nodes are unnamed: each is
+    found by a weight it reads, or by the node it reads."""
+    ssm_in = "ssm_in's one product: this stage's rows of it"
+    return {
+        "embed": default_pick("embed"),
+        "attn_norm": default_pick("attn_norm", NOTES["attn_norm"]),
+        "ssm_z": Pick("", "MUL_MAT", reads="attn_norm-{L}", rows=True, note=ssm_in),
+        "ssm_xbc": Pick("", "MUL_MAT", reads="attn_norm-{L}", rows=True, note=ssm_in),
+        "ssm_dt": Pick("", "ADD", reads="blk.{L}.ssm_dt.bias", note="dt + dt_bias, before ggml_ssm_scan's softplus"),
+        "ssm_conv": Pick(
+            "",
+            "UNARY",
+            reads="blk.{L}.ssm_conv1d.bias",
+            through="ADD",
+            note="silu(ggml_ssm_conv + conv bias): the SiLU reading the bias ADD",
+        ),  # fmt: skip
+        "conv_state": Pick(
+            "",
+            "CPY",
+            reads="cache_r_l{L} (view)",
+            layout="state",
+            note="the window's last d_conv - 1 inputs copied into cache_r_lL",
+        ),  # fmt: skip
+        "ssm_scan": Pick(
+            "",
+            "SSM_SCAN",
+            reads="blk.{L}.ssm_a",
+            src=3,
+            layout="scan_y",
+            note="ggml_ssm_scan's output: y, then the final state",
+        ),  # fmt: skip
+        "scan_state": Pick(
+            "",
+            "SSM_SCAN",
+            reads="blk.{L}.ssm_a",
+            src=3,
+            layout="scan_state",
+            note="the tail of ggml_ssm_scan's output, copied into cache_s_lL",
+        ),  # fmt: skip
+        "ssm_skip": default_pick("ssm_skip", "y + x·D"),
+        "ssm_norm": Pick(
+            "", "MUL", reads="blk.{L}.ssm_norm.weight", note="rms_norm(silu(z)·y) · ssm_norm over n_group groups"
+        ),  # fmt: skip
+        "ssm_out": default_pick("ssm_out"),
+        "resid_out": default_pick("resid_out"),
+        "output_norm": default_pick("output_norm"),
+        "logits": default_pick("logits", NOTES["logits"]),
+    }
+
+
+MAPPINGS["mamba2"] = _mamba2()
+
 # Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
 # graph (its libggml 0.25.3), so these are empty. A kind listed here would be absent from
@@ -255,6 +314,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "bitnet": {},
     "gpt-oss": {},
     "gemma2": {},
+    "mamba2": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:
@@ -425,7 +485,9 @@ class _Collector:
     def __init__(self, ggml: _Ggml, wants_by_key: dict[tuple, list[_Want]], reads: dict[tuple, list[_Want]]):
         self.ggml = ggml
         self.by_key = wants_by_key  # (node name, op) → want
-        self.by_reads = reads  # (src[1] name, op) → want
+        self.by_reads = reads  # (src[i] name, op, i) → want; op "ADD>UNARY": found through an ADD
+        self.srcs = sorted({i for _, _, i in reads} | {1})  # the sources any pick names
+        self.through = any(">" in op for _, op, _ in reads)
         self.raw: dict[str, np.ndarray] = {}  # stage → raw tensor (numpy, ne reversed)
         self.softmax: dict[str, tuple[float, float, np.ndarray]] = {}  # kq name → (scale, max_bias, mask)
         self.softmax_of: dict[str, str] = {}  # kq node name → stage name (attn_scores)
@@ -438,9 +500,16 @@ class _Collector:
         s = _GgmlTensor.from_address(t)
         name = self.ggml.name(t)
         op = self.ggml.op(s)
-        wants = self.by_key.get((name, op), [])
-        if not wants and s.src[1]:
-            wants = self.by_reads.get((self.ggml.name(s.src[1]), op), [])
+        wants = self.by_key.get((name, op), []) if any(s.ne) and all(s.ne) else []  # never an empty node
+        for i in self.srcs if all(s.ne) else ():
+            if wants or not s.src[i]:
+                continue
+            wants = self.by_reads.get((self.ggml.name(s.src[i]), op, i), [])
+            if not wants and i == 0 and self.through:  # a node found through the node it reads (through=)
+                s0 = _GgmlTensor.from_address(s.src[0])
+                if s0.src[1]:
+                    key = (self.ggml.name(s0.src[1]), f"{self.ggml.op(s0)}>{op}", 0)
+                    wants = self.by_reads.get(key, [])
         return wants, s, name
 
     def is_softmax_of_scores(self, s: _GgmlTensor, op: str) -> str | None:
@@ -485,8 +554,10 @@ def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, 
             continue
         L = "" if st.layer is None else str(st.layer)
         want = _Want(st.name, pick)
-        if pick.reads is not None:
-            by_reads.setdefault((pick.reads.format(L=L), pick.op), []).append(want)
+        if pick.reads is not None and pick.through is not None:
+            by_reads.setdefault((pick.reads.format(L=L), f"{pick.through}>{pick.op}", 0), []).append(want)
+        elif pick.reads is not None:
+            by_reads.setdefault((pick.reads.format(L=L), pick.op, pick.src), []).append(want)
         else:
             by_key.setdefault((pick.name.format(L=L), pick.op), []).append(want)
         if pick.layout == "scores":
@@ -498,6 +569,13 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
     """llama.cpp's tensor (numpy, ne reversed) in labkit's layout for `stage`."""
     if pick.layout == "slots":  # ne [features, k, T] (or [k, T]): positions, then slots
         return raw.reshape(T, stage.params["k"], -1) if raw.size != T * stage.params["k"] else raw.reshape(T, -1)
+    if pick.layout in ("scan_y", "scan_state"):  # ggml_ssm_scan's one output: y, then the final state
+        flat = raw.reshape(-1)
+        if pick.layout == "scan_y":
+            return flat[: T * stage.params["d_inner"]].reshape(T, -1)
+        return flat[flat.size - stage.params["size"] :].reshape(1, -1)
+    if pick.layout == "state":
+        return raw.reshape(1, -1)
     if pick.layout == "vec":
         if raw.size % T:
             raise OracleError(f"{stage.name}: llama.cpp tensor of shape {raw.shape} does not split into {T} positions")
@@ -507,6 +585,8 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
             i, n = pick.part
             width = vec.shape[1] // n
             vec = vec[:, i * width : (i + 1) * width]
+        if pick.rows:
+            vec = vec[:, stage.weight_rows[0] : stage.weight_rows[1]]
         return vec
     # attention maps: ne [n_kv, T, heads, 1] → numpy [1, heads, T, n_kv] → [heads, T, n_kv]
     a = raw.reshape(raw.shape[-3], raw.shape[-2], raw.shape[-1])
