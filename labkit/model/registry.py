@@ -96,6 +96,13 @@ MODELS: dict[str, ModelEntry] = {
         "(4 per token), attention sinks, 512 placeholder tokens",
         _written("tiny-gpt-oss"),
     ),
+    "tiny-mamba2": ModelEntry(
+        "tiny-mamba2",
+        "labkit (written on first use)",
+        "a random-weight Mamba-2 (mamba2), Q4_K projections, 4 layers of the mixer alone (no attention), d=256, "
+        "16 scan heads of 32 sharing B and C in 2 groups, state 16, conv of 4, 512 placeholder tokens",
+        _written("tiny-mamba2"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

@@ -103,6 +103,9 @@ TINY_MODELS = {
         d_ff_shexp=512,
         seed=1,
     ),  # fmt: skip
+    # Mamba-2 at tiny size: 4 layers of the mixer alone (no attention, no FFN), heads sharing B and C
+    # in 2 groups, K-quant projections of rows 256 wide
+    "tiny-mamba2": TinySpec(arch="mamba2", weight_type="Q4_K", n_layers=4, d_model=256, seed=5),
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(

@@ -11,7 +11,7 @@ Adding an op or a variant without cases here fails `test_every_op_and_variant_ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ import wgpu
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from labkit.gpu.op_harness import run_stage
+from labkit.gpu.op_harness import run_stage, run_stage_states
 from labkit.model.graph import Stage
 from labkit.model.tiny import encode_tensor
 from labkit.ops import OPS, attn_scores, softmax
@@ -49,6 +49,12 @@ NMSE = {
     "moe_sum": 1e-12,
     "mul": 1e-12,
     "add_id": 1e-12,
+    # Mamba-2's mixer: each state-advancing op is compared on its output and on the state it leaves
+    "ssm_conv": 1e-10,
+    "ssm_scan": 1e-9,  # f32 state over tens of tokens
+    "ssm_skip": 1e-12,
+    "gated_norm": 1e-10,
+    "state": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -436,6 +442,78 @@ def cases_add_id() -> list[OpCase]:
     return out
 
 
+def cases_ssm_conv() -> list[OpCase]:
+    """Odd channel counts, T below, at and above d_conv - 1 (the kept window straddles the old state),
+    and a state left by an earlier pass (never zeros): the state_lag fault shows in the state it leaves."""
+    r, out = _rng("ssm_conv"), []
+    for T, C, k in ((1, 64, 4), (2, 70, 4), (3, 131, 4), (9, 100, 3), (33, 37, 4)):
+        w: dict = {}
+        weight = _vector(w, "conv.weight", r.standard_normal((C, k)) / np.sqrt(k))
+        bias = _vector(w, "conv.bias", 0.1 * r.standard_normal(C))
+        P = {"channels": C, "d_conv": k, "out": C}
+        st = Stage("blk.0.ssm_conv", "ssm_conv", ("x",), weight, bias, params=P, layer=0, state="conv")
+        cache = {"conv": r.standard_normal((C, k - 1))}
+        case = OpCase(f"T{T} c{C} k{k}", st, [r.standard_normal((T, C)) * 2], T, weights=w, cache=cache)
+        out.append(replace(case, exposes=frozenset({"state_lag"})))
+    return out
+
+
+def _scan_inputs(r, T: int, H: int, hd: int, N: int, G: int):
+    x = r.standard_normal((T, H * hd + 2 * G * N))
+    dt = r.standard_normal((T, H)) * 2 - 1
+    dt[0, 0] = 25.0  # softplus's linear branch (ggml's: above 20 as it is)
+    return x, dt
+
+
+def cases_ssm_scan() -> list[OpCase]:
+    """Heads sharing B and C in groups, odd head and state sizes, a prompt past the reference's chunk
+    (the chunked form there, the recurrent one on the GPU), a decode step; a state never zero."""
+    r, out = _rng("ssm_scan"), []
+    for T, H, hd, N, G in ((1, 4, 16, 16, 2), (9, 6, 8, 12, 3), (40, 2, 32, 64, 1), (5, 8, 7, 5, 4), (70, 2, 4, 8, 2)):
+        w: dict = {}
+        A = _vector(w, "blk.0.ssm_a", -r.uniform(0.5, 8.0, H))
+        P = {"n_head": H, "d_inner": H * hd, "d_state": N, "n_group": G, "channels": H * hd + 2 * G * N}
+        st = Stage("blk.0.ssm_scan", "ssm_scan", ("xbc", "dt"), A, params=P, layer=0, state="scan")
+        cache = {"scan": r.standard_normal((H, hd, N))}
+        # over tens of tokens a decaying state forgets where it started: the reset shows in short passes
+        shows = frozenset({"no_softplus", "a_positive"} | ({"state_reset"} if T <= 9 else set()))
+        label = f"T{T} H{H} hd{hd} N{N} G{G}"
+        out.append(OpCase(label, st, list(_scan_inputs(r, T, H, hd, N, G)), T, weights=w, cache=cache, exposes=shows))
+    return out
+
+
+def cases_ssm_skip() -> list[OpCase]:
+    r, out = _rng("ssm_skip"), []
+    for T, H, hd, extra in ((1, 4, 16, 64), (7, 3, 37, 10)):
+        w: dict = {}
+        D = _vector(w, "blk.0.ssm_d", 1.0 + 0.1 * r.standard_normal(H))
+        P = {"n_head": H, "d_inner": H * hd, "channels": H * hd + extra}
+        st = Stage("blk.0.ssm_skip", "ssm_skip", ("y", "xbc"), D, params=P, layer=0)
+        xs = [r.standard_normal((T, H * hd)), r.standard_normal((T, H * hd + extra))]
+        out.append(OpCase(f"T{T} H{H} hd{hd}", st, xs, T, weights=w))
+    return out
+
+
+def cases_gated_norm() -> list[OpCase]:
+    """The gate before the norm (Mamba-2) and after it (Qwen3-Next); one weight row per group or shared."""
+    r, out = _rng("gated_norm"), []
+    for T, group, n_group, gate, shared in ((1, 128, 2, "before", False), (5, 37, 3, "before", False),
+                                             (3, 64, 4, "after", True), (2, 1000, 1, "after", False)):  # fmt: skip
+        w: dict = {}
+        norm = _vector(w, "norm.weight", 1.0 + 0.1 * r.standard_normal(group if shared else group * n_group))
+        P = {"eps": 1e-5, "group": group, "width": group * n_group, "gate": gate, "w_groups": 1 if shared else n_group}
+        st = Stage("blk.0.ssm_norm", "gated_norm", ("y", "z"), norm, params=P, layer=0)
+        xs = [r.standard_normal((T, group * n_group)) * 3, r.standard_normal((T, group * n_group)) * 2]
+        out.append(OpCase(f"{gate} T{T} {n_group}x{group}", st, xs, T, weights=w, exposes=frozenset({"gate_swapped"})))
+    return out
+
+
+def cases_state() -> list[OpCase]:
+    r = _rng("state")
+    st = Stage("blk.0.scan_state", "state", ("blk.0.ssm_scan",), params={"size": 777}, layer=0, state="scan")
+    return [OpCase("777 floats", st, [np.zeros((3, 4))], 3, cache={"scan": r.standard_normal(777)})]
+
+
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
 
 
@@ -445,6 +523,13 @@ class HarnessInputs:
     """labkit.ops.base.RefInputs over a case: the float64 side."""
 
     case: OpCase
+    states: dict[str, np.ndarray] = field(default_factory=dict)  # what a state-advancing op left
+
+    def state(self, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+        return np.asarray(self.case.cache[kind], np.float64).reshape(shape)
+
+    def set_state(self, kind: str, value: np.ndarray) -> None:
+        self.states[kind] = value
 
     @property
     def x(self):
@@ -479,8 +564,13 @@ class HarnessInputs:
 def run_case(case: OpCase, kernel: Kernel, policies: dict[str, str]) -> tuple[np.ndarray, np.ndarray]:
     """(GPU output, float64 reference) of one case under one kernel and policy selection: the GPU side
     through labkit.gpu.op_harness, the op's plan on the StageContext a real pass gives it."""
-    got = run_stage(case, kernel, policies)
-    return got, OPS[case.stage.op].reference(case.stage, HarnessInputs(case))
+    got, states = run_stage_states(case, kernel, policies)
+    ref = HarnessInputs(case)
+    want = OPS[case.stage.op].reference(case.stage, ref)
+    if ref.states:  # a state-advancing op: its output, then the state it leaves
+        got = np.concatenate([got.ravel(), *(states[k] for k in ref.states)])
+        want = np.concatenate([want.ravel(), *(np.ravel(v) for v in ref.states.values())])
+    return got, want
 
 
 def error(got: np.ndarray, want: np.ndarray) -> tuple[float, str]:

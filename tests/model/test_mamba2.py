@@ -1,0 +1,152 @@
+"""Mamba-2 (llama.cpp's mamba2 graph) on both engines and against llama.cpp.
+
+The registry's tiny-mamba2 (labkit's writer, from llama.cpp's loader: Q4_K projections, f32 conv,
+A, D, norm and biases) has every part of the mixer: ssm_in's rows split into z, xBC and dt, the
+causal conv continuing its state, the scan continuing its state, the skip, the grouped gated norm.
+Every stage, the states as the pass leaves them included, agrees with the float64 reference and with
+llama.cpp's own tensors; a decode step equals the prompt's last row; two passes equal one; each
+state fault shows where the state is carried and only there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import labkit
+from labkit.compare import compare
+from labkit.gpu.pass_request import PassRequest
+from labkit.model.reference import KVCache
+from labkit.oracle.llamacpp import coverage
+
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
+IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31, 2, 8]
+SPLIT = 5  # the second pass starts here
+
+
+def nmse(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.sum((a - b) ** 2) / np.sum(b**2))
+
+
+@pytest.fixture(scope="module")
+def m2():
+    return labkit.open("tiny-mamba2")
+
+
+@pytest.fixture(scope="module")
+def m2_runs(m2):
+    return m2.run(IDS), m2.reference(IDS)
+
+
+def test_the_graph_is_mamba2(m2):
+    cfg, ssm = m2.config, m2.config.ssm
+    assert cfg.n_heads == 0 and cfg.ffn == "none" and cfg.attention_layers == () and len(cfg.state_layers) == 4
+    assert (ssm.d_inner, ssm.head_dim, ssm.n_group, ssm.d_conv) == (2 * cfg.d_model, 32, 2, 4)
+    kinds = [n.split(".", 2)[2] for n in m2.stages if n.startswith("blk.0.")]
+    assert kinds == ["attn_norm", "ssm_z", "ssm_xbc", "ssm_dt", "ssm_conv", "conv_state", "ssm_scan", "scan_state",
+                     "ssm_skip", "ssm_norm", "ssm_out", "resid_out"]  # fmt: skip
+    graph = {s.name: s for s in m2.graph}
+    assert graph["blk.1.ssm_dt"].weight_rows == (ssm.d_inner + ssm.conv_dim, ssm.d_in_proj)
+    assert graph["blk.1.ssm_scan"].weight == "blk.1.ssm_a"  # no .weight suffix, as llama.cpp names it
+
+
+def test_gpu_equals_reference_on_every_stage(m2_runs):
+    gpu, ref = m2_runs
+    worst = {n: nmse(gpu[n], ref[n]) for n in ref.captures}
+    assert max(worst.values()) < 1e-10, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
+    assert gpu["blk.3.scan_state"].shape == (1, 16 * 32 * 16) and gpu["blk.3.conv_state"].shape == (1, 576 * 3)
+
+
+def test_a_decode_step_equals_the_prompts_last_row(m2, m2_runs):
+    _, ref = m2_runs
+    for engine in ("gpu", "reference"):
+        step = m2.decode_step(IDS, engine=engine)
+        for name in ("blk.2.ssm_scan", "blk.3.scan_state", "blk.3.conv_state", "logits"):
+            want = ref[name][-1:] if ref[name].shape[0] == len(IDS) else ref[name]
+            assert nmse(step[name][-1:], want) < 1e-10, (engine, name)
+
+
+def test_two_passes_carrying_the_state_equal_one(m2, m2_runs):
+    _, ref = m2_runs
+    cache = KVCache()
+    m2.reference_engine.forward(IDS[:SPLIT], cache, capture=[])
+    second = m2.reference_engine.forward(IDS[SPLIT:], cache)
+    assert cache.n_past == len(IDS)
+    for name in ("blk.1.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+        want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
+        assert nmse(second[name], want) < 1e-24, name
+    ex = m2.executor
+    state = ex.new_state(len(IDS))
+    ex.run_pass(PassRequest(IDS[:SPLIT], names=()), state)
+    gpu = ex.run_pass(PassRequest(IDS[SPLIT:]), state).captures
+    for name in ("blk.1.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+        want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
+        assert nmse(gpu[name], want) < 1e-10, name
+
+
+def test_generate_on_the_gpu_follows_the_reference(m2):
+    gpu = m2.generate(IDS[:6], max_new_tokens=8)
+    ref = m2.generate_reference(IDS[:6], max_new_tokens=8)
+    assert gpu.ids == ref.ids
+    again = m2.generate(IDS[:6], max_new_tokens=8)  # the held state starts from zero again
+    assert again.ids == gpu.ids
+
+
+@pytest.mark.parametrize("variant,layer,first", [
+    ("ssm_scan=state_reset", 2, "blk.2.ssm_scan"),
+    ("ssm_conv=state_lag", 1, "blk.1.ssm_conv"),
+])  # fmt: skip
+def test_a_state_fault_shows_only_where_the_state_is_carried(m2, variant, layer, first):
+    """One prompt pass is right (the state starts at zero either way); the decode step after it
+    departs first at the faulty layer's stage, and nowhere before it."""
+    family, name = variant.split("=")
+    ref = m2.decode_step(IDS, engine="reference")
+    m2.use(f"blk.{layer}.{family}", name)
+    try:
+        one = m2.run(IDS, names=["logits", f"blk.{layer}.ssm_skip"])
+        step = m2.decode_step(IDS)
+    finally:
+        m2.use(f"blk.{layer}.{family}", "default")
+    full = m2.reference(IDS, names=["logits", f"blk.{layer}.ssm_skip"])
+    for name in ("logits", f"blk.{layer}.ssm_skip"):
+        assert nmse(one[name], full[name]) < 1e-10, name
+    c = compare(step, ref)
+    assert c.first_divergence == first, c
+
+
+def test_the_state_stays_one_size_where_a_kv_cache_grows(m2):
+    plans = {T: {(p.engine, p.part): p.nbytes for p in m2.memory(T).parts} for T in (4096, 32768)}
+    for T in plans:
+        assert plans[T][("gpu", "kv cache")] == 0
+        assert plans[T][("gpu", "recurrent state")] == 4 * 4 * (576 * 3 + 512 * 16)  # 4 layers of f32
+    assert plans[4096][("gpu", "recurrent state")] == plans[32768][("gpu", "recurrent state")]
+
+
+@needs_llama
+def test_every_stage_agrees_with_llamacpp(m2, m2_runs):
+    """llama.cpp's own tensors, the states it copies into its recurrent cache included, at the
+    precision its Q8 activations allow; every stage mapped."""
+    mapped, unmapped = coverage(m2.config, m2.graph)
+    assert not unmapped, unmapped
+    oracle = m2.oracle(IDS)
+    c = compare(oracle, m2_runs[1])
+    assert c.passed and not c.missing, c
+
+
+@needs_llama
+def test_greedy_continuations_equal_llamacpps(m2):
+    """llama.cpp decoding the same file token by token (its recurrent state carried by its own cache)."""
+    from llama_cpp import Llama
+
+    llm = Llama(str(m2.path), n_ctx=64, n_batch=64, n_threads=2, verbose=False, logits_all=True)
+    for prompt in (IDS[:6], IDS[4:]):
+        llm.reset()
+        llm.eval(prompt)
+        theirs = []
+        for _ in range(8):
+            theirs.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            llm.eval([theirs[-1]])
+        assert m2.generate(prompt, max_new_tokens=8).ids == theirs
