@@ -44,7 +44,8 @@ def assert_one_line_error(p: subprocess.CompletedProcess, needle: str = "") -> s
 def test_models_json():
     p = labkit("models", "--json")
     names = [m["name"] for m in json.loads(p.stdout)]
-    assert names == ["gemma3-270m", "smollm2-135m", "tiny-qwen3moe", "tiny-bitnet", "tiny-ernie4_5-moe", "tiny-gpt-oss"]
+    assert names == ["gemma3-270m", "smollm2-135m", "tiny-qwen3moe", "tiny-bitnet", "tiny-ernie4_5-moe", "tiny-gpt-oss",
+                     "tiny-mamba2", "tiny-granitehybrid"]  # fmt: skip
 
 
 @pytest.mark.slow

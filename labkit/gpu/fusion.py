@@ -47,6 +47,8 @@ def epilogue_for(graph: list, i: int, kernels: dict, T: int) -> Epilogue | None:
     nxt = graph[i + 1]
     if nxt.op not in EPILOGUES or kernels[nxt.name].name != "default" or st.name not in nxt.inputs:
         return None
+    if nxt.params.get("scale", 1.0) != 1.0:  # a scaled residual (Granite's muP): the epilogue adds as it is
+        return None
     others = [n for n in nxt.inputs if n != st.name]
     if len(others) != 1:
         return None

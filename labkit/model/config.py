@@ -58,9 +58,18 @@ class ArchTraits:
     # moe: its files say which layers are MoE (`leading_dense_block_count` dense layers first, then every
     # `interleave_moe_layer_step`-th), and may add shared experts (`expert_shared_feed_forward_length`)
     moe_layout_keys: bool = False
-    # what mixes the positions in a layer: "attention" (every layer), or "mamba2" (every layer a
-    # Mamba-2 block, llama.cpp's build_mamba2_layer: no attention, no FFN)
+    # what mixes the positions in a layer: "attention" (every layer), "mamba2" (every layer a Mamba-2
+    # block, llama.cpp's build_mamba2_layer: no attention, no FFN), or "hybrid" (a Mamba-2 block where the
+    # file's per-layer head_count_kv is 0, attention elsewhere: granitehybrid)
     mixer: str = "attention"
+    # Granite's muP multipliers, from the file: embedding_scale, residual_scale (each block's output
+    # before it is added), attention.scale (the softmax scale), logit_scale (the logits divided by it)
+    mup_scales: bool = False
+    # the file may turn rope off (`rope.scaling.finetuned` false: Granite 4.0-H's attention has no
+    # positions but the order the Mamba-2 layers give it)
+    rope_switch: bool = False
+    # moe: the key of one expert's width (Granite's files give it as feed_forward_length)
+    expert_width_key: str = "expert_feed_forward_length"
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -119,6 +128,12 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # conv1d and the selective scan, its state carried from pass to pass) and the residual; no FFN,
     # the output head tied to the embedding unless the file has one
     "mamba2": ArchTraits("neox", mixer="mamba2", ffn="none"),
+    # Granite 4.0-H as llama.cpp's granitehybrid graph computes it: Mamba-2 layers where head_count_kv is 0,
+    # llama's attention elsewhere (rope only where the file turns it on), every layer a dense FFN or a mixture
+    # with shared experts (expert_count in the file), Granite's muP scales
+    "granitehybrid": ArchTraits(
+        "normal", mixer="hybrid", ffn="file", mup_scales=True, rope_switch=True, expert_width_key="feed_forward_length"
+    ),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -233,8 +248,12 @@ class ModelConfig:
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
-    mixer: str = "attention"  # ArchTraits.mixer: "attention" or "mamba2"
+    mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2" or "hybrid"
     ssm: SsmShape | None = None  # the Mamba-2 mixer's sizes, where the family has one
+    mixers: tuple[str, ...] = ()  # a hybrid's mixer per layer: "attention" or "mamba2"
+    rope: bool = True  # the attention layers rotate q and k (a file may turn it off: ArchTraits.rope_switch)
+    residual_scale: float = 1.0  # each block's output times it before the residual add (Granite's muP)
+    logit_scale: float = 1.0  # the logits divided by it (Granite's muP)
 
     @property
     def q_dim(self) -> int:
@@ -257,15 +276,19 @@ class ModelConfig:
     def layer_window(self, layer: int) -> int | None:
         return self.sliding_window if self.swa_layers[layer] else None
 
+    def layer_mixer(self, layer: int) -> str:
+        """What mixes the positions in the layer: "attention" or "mamba2"."""
+        return self.mixers[layer] if self.mixers else "mamba2" if self.mixer == "mamba2" else "attention"
+
     @property
     def attention_layers(self) -> tuple[int, ...]:
         """The layers that attend (and so hold a KV cache); a Mamba-2 layer holds a state instead."""
-        return tuple(range(self.n_layers)) if self.mixer == "attention" else ()
+        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) == "attention")
 
     @property
     def state_layers(self) -> tuple[int, ...]:
         """The layers that carry a recurrent state from pass to pass."""
-        return tuple(range(self.n_layers)) if self.ssm is not None else ()
+        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) == "mamba2")
 
     def layer_ffn(self, layer: int) -> str:
         """The layer's feed-forward block: "moe", "dense" (a dense FFN, or a leading dense layer) or "none"."""
@@ -368,32 +391,26 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     swa, window = _sliding_window(meta, p, traits, n_layers)
     context = _count(meta, p + "context_length", 2048)
     softcap = traits.softcaps
-    if traits.mixer == "attention":
-        n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
-        head_dim = _head_dim(meta, p, d_model, n_heads)
-        n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
-        rope = _rope_fields(meta, p, traits, head_dim, context, tensor_names)
-    else:  # no layer attends: llama.cpp's mamba2 files say head_count 0
-        n_heads = n_kv_heads = head_dim = 0
-        rope = _no_rope(traits)
+    mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names)
+    head_dim = mixing["head_dim"]
+    ffn = traits.ffn if traits.ffn != "file" else "moe" if int(meta.get(p + "expert_count", 0) or 0) else "dense"
+    traits = replace(traits, ffn=ffn)
+    mup = _mup_scales(meta, p) if traits.mup_scales else {}
     return ModelConfig(
         arch=arch,
         name=str(meta.get("general.name", arch)),
         n_layers=n_layers,
         d_model=d_model,
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
+        **mixing,
         d_ff=_per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0),
         vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
         rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
-        **rope,
         sliding_window=int(window) if window else None,
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
-        embed_scale=math.sqrt(d_model) if traits.embed_scale else 1.0,
-        attn_scale=1.0 / math.sqrt(head_dim) if head_dim else 1.0,
+        embed_scale=mup.get("embed", math.sqrt(d_model) if traits.embed_scale else 1.0),
+        attn_scale=mup.get("attention", 1.0 / math.sqrt(head_dim) if head_dim else 1.0),
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
@@ -411,9 +428,66 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         **_moe_fields(meta, p, traits, n_layers, tensor_names),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
-        mixer=traits.mixer,
-        ssm=_ssm_shape(meta, p, d_model) if traits.mixer == "mamba2" else None,
+        residual_scale=mup.get("residual", 1.0),
+        logit_scale=mup.get("logit", 1.0),
     )
+
+
+def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, d_model: int, context: int,
+                   names: set[str]) -> dict[str, Any]:  # fmt: skip
+    """What mixes the positions: the attention's heads and rope, each layer's mixer, the Mamba-2 sizes."""
+    mixers: tuple[str, ...] = ()
+    if traits.mixer == "mamba2":  # no layer attends: llama.cpp's mamba2 files say head_count 0
+        n_heads = n_kv_heads = head_dim = 0
+        rope = _no_rope(traits)
+    else:
+        n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
+        head_dim = _head_dim(meta, p, d_model, n_heads)
+        if traits.mixer == "hybrid":
+            n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
+        else:
+            n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
+        rope = _rope_fields(meta, p, traits, head_dim, context, names)
+    return {
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv_heads,
+        "head_dim": head_dim,
+        **rope,
+        "mixer": traits.mixer,
+        "mixers": mixers,
+        "ssm": _ssm_shape(meta, p, d_model) if traits.mixer in ("mamba2", "hybrid") else None,
+        "rope": bool(meta.get(p + "rope.scaling.finetuned", True)) if traits.rope_switch else True,
+    }
+
+
+def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> tuple[int, tuple[str, ...]]:
+    """(KV heads, each layer's mixer) of a hybrid, as llama.cpp's granitehybrid reads them: a layer is
+    Mamba-2 where its head_count_kv is 0; the attending layers share one KV head count."""
+    value = _get(meta, p + "attention.head_count_kv")
+    per = [int(v) for v in value] if isinstance(value, (np.ndarray, list, tuple)) else [int(value)] * n_layers
+    if len(per) != n_layers:
+        raise HyperparameterError(f"{p}attention.head_count_kv has {len(per)} entries for {n_layers} layers")
+    kv = {_in_range(f"{p}attention.head_count_kv[{i}]", v, 0, n_heads) for i, v in enumerate(per)} - {0}
+    if len(kv) > 1:
+        raise UnsupportedArchitectureError(f"{p}attention.head_count_kv differs between layers ({sorted(kv)})")
+    n_kv = kv.pop() if kv else n_heads
+    if n_heads % n_kv:
+        raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
+    return n_kv, tuple("mamba2" if v == 0 else "attention" for v in per)
+
+
+def _mup_scales(meta: dict[str, Any], p: str) -> dict[str, float]:
+    """Granite's muP multipliers where the file has them (llama.cpp reads each as optional; 0 is none)."""
+    keys = {"embed": "embedding_scale", "residual": "residual_scale", "attention": "attention.scale",
+            "logit": "logit_scale"}  # fmt: skip
+    out = {}
+    for name, key in keys.items():
+        value = _finite(meta, p + key, 0.0)
+        if value < 0:
+            raise HyperparameterError(f"{p}{key} is {value}; it must be 0 (none) or above 0")
+        if value:
+            out[name] = value
+    return out
 
 
 def _no_rope(traits: ArchTraits) -> dict[str, Any]:
@@ -483,11 +557,11 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
         "ffn": "moe",
         "n_expert": n_expert,
         "n_expert_used": _count(meta, p + "expert_used_count", high=n_expert),
-        "d_ff_expert": _per_layer(meta, p + "expert_feed_forward_length", n_layers),
+        "d_ff_expert": _per_layer(meta, p + traits.expert_width_key, n_layers),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
         "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
-        "d_ff_shexp": _count(meta, p + "expert_shared_feed_forward_length", 0, low=0) if traits.moe_layout_keys else 0,
+        "d_ff_shexp": _count(meta, p + "expert_shared_feed_forward_length", 0, low=0),
         "expert_selection_bias": traits.expert_selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
     }
 

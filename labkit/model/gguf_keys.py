@@ -77,6 +77,11 @@ ARCH_KEYS = {
     "ssm.state_size": INT,
     "ssm.time_step_rank": INT,
     "ssm.group_count": INT,
+    "rope.scaling.finetuned": BOOL,
+    "embedding_scale": FLOAT,
+    "residual_scale": FLOAT,
+    "attention.scale": FLOAT,
+    "logit_scale": FLOAT,
 }
 
 

@@ -94,6 +94,9 @@ def build_graph(cfg: ModelConfig) -> list[Stage]:
     if cfg.final_softcap:
         top.linear("logits_raw", "output_norm", head, cfg.d_model, cfg.vocab_size, policy="lm_head")
         top.add("logits", "softcap", ("logits_raw",), cap=cfg.final_softcap, width=cfg.vocab_size)
+    elif cfg.logit_scale != 1.0:  # Granite's muP: the logits divided by logit_scale
+        top.linear("logits_raw", "output_norm", head, cfg.d_model, cfg.vocab_size, policy="lm_head")
+        top.add("logits", "scale", ("logits_raw",), scale=1.0 / cfg.logit_scale, width=cfg.vocab_size)
     else:
         top.linear("logits", "output_norm", head, cfg.d_model, cfg.vocab_size, policy="lm_head")
     return stages
@@ -107,9 +110,10 @@ def _qkv(b: _Builder) -> None:
         for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
             b.linear(n, "attn_norm", "attn_qkv", cfg.d_model, dim, rows=ranges[n], kv_write="v" if n == "v" else None)
         return
+    writes = {"v": "v", "k": None if cfg.rope else "k"}  # the keys are cached as rotated, where they rotate
     for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
         bias = b.bias(f"attn_{n}")
-        b.linear(n, "attn_norm", f"attn_{n}", cfg.d_model, dim, bias=bias, kv_write="v" if n == "v" else None)
+        b.linear(n, "attn_norm", f"attn_{n}", cfg.d_model, dim, bias=bias, kv_write=writes.get(n))
 
 
 def _attention(b: _Builder, x: str) -> str:
@@ -120,24 +124,32 @@ def _attention(b: _Builder, x: str) -> str:
     if cfg.qk_norm:
         q = b.norm("q_norm", "q", "attn_q_norm", group=cfg.head_dim, width=cfg.q_dim)
         k = b.norm("k_norm", "k", "attn_k_norm", group=cfg.head_dim, width=cfg.kv_dim)
-    rope = {"base": cfg.layer_rope_base(L), "style": cfg.rope_style, "head_dim": cfg.head_dim, "rope_dim": cfg.rope_dim}
-    rope |= _rope_scaling(cfg, L, rope["base"])
-    rope |= {"freq_factors": cfg.rope_freq_factors} if cfg.rope_freq_factors else {}
-    b.add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
-    b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
+    if cfg.rope:
+        q, k = _rope(b, q, k)
     heads = {"n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim}
     attn = {"scale": cfg.attn_scale, "window": cfg.layer_window(L), "softcap": cfg.attn_softcap, **heads}
     sinks = {"sinks": b.w("attn_sinks")} if cfg.attn_sinks else {}  # gpt-oss: a logit per head in the softmax
-    # k_rope is an input for the dependency: the kernel reads the keys of every position from the cache
-    b.add("attn_scores", "attn_scores", ("q_rope", "k_rope"), kv_read=("k",), **attn)
+    # the keys are an input for the dependency: the kernel reads the keys of every position from the cache
+    b.add("attn_scores", "attn_scores", (q, k), kv_read=("k",), **attn)
     b.add("attn_probs", "softmax", ("attn_scores",), n_heads=cfg.n_heads, **sinks)
-    # input 2 (q_rope) is what the fused tiers read instead of the probabilities
-    ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", "q_rope"), kv_read=("k", "v"), **attn, **sinks)
+    # input 2 (the queries) is what the fused tiers read instead of the probabilities
+    ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", q), kv_read=("k", "v"), **attn, **sinks)
     if cfg.sub_norms:  # bitnet: the heads' context normed before the output projection
         ctx = b.norm("attn_sub_norm", "attn_ctx", "attn_sub_norm", group=cfg.q_dim, width=cfg.q_dim)
     bias = b.bias("attn_output")
     out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
+
+
+def _rope(b: _Builder, q: str, k: str) -> tuple[str, str]:
+    """q_rope and k_rope (the rotated keys are what the cache holds): the stages the attention reads."""
+    cfg, L = b.cfg, b.layer
+    rope = {"base": cfg.layer_rope_base(L), "style": cfg.rope_style, "head_dim": cfg.head_dim, "rope_dim": cfg.rope_dim}
+    rope |= _rope_scaling(cfg, L, rope["base"])
+    rope |= {"freq_factors": cfg.rope_freq_factors} if cfg.rope_freq_factors else {}
+    b.add("q_rope", "rope", (q,), n_heads=cfg.n_heads, **rope)
+    b.add("k_rope", "rope", (k,), n_heads=cfg.n_kv_heads, kv_write="k", **rope)
+    return "q_rope", "k_rope"
 
 
 def _rope_scaling(cfg: ModelConfig, layer: int, base: float) -> dict[str, Any]:
@@ -247,13 +259,13 @@ MIXERS = {"attention": _attention, "mamba2": _mamba2}
 
 
 def _layer(b: _Builder, x: str) -> str:
-    d = b.cfg.d_model
-    mixed = MIXERS[b.cfg.mixer](b, x)
+    d, scale = b.cfg.d_model, b.cfg.residual_scale  # Granite's muP: each block's output scaled before it is added
+    mixed = MIXERS[b.cfg.layer_mixer(b.layer)](b, x)
     if b.cfg.layer_ffn(b.layer) == "none":  # mamba2: the mixer's output is the layer's
-        return b.add("resid_out", "add", (x, mixed), width=d)
-    b.add("resid_mid", "add", (x, mixed), width=d)
+        return b.add("resid_out", "add", (x, mixed), width=d, scale=scale)
+    b.add("resid_mid", "add", (x, mixed), width=d, scale=scale)
     ffn = FFN_BUILDERS[b.cfg.layer_ffn(b.layer)](b, b.p + "resid_mid")
-    return b.add("resid_out", "add", ("resid_mid", ffn), width=d)
+    return b.add("resid_out", "add", ("resid_mid", ffn), width=d, scale=scale)
 
 
 def stage_names(graph: list[Stage]) -> list[str]:

@@ -103,6 +103,13 @@ MODELS: dict[str, ModelEntry] = {
         "16 scan heads of 32 sharing B and C in 2 groups, state 16, conv of 4, 512 placeholder tokens",
         _written("tiny-mamba2"),
     ),
+    "tiny-granitehybrid": ModelEntry(
+        "tiny-granitehybrid",
+        "labkit (written on first use)",
+        "a random-weight Granite 4.0-H (granitehybrid), Q8_0, 4 layers (Mamba-2, attention without rope, Mamba-2, "
+        "Mamba-2), d=256, every FFN 8 experts (2 per token) and a shared one, muP scales, 512 placeholder tokens",
+        _written("tiny-granitehybrid"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

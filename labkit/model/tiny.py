@@ -63,6 +63,9 @@ class TinySpec:
     ssm_head_dim: int = 32
     ssm_n_group: int = 2
     ssm_d_conv: int = 4
+    # granitehybrid only: each layer's mixer, "M" Mamba-2 and "A" attention (head_count_kv 0 marks an M);
+    # a mixture of experts where n_expert_used > 0 (n_expert experts of d_ff_expert, shared ones of d_ff_shexp)
+    layer_pattern: str = ""
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -106,6 +109,19 @@ TINY_MODELS = {
     # Mamba-2 at tiny size: 4 layers of the mixer alone (no attention, no FFN), heads sharing B and C
     # in 2 groups, K-quant projections of rows 256 wide
     "tiny-mamba2": TinySpec(arch="mamba2", weight_type="Q4_K", n_layers=4, d_model=256, seed=5),
+    # Granite 4.0-H at tiny size: Mamba-2 layers around one attention layer without rope, every FFN a
+    # mixture with a shared expert, Granite-4.0-H-Tiny's muP scales
+    "tiny-granitehybrid": TinySpec(
+        arch="granitehybrid",
+        weight_type="Q8_0",
+        n_layers=4,
+        layer_pattern="MAMM",
+        n_expert=8,
+        n_expert_used=2,
+        d_ff_expert=256,
+        d_ff_shexp=256,
+        seed=9,
+    ),  # fmt: skip
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(
@@ -150,6 +166,8 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         _ssm_metadata(w, spec)
     else:
         _attention_metadata(w, spec)
+    if traits.mixer == "hybrid":
+        _hybrid_metadata(w, spec)
     if spec.rope_scaling:
         kind, factor, n_ctx_orig = spec.rope_scaling
         w.add_string(f"{a}.rope.scaling.type", kind)
@@ -180,9 +198,11 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
 
 
 def _attention_metadata(w: GGUFWriter, spec: TinySpec) -> None:
-    w.add_feed_forward_length(spec.d_ff)
+    hybrid_moe = ARCHITECTURES[spec.arch].mixer == "hybrid" and spec.n_expert_used
+    w.add_feed_forward_length(spec.d_ff_expert if hybrid_moe else spec.d_ff)
     w.add_head_count(spec.n_heads)
-    w.add_head_count_kv(spec.n_kv_heads)
+    if ARCHITECTURES[spec.arch].mixer != "hybrid":  # a hybrid's is per layer (_hybrid_metadata)
+        w.add_head_count_kv(spec.n_kv_heads)
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
     w.add_rope_freq_base(1e6 if spec.arch == "gemma3" else 1e4)
@@ -199,6 +219,27 @@ def _ssm_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_ssm_state_size(spec.ssm_d_state)
     w.add_ssm_time_step_rank(d_inner // spec.ssm_head_dim)
     w.add_ssm_group_count(spec.ssm_n_group)
+
+
+def _hybrid_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """Granite 4.0-H's keys as its converter writes them: the Mamba-2 sizes, head_count_kv 0 on the
+    Mamba-2 layers, rope off, the muP scales of Granite-4.0-H-Tiny's config, and its experts."""
+    a = spec.arch
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(2 * spec.d_model)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(2 * spec.d_model // spec.ssm_head_dim)
+    w.add_ssm_group_count(spec.ssm_n_group)
+    w.add_head_count_kv([0 if c == "M" else spec.n_kv_heads for c in spec.layer_pattern])
+    w.add_bool(f"{a}.rope.scaling.finetuned", False)
+    w.add_float32(f"{a}.embedding_scale", 12.0)
+    w.add_float32(f"{a}.residual_scale", 0.22)
+    w.add_float32(f"{a}.attention.scale", 0.0078125)
+    w.add_float32(f"{a}.logit_scale", 6.0)
+    if spec.n_expert_used:  # Granite's experts: feed_forward_length is one expert's width
+        w.add_expert_count(spec.n_expert)
+        w.add_expert_used_count(spec.n_expert_used)
+        w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
 
 
 class _Tensors:

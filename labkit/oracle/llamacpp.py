@@ -299,6 +299,23 @@ def _mamba2() -> dict[str, Pick]:
 
 
 MAPPINGS["mamba2"] = _mamba2()
+# Granite 4.0-H (models/granite-hybrid.cpp): build_mamba2_layer's nodes where head_count_kv is 0, llama's
+# attention names without rope elsewhere (q, k, v are the products), and qwen3moe's and ernie's FFN names
+# (the mixture, then the shared experts through build_ffn); the muP scales: `embd` is the scaled rows, each
+# residual ADD (ffn_inp-L, l_out-L) adds the block's SCALE node, and result_output is the logits' SCALE
+MAPPINGS["granitehybrid"] = {
+    **{k: p for k, p in MAPPINGS["mamba2"].items() if k.startswith(("ssm_", "conv_", "scan_"))},
+    **_common("ffn_inp-{L}", "", "named attn_out-L (wo's product, before the residual scale)"),
+    "embed": Pick("embd", "SCALE", note="the rows times embedding_scale"),
+    "q": default_pick("q"),
+    "attn_out": Pick("attn_out-{L}", "MUL_MAT"),
+    **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
+    **_defaults(SHARED_EXPERT_KINDS),
+    "logits_raw": Pick("", "MUL_MAT", reads="result_norm", note="the lm_head's product before 1/logit_scale"),
+    "logits": Pick("result_output", "SCALE", note="the logits divided by logit_scale"),
+}
+for _kind in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down", "q_rope", "k_rope"):  # a mixture, and no rope
+    MAPPINGS["granitehybrid"].pop(_kind)
 
 # Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
@@ -315,6 +332,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "gpt-oss": {},
     "gemma2": {},
     "mamba2": {},
+    "granitehybrid": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:

@@ -1,4 +1,5 @@
-"""add: the residual connection, a stage's input plus what the block computed from it.
+"""add: the residual connection, a stage's input plus what the block computed from it (times the
+stage's `scale`, Granite's muP residual multiplier; 1 elsewhere).
 
 The same kernel adds a matmul's bias (B repeats with period N); the executor uses it for that."""
 
@@ -8,11 +9,11 @@ import numpy as np
 
 from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
 
-PARAMS = Params(n="u32", period="u32", y_offset="u32")
+PARAMS = Params(n="u32", period="u32", y_offset="u32", scale="f32")
 
 
 def reference(stage, ref) -> np.ndarray:
-    return ref.x[0] + ref.x[1]
+    return ref.x[0] + stage.params.get("scale", 1.0) * ref.x[1]
 
 
 def workgroups(n: int) -> int:
@@ -22,7 +23,7 @@ def workgroups(n: int) -> int:
 def plan(stage, gpu):
     a, b = gpu.input(0), gpu.input(1)
     out = gpu.output(a.shape)
-    values = {"n": a.size, "period": b.size, "y_offset": out.offset}
+    values = {"n": a.size, "period": b.size, "y_offset": out.offset, "scale": stage.params.get("scale", 1.0)}
     gpu.dispatch([a.buffer, b.buffer, out.buffer], values, workgroups(a.size))
     return out
 
@@ -36,7 +37,7 @@ OP = Op(
     output=lambda st, s: (s.T, st.params["width"]),
     name="add",
     what="adds the block's output to the residual stream",
-    formula="y = a + b",
+    formula="y = a + s · b  (s = 1 but in Granite's residuals)",
     params=PARAMS,
     reference=reference,
     plan=plan,

@@ -110,7 +110,7 @@ def plan(stage, gpu):
     gpu.matmul(x, y, rows_T, x_skip=gpu.T - rows_T, window_filter=keep, epilogue=_fused(gpu, rows_T, N))
     for i, (op, tensor, period) in enumerate(after):  # the last one writes the stage's region (v's: in the cache)
         dst = out if i == len(after) - 1 else gpu.temp((rows_T, N), op)
-        values = {"n": rows_T * N, "period": period, "y_offset": dst.offset}
+        values = {"n": rows_T * N, "period": period, "y_offset": dst.offset, "scale": 1.0}
         gpu.dispatch_op(op, [y.buffer, gpu.vector(tensor), dst.buffer], values, -(-rows_T * N // 64))
         y = dst
     return out

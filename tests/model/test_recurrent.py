@@ -1,11 +1,14 @@
-"""Mamba-2 (llama.cpp's mamba2 graph) on both engines and against llama.cpp.
+"""Recurrent layers (Mamba-2's mixer) on both engines and against llama.cpp: llama.cpp's mamba2 and
+its granitehybrid (Granite 4.0-H).
 
 The registry's tiny-mamba2 (labkit's writer, from llama.cpp's loader: Q4_K projections, f32 conv,
 A, D, norm and biases) has every part of the mixer: ssm_in's rows split into z, xBC and dt, the
 causal conv continuing its state, the scan continuing its state, the skip, the grouped gated norm.
-Every stage, the states as the pass leaves them included, agrees with the float64 reference and with
-llama.cpp's own tensors; a decode step equals the prompt's last row; two passes equal one; each
-state fault shows where the state is carried and only there.
+tiny-granitehybrid puts it beside an attention layer without rope, every FFN a mixture with a shared
+expert, and Granite's muP scales. For both, every stage, the states as the pass leaves them included,
+agrees with the float64 reference and with llama.cpp's own tensors; a decode step equals the prompt's
+last row; two passes equal one; greedy continuations equal llama.cpp's; each state fault shows where
+the state is carried and only there.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ def nmse(a, b) -> float:
     return float(np.sum((a - b) ** 2) / np.sum(b**2))
 
 
-@pytest.fixture(scope="module")
-def m2():
-    return labkit.open("tiny-mamba2")
+@pytest.fixture(scope="module", params=["tiny-mamba2", "tiny-granitehybrid"])
+def m2(request):
+    return labkit.open(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,8 @@ def m2_runs(m2):
     return m2.run(IDS), m2.reference(IDS)
 
 
-def test_the_graph_is_mamba2(m2):
+def test_the_graph_is_mamba2():
+    m2 = labkit.open("tiny-mamba2")
     cfg, ssm = m2.config, m2.config.ssm
     assert cfg.n_heads == 0 and cfg.ffn == "none" and cfg.attention_layers == () and len(cfg.state_layers) == 4
     assert (ssm.d_inner, ssm.head_dim, ssm.n_group, ssm.d_conv) == (2 * cfg.d_model, 32, 2, 4)
@@ -53,9 +57,30 @@ def test_the_graph_is_mamba2(m2):
     assert graph["blk.1.ssm_scan"].weight == "blk.1.ssm_a"  # no .weight suffix, as llama.cpp names it
 
 
+def test_the_graph_is_granite_4_h():
+    """Mamba-2 where head_count_kv is 0, attention without rope elsewhere (k writes the cache), a
+    mixture with a shared expert in every layer, the muP scales where llama.cpp applies them."""
+    g = labkit.open("tiny-granitehybrid")
+    cfg = g.config
+    assert cfg.mixers == ("mamba2", "attention", "mamba2", "mamba2") and cfg.attention_layers == (1,)
+    assert not cfg.rope and cfg.ffn == "moe" and cfg.d_ff_shexp == 256 and cfg.d_ff_expert == 256
+    graph = {s.name: s for s in g.graph}
+    assert (
+        "blk.1.q_rope" not in graph
+        and graph["blk.1.k"].kv_write == "k"
+        and graph["blk.1.attn_scores"].inputs[0] == "blk.1.q"
+    )
+    assert "blk.0.q" not in graph and "blk.1.ssm_scan" not in graph and "blk.0.ffn_shexp_down" in graph
+    assert graph["blk.2.resid_mid"].params["scale"] == pytest.approx(0.22) and graph["embed"].params["scale"] == 12.0
+    assert graph["logits"].op == "scale" and graph["logits"].params["scale"] == pytest.approx(1 / 6)
+    assert graph["blk.1.attn_scores"].params["scale"] == 0.0078125
+    plan = {(p.engine, p.part): p.nbytes for p in g.memory(1024).parts}
+    assert plan[("gpu", "kv cache")] == 2 * 1 * 1024 * 128 * 4  # one attending layer's K and V
+
+
 def test_gpu_equals_reference_on_every_stage(m2_runs):
     gpu, ref = m2_runs
-    worst = {n: nmse(gpu[n], ref[n]) for n in ref.captures}
+    worst = {n: nmse(gpu[n], ref[n]) for n in ref.captures if "attn_scores" not in n}
     assert max(worst.values()) < 1e-10, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
     assert gpu["blk.3.scan_state"].shape == (1, 16 * 32 * 16) and gpu["blk.3.conv_state"].shape == (1, 576 * 3)
 
@@ -75,14 +100,14 @@ def test_two_passes_carrying_the_state_equal_one(m2, m2_runs):
     m2.reference_engine.forward(IDS[:SPLIT], cache, capture=[])
     second = m2.reference_engine.forward(IDS[SPLIT:], cache)
     assert cache.n_past == len(IDS)
-    for name in ("blk.1.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+    for name in ("blk.2.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
         want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
         assert nmse(second[name], want) < 1e-24, name
     ex = m2.executor
     state = ex.new_state(len(IDS))
     ex.run_pass(PassRequest(IDS[:SPLIT], names=()), state)
     gpu = ex.run_pass(PassRequest(IDS[SPLIT:]), state).captures
-    for name in ("blk.1.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+    for name in ("blk.2.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
         want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
         assert nmse(gpu[name], want) < 1e-10, name
 
@@ -97,7 +122,7 @@ def test_generate_on_the_gpu_follows_the_reference(m2):
 
 @pytest.mark.parametrize("variant,layer,first", [
     ("ssm_scan=state_reset", 2, "blk.2.ssm_scan"),
-    ("ssm_conv=state_lag", 1, "blk.1.ssm_conv"),
+    ("ssm_conv=state_lag", 3, "blk.3.ssm_conv"),
 ])  # fmt: skip
 def test_a_state_fault_shows_only_where_the_state_is_carried(m2, variant, layer, first):
     """One prompt pass is right (the state starts at zero either way); the decode step after it
@@ -117,7 +142,8 @@ def test_a_state_fault_shows_only_where_the_state_is_carried(m2, variant, layer,
     assert c.first_divergence == first, c
 
 
-def test_the_state_stays_one_size_where_a_kv_cache_grows(m2):
+def test_the_state_stays_one_size_where_a_kv_cache_grows():
+    m2 = labkit.open("tiny-mamba2")
     plans = {T: {(p.engine, p.part): p.nbytes for p in m2.memory(T).parts} for T in (4096, 32768)}
     for T in plans:
         assert plans[T][("gpu", "kv cache")] == 0
