@@ -63,7 +63,8 @@ class TinySpec:
     ssm_head_dim: int = 32
     ssm_n_group: int = 2
     ssm_d_conv: int = 4
-    # granitehybrid only: each layer's mixer, "M" Mamba-2 and "A" attention (head_count_kv 0 marks an M);
+    # granitehybrid only: each layer's mixer, "M" Mamba-2 and "A" attention (head_count_kv 0 marks an M;
+    # "" alternates them, M first);
     # a mixture of experts where n_expert_used > 0 (n_expert experts of d_ff_expert, shared ones of d_ff_shexp)
     layer_pattern: str = ""
 
@@ -165,7 +166,7 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     if traits.mixer == "mamba2":
         _ssm_metadata(w, spec)
     else:
-        _attention_metadata(w, spec)
+        _attention_metadata(w, spec, traits)
     if traits.mixer == "hybrid":
         _hybrid_metadata(w, spec)
     if spec.rope_scaling:
@@ -197,11 +198,11 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     w.add_add_bos_token(a != "llama")
 
 
-def _attention_metadata(w: GGUFWriter, spec: TinySpec) -> None:
-    hybrid_moe = ARCHITECTURES[spec.arch].mixer == "hybrid" and spec.n_expert_used
-    w.add_feed_forward_length(spec.d_ff_expert if hybrid_moe else spec.d_ff)
+def _attention_metadata(w: GGUFWriter, spec: TinySpec, traits) -> None:
+    hybrid = traits.mixer == "hybrid"
+    w.add_feed_forward_length(spec.d_ff_expert if hybrid and spec.n_expert_used else spec.d_ff)
     w.add_head_count(spec.n_heads)
-    if ARCHITECTURES[spec.arch].mixer != "hybrid":  # a hybrid's is per layer (_hybrid_metadata)
+    if not hybrid:  # a hybrid's is per layer (_hybrid_metadata)
         w.add_head_count_kv(spec.n_kv_heads)
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
@@ -230,7 +231,8 @@ def _hybrid_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_ssm_state_size(spec.ssm_d_state)
     w.add_ssm_time_step_rank(2 * spec.d_model // spec.ssm_head_dim)
     w.add_ssm_group_count(spec.ssm_n_group)
-    w.add_head_count_kv([0 if c == "M" else spec.n_kv_heads for c in spec.layer_pattern])
+    pattern = spec.layer_pattern or ("MA" * spec.n_layers)[: spec.n_layers]  # Mamba-2, attention, ...
+    w.add_head_count_kv([0 if c == "M" else spec.n_kv_heads for c in pattern])
     w.add_bool(f"{a}.rope.scaling.finetuned", False)
     w.add_float32(f"{a}.embedding_scale", 12.0)
     w.add_float32(f"{a}.residual_scale", 0.22)

@@ -323,13 +323,19 @@ def test_add_with_period_and_2d_grid(gpu):
     a = r.standard_normal(n).astype(np.float32)
     b = r.standard_normal(n).astype(np.float32)
     y = empty(gpu, n)
-    launch(gpu, "add", [buf(gpu, a), buf(gpu, b), y], {"n": n, "period": n, "y_offset": 0}, -(-n // 64))
+    launch(gpu, "add", [buf(gpu, a), buf(gpu, b), y], {"n": n, "period": n, "y_offset": 0, "scale": 1.0}, -(-n // 64))
     got = read(gpu, y, n)
     assert np.array_equal(got, a + b), f"add differs at {np.flatnonzero(got != a + b)[:5]} (seed {SEED})"
     bias = r.standard_normal(192).astype(np.float32)
     m = 5 * 192
     y2 = empty(gpu, m)
-    launch(gpu, "add", [buf(gpu, a[:m]), buf(gpu, bias), y2], {"n": m, "period": 192, "y_offset": 0}, -(-m // 64))
+    launch(
+        gpu,
+        "add",
+        [buf(gpu, a[:m]), buf(gpu, bias), y2],
+        {"n": m, "period": 192, "y_offset": 0, "scale": 1.0},
+        -(-m // 64),
+    )
     assert np.array_equal(read(gpu, y2, m), a[:m] + np.tile(bias, 5))
 
 
@@ -348,7 +354,7 @@ def test_add_writes_at_output_offset(gpu):
     a = r.standard_normal(rows * width).astype(np.float32)
     bias = r.standard_normal(width).astype(np.float32)
     y = empty(gpu, y_off + a.size + 11, fill=-7.0)
-    values = {"n": a.size, "period": width, "y_offset": y_off}
+    values = {"n": a.size, "period": width, "y_offset": y_off, "scale": 1.0}
     launch(gpu, "add", [buf(gpu, a), buf(gpu, bias), y], values, -(-a.size // 64))
     got = read(gpu, y, y_off + a.size + 11)
     assert np.all(got[:y_off] == -7.0) and np.all(got[y_off + a.size :] == -7.0), f"add wrote outside (seed {SEED})"

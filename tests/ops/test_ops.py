@@ -55,6 +55,7 @@ NMSE = {
     "ssm_skip": 1e-12,
     "gated_norm": 1e-10,
     "state": 1e-12,
+    "scale": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -506,6 +507,12 @@ def cases_gated_norm() -> list[OpCase]:
         xs = [r.standard_normal((T, group * n_group)) * 3, r.standard_normal((T, group * n_group)) * 2]
         out.append(OpCase(f"{gate} T{T} {n_group}x{group}", st, xs, T, weights=w, exposes=frozenset({"gate_swapped"})))
     return out
+
+
+def cases_scale() -> list[OpCase]:
+    r = _rng("scale")
+    st = Stage("logits", "scale", ("logits_raw",), params={"scale": 1 / 6, "width": 515})
+    return [OpCase("2x515 by 1/6", st, [r.standard_normal((2, 515)) * 20], 2)]
 
 
 def cases_state() -> list[OpCase]:

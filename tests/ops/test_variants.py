@@ -97,7 +97,10 @@ USER_VARIANTS = {
     # family: (a WGSL edit of the shipped kernel, the first stage that must diverge on gemma3)
     "glu": (("let a = select(silu(g), gelu_tanh(g), act == 0u);", "let a = max(g, 0.0);"), "blk.0.ffn_act"),
     "add": (
-        ("Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + 0.5 * B[i % P.period];"),
+        (
+            "Y[P.y_offset + i] = A[i] + P.scale * B[i % P.period];",
+            "Y[P.y_offset + i] = A[i] + 0.5 * P.scale * B[i % P.period];",
+        ),
         "blk.0.resid_mid",
     ),
     "rope": (("let c = cos(theta) * m;", "let c = cos(theta * 1.01) * m;"), "blk.0.q_rope"),
@@ -139,7 +142,7 @@ def test_user_matmul_variant_for_one_format(tiny_model):
 
 def test_compile_error_is_typed_and_points_at_the_line():
     bad = kernel_source("add").replace(
-        "Y[P.y_offset + i] = A[i] + B[i % P.period];", "Y[P.y_offset + i] = A[i] + undefined_thing;"
+        "Y[P.y_offset + i] = A[i] + P.scale * B[i % P.period];", "Y[P.y_offset + i] = A[i] + undefined_thing;"
     )
     with pytest.raises(ShaderCompileError) as e:
         labkit.register_variant("add", "broken", bad)
