@@ -34,6 +34,8 @@ PLANS = {
     "llama-3.1-8b": {"lengths": [16, 64], "ref_memory": "6GB", "decode": 8, "gpu_memory": "6GB", "int8_memory": "20GB"},
     # a mixture of experts: 2 of its 48 layers (1.2 GB), 128 experts of which 8 per token
     "qwen3-30b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 2, "no_int8": True},
+    # Granite-4.0-H-Tiny: all 40 layers (36 Mamba-2, 4 attention), 64 experts of which 6 per token
+    "granite-4.0-h-tiny": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "no_int8": True},
     # gpt-oss-20b: 2 of its 24 layers as OpenAI ships it (MXFP4 experts, Q8_0 elsewhere), 32 experts, 4 per token
     "gpt-oss-20b": {
         "lengths": [16, 64],

@@ -35,6 +35,7 @@ LESSONS = [
     "07_sampling",
     "08_quantization",
     "09_mixture_of_experts",
+    "10_recurrent_state",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]

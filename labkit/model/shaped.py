@@ -46,6 +46,12 @@ class Shape:
     n_expert_used: int = 0
     d_ff_expert: int = 0
     sliding_window: int = 0  # gpt-oss: its even layers' window
+    d_ff_shexp: int = 0  # shared experts' width (granitehybrid)
+    # granitehybrid: each layer's mixer ("M" Mamba-2, "A" attention) and the Mamba-2 sizes
+    layer_pattern: str = ""
+    ssm_d_state: int = 128
+    ssm_head_dim: int = 64
+    ssm_n_group: int = 1
 
 
 SHAPES = {
@@ -72,6 +78,25 @@ SHAPES = {
         d_ff_expert=2880,
         sliding_window=128,
     ),  # fmt: skip
+    # Granite-4.0-H-Tiny (7B, 1B active), its config as published: 40 layers of 1536, attention (12 heads of
+    # 128, 4 KV heads, no rope) at layers 5, 15, 25 and 35, Mamba-2 elsewhere (48 heads of 64, state 128, one
+    # group), every FFN 64 experts of 512 (6 per token) and a shared one of 1024, a tied 100k vocabulary
+    "granite-4.0-h-tiny": Shape(
+        "granitehybrid",
+        40,
+        1536,
+        12,
+        4,
+        128,
+        512,
+        100352,
+        tied=True,
+        n_expert=64,
+        n_expert_used=6,
+        d_ff_expert=512,
+        d_ff_shexp=1024,
+        layer_pattern="".join("A" if L % 10 == 5 else "M" for L in range(40)),
+    ),  # fmt: skip
 }
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 # llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
@@ -83,10 +108,12 @@ def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizatio
     when there is no output.weight), Q4_K for the other matrices. Any other `mix` names one GGUF
     type (Q2_K, IQ4_XS, TQ2_0, ...) for every layer matrix, the output kept in Q6_K as llama.cpp
     keeps it: the Q4_K_M file's twin in that type."""
-    body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up")}
+    body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ssm_in", "ssm_out")}
     body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
     if shape.n_expert:
         body = {n: t for n, t in body.items() if not n.startswith("ffn_")} | MOE_BODY
+    if shape.d_ff_shexp:
+        body |= {"ffn_gate_shexp": Q.Q4_K, "ffn_up_shexp": Q.Q4_K, "ffn_down_shexp": Q.Q6_K}
     if mix == "MXFP4_MOE":
         body = dict(MXFP4_MOE)
     elif mix != "Q4_K_M":
@@ -105,13 +132,20 @@ def tensor_shapes(shape: Shape) -> dict[str, tuple[int, ...]]:
     return {ft.name: ft.shape for ft in file_tensors(tiny_config(shape_spec(shape)))}
 
 
+def tensor_kinds(shape: Shape) -> dict[str, str]:
+    """Each tensor's kind (labkit.model.file_tensors.FileTensor.kind): what its random values are."""
+    return {ft.name: ft.kind for ft in file_tensors(tiny_config(shape_spec(shape)))}
+
+
 def shape_spec(shape: Shape) -> TinySpec:
     """The shape as the tiny writer's spec: its metadata and its config come from the same code."""
     return TinySpec(arch=shape.arch, weight_type="Q4_K", n_layers=shape.n_layers, d_model=shape.d_model,
                     n_heads=shape.n_heads, n_kv_heads=shape.n_kv_heads, head_dim=shape.head_dim, d_ff=shape.d_ff,
                     vocab=shape.vocab, context=shape.context, tied=shape.tied, n_expert=shape.n_expert,
                     n_expert_used=shape.n_expert_used, d_ff_expert=shape.d_ff_expert,
-                    sliding_window=shape.sliding_window or 4096, weight_scales=False)  # fmt: skip
+                    sliding_window=shape.sliding_window or 4096, weight_scales=False, d_ff_shexp=shape.d_ff_shexp,
+                    layer_pattern=shape.layer_pattern, ssm_d_state=shape.ssm_d_state,
+                    ssm_head_dim=shape.ssm_head_dim, ssm_n_group=shape.ssm_n_group)  # fmt: skip
 
 
 def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:
@@ -133,10 +167,11 @@ def write_shaped_model(
     (all by default), its matrices typed by `mix` (tensor_types); returns the path. Written tensor
     by tensor: memory stays at one tensor."""
     shape = SHAPES[shape] if isinstance(shape, str) else shape
-    shape = replace(shape, n_layers=n_layers or shape.n_layers)
+    n = n_layers or shape.n_layers
+    shape = replace(shape, n_layers=n, layer_pattern=shape.layer_pattern[:n])  # a hybrid's first n layers
     path = Path(path)
     rng = np.random.default_rng(seed)
-    types, shapes = tensor_types(shape, mix), tensor_shapes(shape)
+    types, shapes, kinds = tensor_types(shape, mix), tensor_shapes(shape), tensor_kinds(shape)
     w = GGUFWriter(str(path), shape.arch)
     spec = shape_spec(shape)
     write_metadata(w, spec, name=f"labkit shaped d{shape.d_model} x{shape.n_layers}", merges=["<t1> <t2>"])
@@ -155,12 +190,16 @@ def write_shaped_model(
     w.write_ti_data_to_file()
     units = {qt: unit_std(QUANT_FORMATS[qt], rng) for qt in set(stored.values())}
     for name, shp in shapes.items():
-        w.write_tensor_data(_tensor(rng, name, shp, stored.get(name), units))
+        w.write_tensor_data(_tensor(rng, name, shp, stored.get(name), units, kinds[name]))
     w.close()
     return path
 
 
-def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict) -> np.ndarray:
+def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict, kind: str = "") -> np.ndarray:
+    if qt is None and kind in _MIXER_VALUES or name.endswith("ssm_dt.bias"):  # Mamba-2's, as initialised
+        return _MIXER_VALUES["dt_bias" if name.endswith("ssm_dt.bias") else kind](rng, shp).astype(np.float32)
+    if qt is None and kind == "norm":  # norm weights near 1 (Mamba-2's grouped one is 2-D)
+        return (1.0 + 0.1 * rng.standard_normal(shp)).astype(np.float32)
     if qt is None and name.endswith(".bias"):  # biases near 0 (a router's, an expert's)
         return (0.1 * rng.standard_normal(shp)).astype(np.float32)
     if qt is None and len(shp) == 2:  # a router: logits of std ~1, probabilities spread over the experts
@@ -174,3 +213,13 @@ def _tensor(rng: np.random.Generator, name: str, shp: tuple, qt, units: dict) ->
     if name == "token_embd.weight":
         scale = 1.0 / units[qt]  # embeddings of about unit size, as trained models have
     return random_blocks(rng, qt, rows * cols // block, scale).reshape(*shp[:-1], cols // block * size)
+
+
+# Mamba-2's f32 tensors as its initialisation draws them (labkit.model.tiny's, for files written in parts):
+# conv taps of std 1/sqrt(d_conv), A = -exp(A_log) in [-16, -1], D near 1, dt's bias a step in [0.001, 0.1]
+_MIXER_VALUES = {
+    "conv": lambda rng, shp: rng.standard_normal(shp) / np.sqrt(shp[-1]),
+    "ssm_a": lambda rng, shp: -rng.uniform(1.0, 16.0, shp),
+    "ssm_d": lambda rng, shp: 1.0 + 0.1 * rng.standard_normal(shp),
+    "dt_bias": lambda rng, shp: np.log(np.expm1(rng.uniform(1e-3, 0.1, shp))),
+}

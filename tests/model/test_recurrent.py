@@ -176,3 +176,20 @@ def test_greedy_continuations_equal_llamacpps(m2):
             theirs.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
             llm.eval([theirs[-1]])
         assert m2.generate(prompt, max_new_tokens=8).ids == theirs
+
+
+@pytest.mark.parametrize("variant,first", [
+    ("ssm_scan=no_softplus", "blk.1.ssm_scan"),
+    ("ssm_scan=a_positive", "blk.1.ssm_scan"),
+    ("gated_norm=gate_swapped", "blk.1.ssm_norm"),
+])  # fmt: skip
+def test_a_mixer_fault_bound_to_one_layer_is_localized_there(variant, first):
+    """On one prompt pass, at the faulty layer's stage and nowhere before it (tiny-mamba2, layer 1)."""
+    lab = labkit.open("tiny-mamba2")
+    family, name = variant.split("=")
+    lab.use(f"blk.1.{family}", name)
+    try:
+        c = compare(lab.run(IDS), lab.reference(IDS))
+    finally:
+        lab.use(f"blk.1.{family}", "default")
+    assert c.first_divergence == first, c

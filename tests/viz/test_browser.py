@@ -395,6 +395,9 @@ def test_lesson_in_jupyterlab(jupyter, name):
         elif name == "09_mixture_of_experts":  # no widget: the router map hovers a token's expert
             tip = hover_plotly(page, name, "router")
             assert "token" in tip and "expert" in tip and "probability" in tip, tip
+        elif name == "10_recurrent_state":  # no widget: the state fault's divergence map hovers
+            tip = hover_plotly(page, name, "fault-figure")
+            assert "NMSE" in tip and "threshold" in tip, tip
         elif name == "06_prefill_decode":  # no widget: the decode step's attention map hovers
             tip = hover_plotly(page, name, "sky")
             assert "query" in tip and "key" in tip and "probability" in tip, tip
