@@ -154,7 +154,8 @@ def model_tensors(lab) -> list[dict]:
     readers: dict[str, str] = {}
     for st in lab.graph:
         for role, n in st.tensors.items():
-            if role in ("weight", "sinks"):  # read by the stage's own kernel
+            own = role in ("weight", "sinks") or (role == "bias" and st.op not in ("matmul", "moe_matmul"))
+            if own:  # read by the stage's own kernel (a conv's bias, a router's selection bias too)
                 c = lab.executor.choice(st)
                 readers.setdefault(n, f"{c.family}/{c.kernel.name}" + ("" if role == "weight" else f" ({role})"))
             else:  # added or multiplied after the product
