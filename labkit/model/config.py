@@ -70,6 +70,9 @@ class ArchTraits:
     rope_switch: bool = False
     # moe: the key of one expert's width (Granite's files give it as feed_forward_length)
     expert_width_key: str = "expert_feed_forward_length"
+    # the query projection carries a per-head output gate beside each head's query (attn_q's rows: head 0's
+    # query, its gate, head 1's query, ...), and the heads' context is multiplied by its sigmoid (Qwen3.5)
+    attn_gate: bool = False
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -134,6 +137,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     "granitehybrid": ArchTraits(
         "normal", mixer="hybrid", ffn="file", mup_scales=True, rope_switch=True, expert_width_key="feed_forward_length"
     ),
+    # Qwen3.5 as llama.cpp's qwen35 graph computes it: gated delta-net layers, and every
+    # full_attention_interval-th layer a gated attention (q/k norms, partial rope; its M-RoPE sections
+    # reduce to plain rope for text), each layer's FFN normed by post_attention_norm
+    "qwen35": ArchTraits("neox", qk_norm=True, mixer="delta", ffn_norm="post_attention_norm", attn_gate=True),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -248,9 +255,10 @@ class ModelConfig:
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
-    mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2" or "hybrid"
-    ssm: SsmShape | None = None  # the Mamba-2 mixer's sizes, where the family has one
-    mixers: tuple[str, ...] = ()  # a hybrid's mixer per layer: "attention" or "mamba2"
+    mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2", "hybrid" or "delta"
+    ssm: SsmShape | None = None  # the recurrent mixer's sizes (Mamba-2's, or the gated delta net's)
+    mixers: tuple[str, ...] = ()  # a hybrid's mixer per layer: "attention", "mamba2" or "delta_net"
+    attn_gate: bool = False  # ArchTraits.attn_gate: q_full holds each head's query and output gate
     rope: bool = True  # the attention layers rotate q and k (a file may turn it off: ArchTraits.rope_switch)
     residual_scale: float = 1.0  # each block's output times it before the residual add (Granite's muP)
     logit_scale: float = 1.0  # the logits divided by it (Granite's muP)
@@ -277,7 +285,7 @@ class ModelConfig:
         return self.sliding_window if self.swa_layers[layer] else None
 
     def layer_mixer(self, layer: int) -> str:
-        """What mixes the positions in the layer: "attention" or "mamba2"."""
+        """What mixes the positions in the layer: "attention", "mamba2" or "delta_net"."""
         return self.mixers[layer] if self.mixers else "mamba2" if self.mixer == "mamba2" else "attention"
 
     @property
@@ -288,7 +296,7 @@ class ModelConfig:
     @property
     def state_layers(self) -> tuple[int, ...]:
         """The layers that carry a recurrent state from pass to pass."""
-        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) == "mamba2")
+        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) != "attention")
 
     def layer_ffn(self, layer: int) -> str:
         """The layer's feed-forward block: "moe", "dense" (a dense FFN, or a leading dense layer) or "none"."""
@@ -430,6 +438,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         weight_scales="blk.0.attn_q.scale" in tensor_names,
         residual_scale=mup.get("residual", 1.0),
         logit_scale=mup.get("logit", 1.0),
+        attn_gate=traits.attn_gate,
     )
 
 
@@ -447,7 +456,11 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
             n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
         else:
             n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
+        if traits.mixer == "delta":
+            mixers = _delta_layers(meta, p, n_layers)
         rope = _rope_fields(meta, p, traits, head_dim, context, names)
+        if traits.mixer == "delta":
+            _check_text_sections(meta, p, rope["rope_dim"])
     return {
         "n_heads": n_heads,
         "n_kv_heads": n_kv_heads,
@@ -455,7 +468,7 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         **rope,
         "mixer": traits.mixer,
         "mixers": mixers,
-        "ssm": _ssm_shape(meta, p, d_model) if traits.mixer in ("mamba2", "hybrid") else None,
+        "ssm": _ssm_shape(meta, p, d_model, traits.mixer) if traits.mixer != "attention" else None,
         "rope": bool(meta.get(p + "rope.scaling.finetuned", True)) if traits.rope_switch else True,
     }
 
@@ -474,6 +487,38 @@ def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) ->
     if n_heads % n_kv:
         raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
     return n_kv, tuple("mamba2" if v == 0 else "attention" for v in per)
+
+
+def _delta_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[str, ...]:
+    """Each layer's mixer as llama.cpp's qwen35 reads them: the file's attention.recurrent_layers (true
+    where the layer is a gated delta net), else every full_attention_interval-th layer attends (4)."""
+    key = p + "attention.recurrent_layers"
+    if key in meta:
+        flags = list(meta[key]) if isinstance(meta[key], (np.ndarray, list, tuple)) else [meta[key]] * n_layers
+        if len(flags) < n_layers:
+            raise HyperparameterError(f"{key} has {len(flags)} entries for {n_layers} layers")
+        return tuple("delta_net" if bool(f) else "attention" for f in flags[:n_layers])
+    step = _count(meta, p + "full_attention_interval", 4, high=MAX_LAYERS)
+    return tuple("delta_net" if (L + 1) % step else "attention" for L in range(n_layers))
+
+
+def _check_text_sections(meta: dict[str, Any], p: str, rope_dim: int) -> None:
+    """Qwen3.5's interleaved M-RoPE on text: llama.cpp gives a text token the same position in the t, h and
+    w sections and 0 in the fourth, so the rope is plain NeoX rope where every rotary pair falls in t, h
+    or w (Qwen3.5's [11, 11, 10, 0] over 32 pairs). A file whose sections leave a pair on the fourth
+    (unrotated for text) is refused rather than run with a rope it does not have."""
+    raw = meta.get(p + "rope.dimension_sections", [rope_dim // 2, 0, 0, 0])
+    sections = [int(v) for v in raw][:4] + [0] * max(0, 4 - len(raw))
+    if any(v < 0 for v in sections) or sum(sections) == 0:
+        raise HyperparameterError(f"{p}rope.dimension_sections is {sections}; it must be 4 counts, not all 0")
+    total = sum(sections)
+    for i in range(rope_dim // 2):
+        s = i % total
+        if not any(s % 3 == r and s < 3 * sections[r] for r in (0, 1, 2)):
+            raise UnsupportedArchitectureError(
+                f"{p}rope.dimension_sections {sections} leave rotary pair {i} in the fourth section: labkit runs "
+                "text, where the t, h and w sections share each position"
+            )
 
 
 def _mup_scales(meta: dict[str, Any], p: str) -> dict[str, float]:
@@ -496,9 +541,11 @@ def _no_rope(traits: ArchTraits) -> dict[str, Any]:
             "rope_scaling": RopeScaling(), "swa_rope_scaled": False, "rope_freq_factors": None}  # fmt: skip
 
 
-def _ssm_shape(meta: dict[str, Any], p: str, d_model: int) -> SsmShape:
-    """A Mamba-2 mixer's sizes as llama.cpp's mamba2 load_arch_hparams reads them, checked as its
-    graph asserts them (heads and groups divide d_inner)."""
+def _ssm_shape(meta: dict[str, Any], p: str, d_model: int, mixer: str = "mamba2") -> SsmShape:
+    """A recurrent mixer's sizes as llama.cpp's load_arch_hparams reads them, checked as its graph
+    asserts them (heads and groups divide d_inner). For the gated delta net the same keys say: state_size
+    the key head's size, time_step_rank the value heads, group_count the key heads; its value heads
+    are the key heads' size (ggml_gated_delta_net asserts S_k == S_v)."""
     shape = SsmShape(
         d_conv=_count(meta, p + "ssm.conv_kernel", high=64),
         d_inner=_count(meta, p + "ssm.inner_size"),
@@ -511,6 +558,11 @@ def _ssm_shape(meta: dict[str, Any], p: str, d_model: int) -> SsmShape:
             raise HyperparameterError(f"{p}ssm.inner_size {shape.d_inner} is not a multiple of {p}{what} {n}")
     if shape.n_head % shape.n_group:
         raise HyperparameterError(f"{p}ssm.time_step_rank {shape.n_head} is not a multiple of {p}ssm.group_count")
+    if mixer == "delta" and shape.head_dim != shape.d_state:
+        raise HyperparameterError(
+            f"{p}ssm.inner_size / time_step_rank is {shape.head_dim}, the value heads' size; it must equal the key "
+            f"heads' size {p}ssm.state_size {shape.d_state}"
+        )
     return shape
 
 

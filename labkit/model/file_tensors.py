@@ -19,7 +19,7 @@ class FileTensor:
     name: str
     shape: tuple[int, ...]
     # "embedding", "matrix", "experts", "router", "norm", "bias", "scale", "sinks", "freq_factors", and
-    # Mamba-2's "conv", "ssm_a", "ssm_d"
+    # the recurrent mixers' "conv", "ssm_a", "ssm_d"
     kind: str
 
 
@@ -65,6 +65,14 @@ _MIXER_TENSORS = {
     "ssm_conv": lambda P: (P["channels"], P["d_conv"]),
     "ssm_scan": lambda P: (P["n_head"], 1),
     "ssm_skip": lambda P: (P["n_head"], 1),
-    "gated_norm": lambda P: (P["width"] // P["group"], P["group"]),
+    # one weight row for every head (the gated delta net's ssm_norm [head_v_dim]), or one a group (Mamba-2's)
+    "gated_norm": lambda P: (P["group"],) if P.get("w_groups") == 1 else (P["width"] // P["group"], P["group"]),
+    "delta_decay": lambda P: (P["n_head"],),
 }
-_MIXER_KINDS = {"ssm_conv": "conv", "ssm_scan": "ssm_a", "ssm_skip": "ssm_d", "gated_norm": "norm"}
+_MIXER_KINDS = {
+    "ssm_conv": "conv",
+    "ssm_scan": "ssm_a",
+    "ssm_skip": "ssm_d",
+    "gated_norm": "norm",
+    "delta_decay": "ssm_a",
+}

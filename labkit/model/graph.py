@@ -111,7 +111,11 @@ def _qkv(b: _Builder) -> None:
             b.linear(n, "attn_norm", "attn_qkv", cfg.d_model, dim, rows=ranges[n], kv_write="v" if n == "v" else None)
         return
     writes = {"v": "v", "k": None if cfg.rope else "k"}  # the keys are cached as rotated, where they rotate
-    for n, dim in (("q", qd), ("k", kvd), ("v", kvd)):
+    if cfg.attn_gate:  # Qwen3.5: each head's query, then its output gate; the queries taken out as `q`
+        hd = cfg.head_dim
+        b.linear("q_full", "attn_norm", "attn_q", cfg.d_model, 2 * qd)
+        b.add("q", "columns", ("q_full",), groups=cfg.n_heads, width=hd, step=2 * hd, offset=0, **{"in": 2 * qd})
+    for n, dim in (("k", kvd), ("v", kvd)) if cfg.attn_gate else (("q", qd), ("k", kvd), ("v", kvd)):
         bias = b.bias(f"attn_{n}")
         b.linear(n, "attn_norm", f"attn_{n}", cfg.d_model, dim, bias=bias, kv_write=writes.get(n))
 
@@ -136,6 +140,8 @@ def _attention(b: _Builder, x: str) -> str:
     ctx = b.add("attn_ctx", "attn_ctx", ("attn_probs", "v", q), kv_read=("k", "v"), **attn, **sinks)
     if cfg.sub_norms:  # bitnet: the heads' context normed before the output projection
         ctx = b.norm("attn_sub_norm", "attn_ctx", "attn_sub_norm", group=cfg.q_dim, width=cfg.q_dim)
+    if cfg.attn_gate:  # Qwen3.5: the context times sigmoid of each head's gate
+        ctx = b.add("attn_gated", "attn_gate", ("attn_ctx", "q_full"), n_heads=cfg.n_heads, head_dim=cfg.head_dim)
     bias = b.bias("attn_output")
     out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
@@ -166,7 +172,7 @@ def _rope_scaling(cfg: ModelConfig, layer: int, base: float) -> dict[str, Any]:
 
 def _ffn(b: _Builder, x: str) -> str:
     cfg = b.cfg
-    b.norm("ffn_norm", x, "ffn_norm")
+    b.norm("ffn_norm", x, cfg.ffn_norm_tensor)
     if cfg.fused_gate_up:  # phi3: ffn_up holds the gate rows, then the up rows
         b.linear("ffn_gate", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(0, cfg.d_ff))
         b.linear("ffn_up", "ffn_norm", "ffn_up", cfg.d_model, cfg.d_ff, rows=(cfg.d_ff, 2 * cfg.d_ff))
@@ -254,8 +260,38 @@ def _mamba2(b: _Builder, x: str) -> str:
     return b.linear("ssm_out", "ssm_norm", "ssm_out", s.d_inner, d)
 
 
-# what mixes the positions in a layer, by ModelConfig.mixer
-MIXERS = {"attention": _attention, "mamba2": _mamba2}
+def _delta_net(b: _Builder, x: str) -> str:
+    """llama.cpp's qwen35 build_layer_attn_linear: q, k, v in one projection (attn_qkv) through the
+    causal conv (no bias) and SiLU, continuing the conv state; q and k L2-normed per head; the write
+    strength beta = sigmoid(b) and the log-decay g = softplus(alpha + dt_bias)·A per value head; the
+    gated delta rule continuing the recurrent state; the RMSNorm of each head's output gated after
+    by silu(z); ssm_out. The two `state` stages capture each state as the pass leaves it."""
+    cfg, s = b.cfg, b.cfg.ssm
+    d, H, dk, key_dim = cfg.d_model, s.n_head, s.d_state, s.n_group * s.d_state
+    b.norm("attn_norm", x, "attn_norm")
+    b.linear("ssm_qkv", "attn_norm", "attn_qkv", d, s.conv_dim)
+    b.linear("ssm_z", "attn_norm", "attn_gate", d, s.d_inner)
+    b.linear("ssm_b", "attn_norm", "ssm_beta", d, H)
+    b.add("ssm_beta", "sigmoid", ("ssm_b",), width=H)
+    b.linear("ssm_alpha", "attn_norm", "ssm_alpha", d, H)
+    b.add("ssm_g", "delta_decay", ("ssm_alpha",), b.p + "ssm_a", bias=b.p + "ssm_dt.bias", n_head=H, out=H)
+    b.add("ssm_conv", "ssm_conv", ("ssm_qkv",), "ssm_conv1d", state="conv", out=s.conv_dim, channels=s.conv_dim,
+          d_conv=s.d_conv)  # fmt: skip
+    b.add("conv_state", "state", ("ssm_conv",), state="conv", size=s.conv_state_size)
+    norm = {"group": dk, "width": key_dim, "eps": cfg.rms_eps, "channels": s.conv_dim}
+    b.add("ssm_q", "l2norm", ("ssm_conv",), offset=0, **norm)
+    b.add("ssm_k", "l2norm", ("ssm_conv",), offset=key_dim, **norm)
+    sizes = {"n_head": H, "n_k_head": s.n_group, "head_k": dk, "head_v": s.head_dim, "channels": s.conv_dim}
+    b.add("ssm_delta", "delta_net", ("ssm_q", "ssm_k", "ssm_conv", "ssm_g", "ssm_beta"), state="scan",
+          v_offset=2 * key_dim, **sizes)  # fmt: skip
+    b.add("scan_state", "state", ("ssm_delta",), state="scan", size=s.scan_state_size)
+    b.add("ssm_norm", "gated_norm", ("ssm_delta", "ssm_z"), "ssm_norm", eps=cfg.rms_eps, group=s.head_dim,
+          width=s.d_inner, gate="after", w_groups=1)  # fmt: skip
+    return b.linear("ssm_out", "ssm_norm", "ssm_out", s.d_inner, d)
+
+
+# what mixes the positions in a layer, by ModelConfig.layer_mixer
+MIXERS = {"attention": _attention, "mamba2": _mamba2, "delta_net": _delta_net}
 
 
 def _layer(b: _Builder, x: str) -> str:

@@ -110,6 +110,14 @@ MODELS: dict[str, ModelEntry] = {
         "Mamba-2), d=256, every FFN 8 experts (2 per token) and a shared one, muP scales, 512 placeholder tokens",
         _written("tiny-granitehybrid"),
     ),
+    "tiny-qwen35": ModelEntry(
+        "tiny-qwen35",
+        "labkit (written on first use)",
+        "a random-weight Qwen3.5 (qwen35), Q4_K, 4 layers (gated delta net, gated attention, in turn), d=256, "
+        "8 value heads over 4 key heads of 32, conv of 4, attention 4 heads of 64 (2 KV), rope on 16 dims, "
+        "512 placeholder tokens",
+        _written("tiny-qwen35"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

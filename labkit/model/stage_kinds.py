@@ -58,6 +58,10 @@ ROLES: dict[str, str] = {
         "the value projection: for each KV head, what this position passes on to the queries that attend "
         "to it. Cached with the keys"
     ),
+    "q_full": (
+        "Qwen3.5's query projection: each head's query and, beside it, the gate its attention output will be "
+        "multiplied by"
+    ),
     "q_norm": "normalizes each head's query (Gemma 3, Qwen 3), keeping the attention scores in range",
     "k_norm": "normalizes each head's key (Gemma 3, Qwen 3)",
     "q_rope": (
@@ -89,9 +93,30 @@ ROLES: dict[str, str] = {
     "post_attn_norm": (
         "normalizes attention's output before it is added to the residual stream (Gemma's sandwich norm)"
     ),
+    "attn_gated": (
+        "the heads' context times the sigmoid of the gate each head's query carried (Qwen3.5): a head can "
+        "switch its own output off"
+    ),
+    "ssm_qkv": (
+        "the gated delta net's q, k and v in one projection (before its causal conv): k is where a token "
+        "writes into the layer's memory, v what it writes, q what it reads back"
+    ),
+    "ssm_b": "the delta rule's write-strength logits, one per value head",
+    "ssm_beta": "the write strength: sigmoid(b), how far each head's memory moves toward this token's value",
+    "ssm_alpha": "the delta rule's decay logits per value head, before dt_bias and the softplus",
+    "ssm_g": (
+        "the log-decay per head: softplus(alpha + dt_bias)·A with A < 0, so the memory keeps e^g < 1 of "
+        "itself each token"
+    ),
+    "ssm_q": "the delta rule's queries: the conv's q, each head divided by its length",
+    "ssm_k": "the delta rule's keys: the conv's k, each head a unit vector (what makes the rule a correction)",
+    "ssm_delta": (
+        "the gated delta rule: each value head's memory [d_v, d_k] decayed by e^g, corrected toward v where "
+        "it reads k (strength beta), then read with q. The memory is carried from pass to pass (scan_state)"
+    ),
     "ssm_z": (
-        "Mamba-2's gate z: a slice of ssm_in's product that never enters the scan; silu(z) gates the scan's "
-        "output in the norm"
+        "the mixer's gate z (Mamba-2's a slice of ssm_in, the delta net's its own projection): it never enters "
+        "the recurrence; silu(z) gates the recurrence's output in the norm"
     ),
     "ssm_xbc": (
         "Mamba-2's x, B and C before the conv: x is what the scan carries (the value), B how a token writes "
@@ -114,13 +139,14 @@ ROLES: dict[str, str] = {
         "exp(softplus(dt)·A), writes x ⊗ B into, and reads with C: a recurrent memory in place of a KV cache"
     ),
     "scan_state": (
-        "the scan state as the pass leaves it ([heads, head_dim, d_state]): everything the model keeps of "
-        "the sequence so far, the same size at 10 tokens and at 32 000"
+        "the recurrent state as the pass leaves it (Mamba-2's scan state [heads, head_dim, d_state], the delta "
+        "net's memory [heads, d_v, d_k]): everything the layer keeps of the sequence so far, the same size at "
+        "10 tokens and at 32 000"
     ),
     "ssm_skip": "the scan's output plus D·x, a learned per-head skip around the scan",
     "ssm_norm": (
-        "the gated norm: the scan's output times silu(z), then RMS-normed in groups (Mamba-2 gates before "
-        "the norm, Qwen3-Next after)"
+        "the gated norm: the recurrence's output and silu(z), RMS-normed in groups (Mamba-2 gates before "
+        "the norm, the delta net after, each head on its own)"
     ),
     "ssm_out": "the mixer's output projection, back to d_model for the residual stream",
     "resid_mid": (
@@ -195,8 +221,18 @@ LLAMACPP_NODES: dict[str, str] = {
     "attn_probs": "kq_soft_max-{L}:SOFT_MAX",
     "attn_ctx": "kqv_out-{L}:CONT",
     "attn_sub_norm": "attn_sub_norm-{L}:MUL",
+    "q_full": "Qcur_full-{L}:MUL_MAT",
+    "attn_gated": "attn_gated-{L}:MUL",
     "attn_out": "",
     "post_attn_norm": "attn_post_norm-{L}:MUL",
+    "ssm_qkv": "linear_attn_qkv_mixed-{L}:RESHAPE",
+    "ssm_b": "beta-{L}:RESHAPE",
+    "ssm_beta": "beta_sigmoid-{L}:UNARY",
+    "ssm_alpha": "alpha-{L}:RESHAPE",
+    "ssm_g": "gate-{L}:MUL",
+    "ssm_q": "q_conv_predelta-{L}:SCALE",
+    "ssm_k": "k_conv_predelta-{L}:SCALE",
+    "ssm_delta": "attn_output-{L}:VIEW",
     "ssm_z": "",
     "ssm_xbc": "",
     "ssm_dt": "",
@@ -247,6 +283,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("q", 5e-04, 1e-02, 5e-04, 5e-03),  # 1.9e-3
     K("k", 5e-04, 2e-02, 5e-04, 5e-03),  # 3.1e-3
     K("v", 5e-04, 5e-02, 5e-04, 2e-02),  # 8.0e-3
+    K("q_full", 5e-04, 1e-02, 5e-04, 5e-03),  # qwen35: as q
     K("q_norm", 1e-05, 2e-02, 2e-05, 1e-03),  # 3.4e-3
     K("k_norm", 1e-05, 2e-02, 1e-05, 2e-03),  # 4.8e-3
     K("q_rope", 1e-05, 2e-02, 5e-05, 5e-03),  # 3.4e-3
@@ -255,15 +292,25 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("attn_probs", 1e-05, 1e-02, 2e-04, 1e-02, layout="heads"),  # 1.6e-3
     K("attn_ctx", 1e-05, 5e-02, 2e-04, 2e-02),  # 8.2e-3
     K("attn_sub_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # bitnet: as post_attn_norm
+    K("attn_gated", 1e-05, 5e-02, 2e-04, 2e-02),  # qwen35: as attn_ctx
     K("attn_out", 5e-04, 5e-02, 5e-04, 2e-02),  # 8.3e-3
     K("post_attn_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # 1.6e-2 (gemma3 layer 17)
     # Mamba-2's mixer (mamba2): the projections are matmul rows, the conv and scan f32 loops over the
     # pass's tokens (a prompt's scan runs chunked in the reference, token by token on the GPU)
+    # the gated delta net (qwen35): the projections as matmuls, the rule an f32 loop over the pass's tokens
+    K("ssm_qkv", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_b", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_beta", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_alpha", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_g", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_z", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_xbc", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_dt", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_conv", 5e-04, 2e-02, 5e-04, 1e-02),
     K("conv_state", 5e-04, 2e-02, 5e-04, 1e-02, layout="state"),
+    K("ssm_q", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_k", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_delta", 1e-04, 5e-02, 1e-03, 2e-02),
     K("ssm_scan", 1e-04, 5e-02, 1e-03, 2e-02),
     K("scan_state", 1e-04, 5e-02, 1e-03, 2e-02, layout="state"),
     K("ssm_skip", 1e-04, 5e-02, 1e-03, 2e-02),

@@ -67,6 +67,10 @@ class TinySpec:
     # "" alternates them, M first);
     # a mixture of experts where n_expert_used > 0 (n_expert experts of d_ff_expert, shared ones of d_ff_shexp)
     layer_pattern: str = ""
+    # qwen35 only: the gated delta net's value heads (its key heads are ssm_n_group of ssm_d_state, the
+    # value heads the same size), and every full_attention_interval-th layer attends
+    ssm_n_v_heads: int = 8
+    full_attention_interval: int = 4
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -123,6 +127,21 @@ TINY_MODELS = {
         d_ff_shexp=256,
         seed=9,
     ),  # fmt: skip
+    # Qwen3.5 at tiny size: gated delta-net layers and gated attention layers in turn (Qwen3.5's own interval
+    # is 4), 8 value heads over 4 key heads of 32, K-quant matrices
+    "tiny-qwen35": TinySpec(
+        arch="qwen35",
+        weight_type="Q4_K",
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=64,
+        ssm_d_state=32,
+        ssm_n_group=4,
+        ssm_n_v_heads=8,
+        full_attention_interval=2,
+        seed=13,
+    ),  # fmt: skip
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(
@@ -169,6 +188,8 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         _attention_metadata(w, spec, traits)
     if traits.mixer == "hybrid":
         _hybrid_metadata(w, spec)
+    if traits.mixer == "delta":
+        _delta_metadata(w, spec)
     if spec.rope_scaling:
         kind, factor, n_ctx_orig = spec.rope_scaling
         w.add_string(f"{a}.rope.scaling.type", kind)
@@ -207,7 +228,8 @@ def _attention_metadata(w: GGUFWriter, spec: TinySpec, traits) -> None:
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
     w.add_rope_freq_base(1e6 if spec.arch == "gemma3" else 1e4)
-    w.add_rope_dimension_count(spec.head_dim)
+    # Qwen3.5 rotates a quarter of each head (partial_rotary_factor 0.25)
+    w.add_rope_dimension_count(spec.head_dim // 4 if traits.mixer == "delta" else spec.head_dim)
 
 
 def _ssm_metadata(w: GGUFWriter, spec: TinySpec) -> None:
@@ -242,6 +264,22 @@ def _hybrid_metadata(w: GGUFWriter, spec: TinySpec) -> None:
         w.add_expert_count(spec.n_expert)
         w.add_expert_used_count(spec.n_expert_used)
         w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
+
+
+def _delta_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """Qwen3.5's keys as llama.cpp's converter writes them: the gated delta net's sizes in the ssm keys
+    (state_size the heads' size, time_step_rank the value heads, group_count the key heads, inner_size
+    the value heads' width), the attention interval, and M-RoPE sections covering every rotary pair
+    the way Qwen3.5's [11, 11, 10, 0] covers its 32."""
+    n = spec.head_dim // 8  # rotary pairs
+    t, h = -(-n // 3), -(-(n - 1) // 3)
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(spec.ssm_n_v_heads * spec.ssm_d_state)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(spec.ssm_n_v_heads)
+    w.add_ssm_group_count(spec.ssm_n_group)
+    w.add_full_attention_interval(spec.full_attention_interval)
+    w.add_rope_dimension_sections([t, h, n - t - h, 0])
 
 
 class _Tensors:

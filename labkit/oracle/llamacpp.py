@@ -317,6 +317,34 @@ MAPPINGS["granitehybrid"] = {
 for _kind in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down", "q_rope", "k_rope"):  # a mixture, and no rope
     MAPPINGS["granitehybrid"].pop(_kind)
 
+# Qwen3.5 (models/qwen35.cpp, delta-net-base.cpp, the fused ggml_gated_delta_net that 0.3.36 runs on the CPU):
+# the delta net's nodes by their cb names (views and reshapes of contiguous products, read honouring their
+# strides), its states through the copies into cache_r_lL and the GDN output's tail; the gated attention's
+# queries are the Qcur_reshaped view, its context attn_pregate-L; the FFN reads attn_post_norm-L
+DELTA_NET_KINDS = ("ssm_qkv", "ssm_b", "ssm_beta", "ssm_alpha", "ssm_g", "ssm_q", "ssm_k", "ssm_delta")
+MAPPINGS["qwen35"] = {
+    **_common("attn_residual-{L}", "ffn_swiglu-{L}", "named attn_output-L"),
+    **_defaults(("q_full", "q_norm", "k_norm", "attn_gated", *DELTA_NET_KINDS)),
+    "embed": Pick("model.input_embed", "GET_ROWS"),
+    "output_norm": Pick("h_nextn", "MUL", note="named again result_norm by the GET_ROWS of the outputs"),
+    "q": Pick("Qcur_reshaped-{L}", "VIEW", note="each head's query, viewed out of Qcur_full (stride 2·head_dim)"),
+    "attn_ctx": Pick("attn_pregate-{L}", "CONT", note="heads merged, before the output gate"),
+    "attn_out": Pick("attn_output-{L}", "MUL_MAT"),
+    "ffn_norm": Pick("attn_post_norm-{L}", "MUL", note="post_attention_norm, the FFN's input"),
+    "ssm_z": Pick("z-{L}", "MUL_MAT"),
+    "ssm_conv": Pick("conv_output_silu-{L}", "UNARY", note="silu(ggml_ssm_conv): the conv has no bias"),
+    "conv_state": Pick(
+        "",
+        "CPY",
+        reads="conv_state_update-{L}",
+        layout="state",
+        note="the window's last d_conv - 1 inputs copied into cache_r_lL",
+    ),  # fmt: skip
+    "scan_state": Pick("new_state-{L}", "VIEW", layout="state", note="the tail of ggml_gated_delta_net's output"),
+    "ssm_norm": Pick("final_output-{L}", "RESHAPE", note="rms_norm(o)·ssm_norm·silu(z), heads merged"),
+    "ssm_out": Pick("linear_attn_out-{L}", "MUL_MAT"),
+}
+
 # Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
 # graph (its libggml 0.25.3), so these are empty. A kind listed here would be absent from
@@ -333,6 +361,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "gemma2": {},
     "mamba2": {},
     "granitehybrid": {},
+    "qwen35": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:

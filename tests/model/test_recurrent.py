@@ -1,14 +1,16 @@
-"""Recurrent layers (Mamba-2's mixer) on both engines and against llama.cpp: llama.cpp's mamba2 and
-its granitehybrid (Granite 4.0-H).
+"""Recurrent layers on both engines and against llama.cpp: Mamba-2's mixer (llama.cpp's mamba2 and its
+granitehybrid, Granite 4.0-H) and the gated delta net (its qwen35, Qwen3.5).
 
-The registry's tiny-mamba2 (labkit's writer, from llama.cpp's loader: Q4_K projections, f32 conv,
-A, D, norm and biases) has every part of the mixer: ssm_in's rows split into z, xBC and dt, the
-causal conv continuing its state, the scan continuing its state, the skip, the grouped gated norm.
-tiny-granitehybrid puts it beside an attention layer without rope, every FFN a mixture with a shared
-expert, and Granite's muP scales. For both, every stage, the states as the pass leaves them included,
-agrees with the float64 reference and with llama.cpp's own tensors; a decode step equals the prompt's
-last row; two passes equal one; greedy continuations equal llama.cpp's; each state fault shows where
-the state is carried and only there.
+The registry's tiny-mamba2 (labkit's writer, from llama.cpp's loader: Q4_K projections, f32 conv, A,
+D, norm and biases) has every part of the mixer: ssm_in's rows split into z, xBC and dt, the causal
+conv continuing its state, the scan continuing its state, the skip, the grouped gated norm. tiny-
+granitehybrid puts it beside an attention layer without rope, every FFN a mixture with a shared
+expert, and Granite's muP scales. tiny-qwen35 alternates the gated delta net (a conv over q, k, v
+without bias, L2-normed q and k, the delta rule's memory, a norm gated after) with Qwen3.5's gated
+attention (queries and gates interleaved in q_full, partial rope). For all three, every stage, the
+states as the pass leaves them included, agrees with the float64 reference and with llama.cpp's own
+tensors; a decode step equals the prompt's last row; two passes equal one; greedy continuations
+equal llama.cpp's; each state fault shows where the state is carried and only there.
 """
 
 from __future__ import annotations
@@ -34,9 +36,32 @@ def nmse(a, b) -> float:
     return float(np.sum((a - b) ** 2) / np.sum(b**2))
 
 
-@pytest.fixture(scope="module", params=["tiny-mamba2", "tiny-granitehybrid"])
+# per model: stages of its recurrent layers a test reads (a recurrence, the last state layer's states and
+# gated norm, a conv), its state sizes, and where each state fault first shows
+MAMBA2 = {
+    "scan": "blk.2.ssm_scan",
+    "last": 3,
+    "conv": "blk.2.ssm_conv",
+    "sizes": (16 * 32 * 16, 576 * 3),
+    "faults": [("ssm_scan=state_reset", 2, "blk.2.ssm_scan"), ("ssm_conv=state_lag", 3, "blk.3.ssm_conv")],
+}
+NAMES = {
+    "tiny-mamba2": MAMBA2,
+    "tiny-granitehybrid": MAMBA2,
+    "tiny-qwen35": {"scan": "blk.0.ssm_delta", "last": 2, "conv": "blk.0.ssm_conv", "sizes": (8 * 32 * 32, 512 * 3),
+                    "faults": [("delta_net=state_reset", 2, "blk.2.ssm_delta"),
+                               ("ssm_conv=state_lag", 0, "blk.0.ssm_conv")]},
+}  # fmt: skip
+MODELS = list(NAMES)
+
+
+@pytest.fixture(scope="module", params=MODELS)
 def m2(request):
     return labkit.open(request.param)
+
+
+def names(m2) -> dict:
+    return NAMES[m2.name]
 
 
 @pytest.fixture(scope="module")
@@ -78,36 +103,56 @@ def test_the_graph_is_granite_4_h():
     assert plan[("gpu", "kv cache")] == 2 * 1 * 1024 * 128 * 4  # one attending layer's K and V
 
 
-def test_gpu_equals_reference_on_every_stage(m2_runs):
+def test_the_graph_is_qwen35():
+    """Gated delta-net layers and gated attention layers in turn; the delta net's q, k and v out of one conv
+    without bias, the value heads twice the key heads; the attention's queries viewed out of q_full."""
+    lab = labkit.open("tiny-qwen35")
+    cfg, ssm = lab.config, lab.config.ssm
+    assert cfg.mixers == ("delta_net", "attention") * 2 and cfg.state_layers == (0, 2) and cfg.rope_dim == 16
+    kinds = [n.split(".", 2)[2] for n in lab.stages if n.startswith("blk.0.")]
+    assert kinds[:17] == ["attn_norm", "ssm_qkv", "ssm_z", "ssm_b", "ssm_beta", "ssm_alpha", "ssm_g", "ssm_conv",
+                          "conv_state", "ssm_q", "ssm_k", "ssm_delta", "scan_state", "ssm_norm", "ssm_out",
+                          "resid_mid", "ffn_norm"]  # fmt: skip
+    graph = {s.name: s for s in lab.graph}
+    assert graph["blk.0.ssm_conv"].bias is None and graph["blk.0.ffn_norm"].weight == "blk.0.post_attention_norm.weight"
+    assert (ssm.n_head, ssm.n_group, ssm.d_state, ssm.conv_dim) == (8, 4, 32, 512)
+    assert graph["blk.1.q"].inputs == ("blk.1.q_full",) and graph["blk.1.attn_out"].inputs == ("blk.1.attn_gated",)
+    assert graph["blk.1.q_full"].params["out"] == 2 * cfg.q_dim and graph["blk.1.k_rope"].kv_write == "k"
+
+
+def test_gpu_equals_reference_on_every_stage(m2, m2_runs):
     gpu, ref = m2_runs
     worst = {n: nmse(gpu[n], ref[n]) for n in ref.captures if "attn_scores" not in n}
     assert max(worst.values()) < 1e-10, sorted(worst.items(), key=lambda kv: -kv[1])[:3]
-    assert gpu["blk.3.scan_state"].shape == (1, 16 * 32 * 16) and gpu["blk.3.conv_state"].shape == (1, 576 * 3)
+    L, (scan, conv) = names(m2)["last"], names(m2)["sizes"]
+    assert gpu[f"blk.{L}.scan_state"].shape == (1, scan) and gpu[f"blk.{L}.conv_state"].shape == (1, conv)
 
 
 def test_a_decode_step_equals_the_prompts_last_row(m2, m2_runs):
     _, ref = m2_runs
+    n, L = names(m2), names(m2)["last"]
     for engine in ("gpu", "reference"):
         step = m2.decode_step(IDS, engine=engine)
-        for name in ("blk.2.ssm_scan", "blk.3.scan_state", "blk.3.conv_state", "logits"):
+        for name in (n["scan"], f"blk.{L}.scan_state", f"blk.{L}.conv_state", "logits"):
             want = ref[name][-1:] if ref[name].shape[0] == len(IDS) else ref[name]
             assert nmse(step[name][-1:], want) < 1e-10, (engine, name)
 
 
 def test_two_passes_carrying_the_state_equal_one(m2, m2_runs):
     _, ref = m2_runs
+    L, wanted = names(m2)["last"], (names(m2)["conv"], f"blk.{names(m2)['last']}.ssm_norm")
     cache = KVCache()
     m2.reference_engine.forward(IDS[:SPLIT], cache, capture=[])
     second = m2.reference_engine.forward(IDS[SPLIT:], cache)
     assert cache.n_past == len(IDS)
-    for name in ("blk.2.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+    for name in (*wanted, f"blk.{L}.scan_state", "logits"):
         want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
         assert nmse(second[name], want) < 1e-24, name
     ex = m2.executor
     state = ex.new_state(len(IDS))
     ex.run_pass(PassRequest(IDS[:SPLIT], names=()), state)
     gpu = ex.run_pass(PassRequest(IDS[SPLIT:]), state).captures
-    for name in ("blk.2.ssm_conv", "blk.3.ssm_norm", "blk.3.scan_state", "logits"):
+    for name in (*wanted, f"blk.{L}.scan_state", "logits"):
         want = ref[name][SPLIT:] if ref[name].shape[0] == len(IDS) else ref[name]
         assert nmse(gpu[name], want) < 1e-10, name
 
@@ -120,23 +165,21 @@ def test_generate_on_the_gpu_follows_the_reference(m2):
     assert again.ids == gpu.ids
 
 
-@pytest.mark.parametrize("variant,layer,first", [
-    ("ssm_scan=state_reset", 2, "blk.2.ssm_scan"),
-    ("ssm_conv=state_lag", 3, "blk.3.ssm_conv"),
-])  # fmt: skip
-def test_a_state_fault_shows_only_where_the_state_is_carried(m2, variant, layer, first):
+@pytest.mark.parametrize("fault", [0, 1])
+def test_a_state_fault_shows_only_where_the_state_is_carried(m2, fault):
     """One prompt pass is right (the state starts at zero either way); the decode step after it
     departs first at the faulty layer's stage, and nowhere before it."""
+    variant, layer, first = names(m2)["faults"][fault]
     family, name = variant.split("=")
     ref = m2.decode_step(IDS, engine="reference")
     m2.use(f"blk.{layer}.{family}", name)
     try:
-        one = m2.run(IDS, names=["logits", f"blk.{layer}.ssm_skip"])
+        one = m2.run(IDS, names=["logits", f"blk.{layer}.ssm_norm"])
         step = m2.decode_step(IDS)
     finally:
         m2.use(f"blk.{layer}.{family}", "default")
-    full = m2.reference(IDS, names=["logits", f"blk.{layer}.ssm_skip"])
-    for name in ("logits", f"blk.{layer}.ssm_skip"):
+    full = m2.reference(IDS, names=["logits", f"blk.{layer}.ssm_norm"])
+    for name in ("logits", f"blk.{layer}.ssm_norm"):
         assert nmse(one[name], full[name]) < 1e-10, name
     c = compare(step, ref)
     assert c.first_divergence == first, c
@@ -178,18 +221,26 @@ def test_greedy_continuations_equal_llamacpps(m2):
         assert m2.generate(prompt, max_new_tokens=8).ids == theirs
 
 
-@pytest.mark.parametrize("variant,first", [
-    ("ssm_scan=no_softplus", "blk.1.ssm_scan"),
-    ("ssm_scan=a_positive", "blk.1.ssm_scan"),
-    ("gated_norm=gate_swapped", "blk.1.ssm_norm"),
+@pytest.mark.parametrize("model,variant,first", [
+    ("tiny-mamba2", "ssm_scan=no_softplus", "blk.1.ssm_scan"),
+    ("tiny-mamba2", "ssm_scan=a_positive", "blk.1.ssm_scan"),
+    ("tiny-mamba2", "gated_norm=gate_swapped", "blk.1.ssm_norm"),
+    ("tiny-qwen35", "delta_decay=no_softplus", "blk.2.ssm_g"),
+    ("tiny-qwen35", "delta_decay=dt_bias_twice", "blk.2.ssm_g"),
+    ("tiny-qwen35", "delta_decay=a_positive", "blk.2.ssm_g"),
+    ("tiny-qwen35", "delta_net=beta_twice", "blk.2.ssm_delta"),
+    ("tiny-qwen35", "l2norm=unnormed", "blk.2.ssm_q"),
+    ("tiny-qwen35", "gated_norm=gate_swapped", "blk.2.ssm_norm"),
 ])  # fmt: skip
-def test_a_mixer_fault_bound_to_one_layer_is_localized_there(variant, first):
-    """On one prompt pass, at the faulty layer's stage and nowhere before it (tiny-mamba2, layer 1)."""
-    lab = labkit.open("tiny-mamba2")
+def test_a_mixer_fault_bound_to_one_layer_is_localized_there(model, variant, first):
+    """On one prompt pass, at the faulty layer's stage and nowhere before it (tiny-mamba2's layer 1,
+    tiny-qwen35's second delta-net layer)."""
+    lab = labkit.open(model)
     family, name = variant.split("=")
-    lab.use(f"blk.1.{family}", name)
+    layer = first.split(".")[1]
+    lab.use(f"blk.{layer}.{family}", name)
     try:
         c = compare(lab.run(IDS), lab.reference(IDS))
     finally:
-        lab.use(f"blk.1.{family}", "default")
+        lab.use(f"blk.{layer}.{family}", "default")
     assert c.first_divergence == first, c

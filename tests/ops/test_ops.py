@@ -56,6 +56,13 @@ NMSE = {
     "gated_norm": 1e-10,
     "state": 1e-12,
     "scale": 1e-12,
+    # the gated delta net's (Qwen3.5): its rule compared on its output and the memory it leaves
+    "columns": 1e-12,
+    "attn_gate": 1e-12,
+    "sigmoid": 1e-12,
+    "delta_decay": 1e-12,
+    "l2norm": 1e-10,
+    "delta_net": 1e-9,  # f32 memory over tens of tokens
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -456,6 +463,14 @@ def cases_ssm_conv() -> list[OpCase]:
         cache = {"conv": r.standard_normal((C, k - 1))}
         case = OpCase(f"T{T} c{C} k{k}", st, [r.standard_normal((T, C)) * 2], T, weights=w, cache=cache)
         out.append(replace(case, exposes=frozenset({"state_lag"})))
+    # the gated delta net's conv: no bias
+    P = {"channels": 96, "d_conv": 4, "out": 96}
+    w: dict = {}
+    weight = _vector(w, "conv.weight", r.standard_normal((96, 4)) / 2)
+    st = Stage("blk.0.ssm_conv", "ssm_conv", ("x",), weight, params=P, layer=0, state="conv")
+    cache = {"conv": r.standard_normal((96, 3))}
+    out.append(OpCase("T5 c96 k4 no bias", st, [r.standard_normal((5, 96))], 5, weights=w, cache=cache,
+                      exposes=frozenset({"state_lag"})))  # fmt: skip
     return out
 
 
@@ -519,6 +534,82 @@ def cases_state() -> list[OpCase]:
     r = _rng("state")
     st = Stage("blk.0.scan_state", "state", ("blk.0.ssm_scan",), params={"size": 777}, layer=0, state="scan")
     return [OpCase("777 floats", st, [np.zeros((3, 4))], 3, cache={"scan": r.standard_normal(777)})]
+
+
+def cases_columns() -> list[OpCase]:
+    """Each head's query out of q_full (head_dim wide, every 2·head_dim), odd widths and offsets."""
+    r, out = _rng("columns"), []
+    for T, groups, width, step, offset in ((1, 4, 64, 128, 0), (5, 3, 37, 80, 5)):
+        P = {"groups": groups, "width": width, "step": step, "offset": offset, "in": groups * step}
+        st = Stage("blk.0.q", "columns", ("q_full",), params=P, layer=0)
+        out.append(OpCase(f"T{T} {groups}x{width}/{step}+{offset}", st, [r.standard_normal((T, groups * step))], T))
+    return out
+
+
+def cases_attn_gate() -> list[OpCase]:
+    r, out = _rng("attn_gate"), []
+    for T, H, d in ((1, 4, 64), (7, 3, 37)):
+        st = Stage("blk.0.attn_gated", "attn_gate", ("ctx", "q_full"), params={"n_heads": H, "head_dim": d}, layer=0)
+        xs = [r.standard_normal((T, H * d)), r.standard_normal((T, 2 * H * d)) * 3]
+        out.append(OpCase(f"T{T} H{H} d{d}", st, xs, T))
+    return out
+
+
+def cases_sigmoid() -> list[OpCase]:
+    r = _rng("sigmoid")
+    st = Stage("blk.0.ssm_beta", "sigmoid", ("ssm_b",), params={"width": 13}, layer=0)
+    return [OpCase("3x13", st, [r.standard_normal((3, 13)) * 4], 3)]
+
+
+def cases_delta_decay() -> list[OpCase]:
+    """alpha around 0 with a dt_bias in softplus's curved range (every fault changes g), and one value in
+    its linear branch (above 20)."""
+    r, out = _rng("delta_decay"), []
+    for T, H in ((1, 8), (6, 5)):
+        w: dict = {}
+        A = _vector(w, "blk.0.ssm_a", -r.uniform(0.5, 8.0, H))
+        bias = _vector(w, "blk.0.ssm_dt.bias", r.uniform(-2.0, 1.0, H))
+        st = Stage("blk.0.ssm_g", "delta_decay", ("ssm_alpha",), A, bias, params={"n_head": H, "out": H}, layer=0)
+        alpha = r.standard_normal((T, H))
+        alpha[0, 0] = 25.0
+        shows = frozenset({"no_softplus", "dt_bias_twice", "a_positive"})
+        out.append(OpCase(f"T{T} H{H}", st, [alpha], T, weights=w, exposes=shows))
+    return out
+
+
+def cases_l2norm() -> list[OpCase]:
+    """q at column 0 and k after it, in rows of the conv's channels; heads of odd sizes."""
+    r, out = _rng("l2norm"), []
+    for T, heads, d, offset, channels in ((1, 4, 32, 0, 384), (6, 3, 37, 111, 300)):
+        P = {"group": d, "width": heads * d, "offset": offset, "eps": 1e-6, "channels": channels}
+        st = Stage("blk.0.ssm_k", "l2norm", ("ssm_conv",), params=P, layer=0)
+        x = r.standard_normal((T, channels)) * 3
+        out.append(OpCase(f"T{T} {heads}x{d}+{offset}", st, [x], T, exposes=frozenset({"unnormed"})))
+    return out
+
+
+def _delta_inputs(r, T: int, H: int, Hk: int, d: int) -> list[np.ndarray]:
+    def unit(a):
+        return (a / np.linalg.norm(a.reshape(T, Hk, d), axis=-1, keepdims=True).reshape(T, Hk, 1).repeat(d, 2)
+                .reshape(T, -1))  # fmt: skip
+
+    q, k = unit(r.standard_normal((T, Hk * d))), unit(r.standard_normal((T, Hk * d)))
+    conv = r.standard_normal((T, 2 * Hk * d + H * d))
+    return [q, k, conv, -r.uniform(0.01, 1.5, (T, H)), r.uniform(0.05, 1.0, (T, H))]
+
+
+def cases_delta_net() -> list[OpCase]:
+    """Value heads over fewer key heads (tiled), odd head sizes, a prompt past the reference's chunk (the
+    chunked form there, the recurrent one on the GPU), a decode step; a memory never zero."""
+    r, out = _rng("delta_net"), []
+    for T, H, Hk, d in ((1, 8, 4, 32), (9, 6, 3, 7), (70, 2, 1, 16), (5, 4, 4, 37)):
+        P = {"n_head": H, "n_k_head": Hk, "head_k": d, "head_v": d, "channels": 2 * Hk * d + H * d,
+             "v_offset": 2 * Hk * d}  # fmt: skip
+        st = Stage("blk.0.ssm_delta", "delta_net", ("q", "k", "conv", "g", "beta"), params=P, layer=0, state="scan")
+        cache = {"scan": r.standard_normal((H, d, d))}
+        shows = frozenset({"beta_twice"} | ({"state_reset"} if T <= 9 else set()))
+        out.append(OpCase(f"T{T} H{H}/{Hk} d{d}", st, _delta_inputs(r, T, H, Hk, d), T, cache=cache, exposes=shows))
+    return out
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}

@@ -1,10 +1,12 @@
-"""ssm_conv: Mamba-2's causal conv1d over x, B and C, continuing the layer's conv state.
+"""ssm_conv: the causal conv1d of a recurrent mixer (Mamba-2's over x, B and C; the gated delta net's
+over q, k and v), continuing the layer's conv state.
 
 Each channel's output at a token is the dot product of its d_conv weights with its last d_conv
 inputs: the d_conv - 1 it kept from earlier passes (the conv state), then this pass's. Plus the
-conv's bias, through SiLU, as llama.cpp's ggml_ssm_conv, ggml_add and ggml_silu compute it. The
-state left for the next pass is each channel's last d_conv - 1 inputs, laid out as llama.cpp's
-cache_r holds it ([channels, d_conv - 1], taps fastest)."""
+conv's bias where it has one (Mamba-2's; the delta net's has none), through SiLU, as llama.cpp's
+ggml_ssm_conv, ggml_add and ggml_silu compute it. The state left for the next pass is each
+channel's last d_conv - 1 inputs, laid out as llama.cpp's cache_r holds it ([channels,
+d_conv - 1], taps fastest)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 from labkit.ops.glu import silu
 
-PARAMS = Params(T="u32", channels="u32", d_conv="u32")
+PARAMS = Params(T="u32", channels="u32", d_conv="u32", has_bias="u32")
 
 
 def conv_window(x: np.ndarray, state: np.ndarray, d_conv: int) -> np.ndarray:
@@ -34,7 +36,8 @@ def reference(stage, ref) -> np.ndarray:
     P = stage.params
     w = ref.weight(stage.weight).reshape(P["channels"], P["d_conv"])
     state = ref.state("conv", (P["channels"], P["d_conv"] - 1))
-    y, new = causal_conv(ref.x[0], w, ref.weight(stage.bias).ravel(), state)
+    bias = ref.weight(stage.bias).ravel() if stage.bias else np.zeros(P["channels"])
+    y, new = causal_conv(ref.x[0], w, bias, state)
     ref.set_state("conv", new)
     return y
 
@@ -47,8 +50,9 @@ def plan(stage, gpu):
     x = gpu.input(0)
     out = gpu.output(x.shape)
     P = stage.params
-    values = {"T": gpu.T, "channels": P["channels"], "d_conv": P["d_conv"]}
-    operands = [x.buffer, gpu.vector(stage.weight), gpu.vector(stage.bias), gpu.state("conv"), out.buffer]
+    values = {"T": gpu.T, "channels": P["channels"], "d_conv": P["d_conv"], "has_bias": int(stage.bias is not None)}
+    bias = gpu.vector(stage.bias or stage.weight)  # bound but never read without a bias
+    operands = [x.buffer, gpu.vector(stage.weight), bias, gpu.state("conv"), out.buffer]
     gpu.dispatch(operands, values, workgroups(P["channels"]))
     return out
 
@@ -66,7 +70,7 @@ OP = Op(
     output=lambda st, s: (s.T, st.params["channels"]),
     name="ssm_conv",
     what="a causal convolution over each channel's last d_conv inputs (the conv state, then this pass's), "
-    "plus a bias, through SiLU",
+    "plus a bias where it has one, through SiLU",
     formula="y[t, c] = silu(Σ_i w[c, i] · x[t - d_conv + 1 + i, c] + b[c]);  state = the last d_conv - 1 inputs",
     params=PARAMS,
     reference=reference,

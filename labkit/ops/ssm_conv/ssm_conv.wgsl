@@ -6,11 +6,11 @@
 // Interface:
 //   @binding(0) X: array<f32>  [T, channels]  (xBC)
 //   @binding(1) W: array<f32>  [channels, d_conv]
-//   @binding(2) Bias: array<f32>  [channels]
+//   @binding(2) Bias: array<f32>  [channels]  (read where has_bias: the gated delta net's conv has none)
 //   @binding(3) S: array<f32>  [channels, d_conv - 1], read and written in place (each thread its channel's)
 //   @binding(4) Y: array<f32>  [T, channels]
 //   @binding(5) P: Params
-struct Params { T: u32, channels: u32, d_conv: u32, _pad: u32 }
+struct Params { T: u32, channels: u32, d_conv: u32, has_bias: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> W: array<f32>;
 @group(0) @binding(2) var<storage, read> Bias: array<f32>;
@@ -39,7 +39,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if (j < kept) { v = old[j]; } else { v = X[(j - kept) * P.channels + c]; }
             sum += v * W[c * P.d_conv + i];
         }
-        Y[t * P.channels + c] = silu(sum + Bias[c]);
+        var b = 0.0;
+        if (P.has_bias != 0u) { b = Bias[c]; }
+        Y[t * P.channels + c] = silu(sum + b);
     }
     let first = state_start(P.T);
     for (var i = 0u; i < kept; i++) {

@@ -1,0 +1,50 @@
+"""columns: groups of columns taken out of each row: Qwen3.5's queries out of q_full.
+
+Qwen3.5's gated attention projects each head's query and its output gate side by side
+(attn_q's rows: head 0's query, head 0's gate, head 1's query, ...); llama.cpp views the
+queries out (`Qcur_reshaped`), and its q norm reads that view. Here the view is a stage:
+group g of a row is X[offset + g·step : ... + width]."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
+
+PARAMS = Params(n="u32", width="u32", groups="u32", stride="u32", step="u32", offset="u32")
+
+
+def reference(stage, ref) -> np.ndarray:
+    P = stage.params
+    x = ref.x[0]
+    starts = P["offset"] + P["step"] * np.arange(P["groups"])
+    idx = (starts[:, None] + np.arange(P["width"])[None, :]).ravel()
+    return x[:, idx]
+
+
+def plan(stage, gpu):
+    P = stage.params
+    x = gpu.input(0)
+    out = gpu.output((gpu.T, P["groups"] * P["width"]))
+    values = {"n": out.size, "width": P["width"], "groups": P["groups"], "stride": x.shape[-1], "step": P["step"],
+              "offset": P["offset"]}  # fmt: skip
+    gpu.dispatch([x.buffer, out.buffer], values, ceil_div(out.size, 64))
+    return out
+
+
+def shapes(stage) -> tuple[list[str], str]:
+    P = stage.params
+    return [f"[T, {P['in']}]"], f"[T, {P['groups'] * P['width']}]"
+
+
+OP = Op(
+    output=lambda st, s: (s.T, st.params["groups"] * st.params["width"]),
+    name="columns",
+    what="takes each head's query out of a projection that interleaves queries and gates",
+    formula="y[t, g·w + i] = x[t, offset + g·step + i]",
+    params=PARAMS,
+    reference=reference,
+    plan=plan,
+    shapes=shapes,
+    kernels=(Kernel("columns", "default", "the correct kernel", from_file("columns")),),
+)
