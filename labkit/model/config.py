@@ -73,6 +73,8 @@ class ArchTraits:
     # the query projection carries a per-head output gate beside each head's query (attn_q's rows: head 0's
     # query, its gate, head 1's query, ...), and the heads' context is multiplied by its sigmoid (Qwen3.5)
     attn_gate: bool = False
+    # moe: the shared expert weighed per token by sigmoid(ffn_gate_inp_shexp · x) (Qwen3.5's MoE, Qwen3-Next)
+    shexp_gate: bool = False
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -141,6 +143,11 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # full_attention_interval-th layer a gated attention (q/k norms, partial rope; its M-RoPE sections
     # reduce to plain rope for text), each layer's FFN normed by post_attention_norm
     "qwen35": ArchTraits("neox", qk_norm=True, mixer="delta", ffn_norm="post_attention_norm", attn_gate=True),
+    # Qwen3.5's MoE models as llama.cpp's qwen35moe graph computes them: qwen35's layers, every FFN a mixture
+    # (softmax, renormalized) beside a shared expert weighed by its own sigmoid gate
+    "qwen35moe": ArchTraits(
+        "neox", qk_norm=True, mixer="delta", ffn="moe", ffn_norm="post_attention_norm", attn_gate=True, shexp_gate=True
+    ),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
@@ -259,6 +266,7 @@ class ModelConfig:
     ssm: SsmShape | None = None  # the recurrent mixer's sizes (Mamba-2's, or the gated delta net's)
     mixers: tuple[str, ...] = ()  # a hybrid's mixer per layer: "attention", "mamba2" or "delta_net"
     attn_gate: bool = False  # ArchTraits.attn_gate: q_full holds each head's query and output gate
+    shexp_gate: bool = False  # ArchTraits.shexp_gate: the shared expert times sigmoid of its gate
     rope: bool = True  # the attention layers rotate q and k (a file may turn it off: ArchTraits.rope_switch)
     residual_scale: float = 1.0  # each block's output times it before the residual add (Granite's muP)
     logit_scale: float = 1.0  # the logits divided by it (Granite's muP)
@@ -439,6 +447,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         residual_scale=mup.get("residual", 1.0),
         logit_scale=mup.get("logit", 1.0),
         attn_gate=traits.attn_gate,
+        shexp_gate=traits.shexp_gate,
     )
 
 

@@ -57,7 +57,9 @@ def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
     if st.op == "moe_matmul":
         return FileTensor(name, (cfg.n_expert, P["out"], P["in"]), "experts")
     rows = st.weight_rows[1] if st.weight_rows else P["out"]
-    return FileTensor(name, (rows, P["in"]), "router" if st.kind == "ffn_router" else "matrix")
+    # a router and the shared expert's gate are kept in F32, as llama.cpp's quantizer keeps them
+    router = st.kind in ("ffn_router", "ffn_shexp_logit")
+    return FileTensor(name, (rows, P["in"]), "router" if router else "matrix")
 
 
 # the tensors of Mamba-2's mixer ops, by op: their shapes from the stage's params, and their kinds

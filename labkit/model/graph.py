@@ -228,6 +228,9 @@ def _moe_ffn(b: _Builder, x: str) -> str:
         return moe
     # shared experts (ERNIE 4.5, DeepSeek): a gated FFN every token runs, added to the mixture
     shared = _glu_ffn(b, "ffn_shexp", "_shexp", cfg.d_ff_shexp)
+    if cfg.shexp_gate:  # Qwen3.5's MoE: the shared expert weighed by sigmoid of one logit a token
+        b.linear("ffn_shexp_logit", "ffn_norm", "ffn_gate_inp_shexp", d, 1)
+        return b.add("ffn_out", "gated_add", ("ffn_moe_out", shared, "ffn_shexp_logit"), width=d)
     return b.add("ffn_out", "add", ("ffn_moe_out", shared), width=d)
 
 

@@ -118,6 +118,13 @@ MODELS: dict[str, ModelEntry] = {
         "512 placeholder tokens",
         _written("tiny-qwen35"),
     ),
+    "tiny-qwen35moe": ModelEntry(
+        "tiny-qwen35moe",
+        "labkit (written on first use)",
+        "a random-weight Qwen3.5 MoE (qwen35moe), Q4_K, tiny-qwen35's 4 layers with every FFN 8 experts (2 per "
+        "token) beside a shared expert weighed by its sigmoid gate, 512 placeholder tokens",
+        _written("tiny-qwen35moe"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

@@ -185,6 +185,10 @@ ROLES: dict[str, str] = {
     "ffn_shexp_up": "the shared experts' up projection",
     "ffn_shexp_act": "the shared experts' gated activation, act(gate) · up",
     "ffn_shexp_down": "the shared experts' down projection back to d_model",
+    "ffn_shexp_logit": (
+        "the shared expert's gate logit, one number a token (Qwen3.5's MoE): sigmoid of it weighs the shared "
+        "expert's output before it joins the mixture's"
+    ),
     "ffn_out": "the feed-forward block's output: the mixture's plus the shared experts'",
     "post_ffn_norm": (
         "normalizes the feed-forward output before it is added to the residual stream (Gemma's sandwich norm)"
@@ -263,6 +267,7 @@ LLAMACPP_NODES: dict[str, str] = {
     "ffn_shexp_up": "ffn_up-{L}:MUL_MAT",
     "ffn_shexp_act": "ffn_swiglu-{L}:GLU",
     "ffn_shexp_down": "ffn_shexp-{L}:MUL_MAT",
+    "ffn_shexp_logit": "shared_expert_gate-{L}:MUL_MAT",
     "ffn_out": "ffn_out-{L}:ADD",
     "post_ffn_norm": "ffn_post_norm-{L}:MUL",
     "resid_out": "l_out-{L}:ADD",
@@ -339,6 +344,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("ffn_shexp_up", 5e-04, 2e-02, 5e-04, 2e-02),
     K("ffn_shexp_act", 1e-05, 2e-02, 5e-04, 5e-02),
     K("ffn_shexp_down", 5e-04, 2e-02, 5e-04, 5e-02),
+    K("ffn_shexp_logit", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ffn_out", 5e-04, 2e-02, 5e-04, 5e-02),
     K("post_ffn_norm", 1e-05, 5e-02, 1e-05, 2e-03),  # 9.3e-3
     K("resid_out", 1e-06, 1e-02, 5e-04, 1e-02),  # 2.5e-3

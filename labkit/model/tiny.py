@@ -142,6 +142,24 @@ TINY_MODELS = {
         full_attention_interval=2,
         seed=13,
     ),  # fmt: skip
+    # Qwen3.5's MoE at tiny size: tiny-qwen35's layers, every FFN 8 experts (2 a token) beside a gated shared one
+    "tiny-qwen35moe": TinySpec(
+        arch="qwen35moe",
+        weight_type="Q4_K",
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=64,
+        ssm_d_state=32,
+        ssm_n_group=4,
+        ssm_n_v_heads=8,
+        full_attention_interval=2,
+        n_expert=8,
+        n_expert_used=2,
+        d_ff_expert=256,
+        d_ff_shexp=256,
+        seed=17,
+    ),  # fmt: skip
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(
@@ -206,6 +224,7 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
     if traits.moe_layout_keys:
         w.add_leading_dense_block_count(spec.n_dense_lead)
         w.add_interleave_moe_layer_step(1)
+    if traits.moe_layout_keys or traits.shexp_gate:
         w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
     if traits.softcaps:
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)

@@ -13,6 +13,7 @@ from labkit.ops import (
     delta_decay,
     delta_net,
     embed,
+    gated_add,
     gated_norm,
     glu,
     l2norm,
@@ -64,6 +65,7 @@ OPS: dict[str, Op] = {
         delta_decay,
         l2norm,
         delta_net,
+        gated_add,
     )
 }
 

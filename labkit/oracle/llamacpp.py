@@ -345,6 +345,14 @@ MAPPINGS["qwen35"] = {
     "ssm_out": Pick("linear_attn_out-{L}", "MUL_MAT"),
 }
 
+# Qwen3.5's MoE (models/qwen35moe.cpp): qwen35's nodes, build_moe_ffn's, the shared expert through build_ffn
+# and its gate logit (shared_expert_gate-L); ffn_out-L adds the gated shared expert to the mixture
+MAPPINGS["qwen35moe"] = {
+    **{k: p for k, p in MAPPINGS["qwen35"].items() if k not in ("ffn_gate", "ffn_up", "ffn_act", "ffn_down")},
+    **_moe("ffn_moe_weights_norm-{L}", "DIV", "ffn_moe_swiglu-{L}"),
+    **_defaults((*SHARED_EXPERT_KINDS, "ffn_shexp_logit")),
+}
+
 # Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
 # graph (its libggml 0.25.3), so these are empty. A kind listed here would be absent from
@@ -362,6 +370,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "mamba2": {},
     "granitehybrid": {},
     "qwen35": {},
+    "qwen35moe": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:

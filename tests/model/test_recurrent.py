@@ -45,13 +45,15 @@ MAMBA2 = {
     "sizes": (16 * 32 * 16, 576 * 3),
     "faults": [("ssm_scan=state_reset", 2, "blk.2.ssm_scan"), ("ssm_conv=state_lag", 3, "blk.3.ssm_conv")],
 }
-NAMES = {
-    "tiny-mamba2": MAMBA2,
-    "tiny-granitehybrid": MAMBA2,
-    "tiny-qwen35": {"scan": "blk.0.ssm_delta", "last": 2, "conv": "blk.0.ssm_conv", "sizes": (8 * 32 * 32, 512 * 3),
-                    "faults": [("delta_net=state_reset", 2, "blk.2.ssm_delta"),
-                               ("ssm_conv=state_lag", 0, "blk.0.ssm_conv")]},
-}  # fmt: skip
+QWEN35 = {
+    "scan": "blk.0.ssm_delta",
+    "last": 2,
+    "conv": "blk.0.ssm_conv",
+    "sizes": (8 * 32 * 32, 512 * 3),
+    "faults": [("delta_net=state_reset", 2, "blk.2.ssm_delta"), ("ssm_conv=state_lag", 0, "blk.0.ssm_conv")],
+}
+NAMES = {"tiny-mamba2": MAMBA2, "tiny-granitehybrid": MAMBA2, "tiny-qwen35": QWEN35, "tiny-qwen35moe": QWEN35}
+# fmt: skip
 MODELS = list(NAMES)
 
 
@@ -118,6 +120,9 @@ def test_the_graph_is_qwen35():
     assert (ssm.n_head, ssm.n_group, ssm.d_state, ssm.conv_dim) == (8, 4, 32, 512)
     assert graph["blk.1.q"].inputs == ("blk.1.q_full",) and graph["blk.1.attn_out"].inputs == ("blk.1.attn_gated",)
     assert graph["blk.1.q_full"].params["out"] == 2 * cfg.q_dim and graph["blk.1.k_rope"].kv_write == "k"
+    moe = {s.name: s for s in labkit.open("tiny-qwen35moe").graph}  # the shared expert weighed by its gate
+    assert moe["blk.3.ffn_out"].op == "gated_add" and moe["blk.3.ffn_out"].inputs[2] == "blk.3.ffn_shexp_logit"
+    assert moe["blk.3.ffn_shexp_logit"].weight == "blk.3.ffn_gate_inp_shexp.weight" and "blk.3.ffn_gate" not in moe
 
 
 def test_gpu_equals_reference_on_every_stage(m2, m2_runs):

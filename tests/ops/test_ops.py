@@ -63,6 +63,7 @@ NMSE = {
     "delta_decay": 1e-12,
     "l2norm": 1e-10,
     "delta_net": 1e-9,  # f32 memory over tens of tokens
+    "gated_add": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -610,6 +611,13 @@ def cases_delta_net() -> list[OpCase]:
         shows = frozenset({"beta_twice"} | ({"state_reset"} if T <= 9 else set()))
         out.append(OpCase(f"T{T} H{H}/{Hk} d{d}", st, _delta_inputs(r, T, H, Hk, d), T, cache=cache, exposes=shows))
     return out
+
+
+def cases_gated_add() -> list[OpCase]:
+    r = _rng("gated_add")
+    st = Stage("blk.0.ffn_out", "gated_add", ("moe", "shared", "logit"), params={"width": 131}, layer=0)
+    xs = [r.standard_normal((5, 131)), r.standard_normal((5, 131)), r.standard_normal((5, 1)) * 3]
+    return [OpCase("T5 w131", st, xs, 5)]
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
