@@ -52,6 +52,10 @@ class Shape:
     ssm_d_state: int = 128
     ssm_head_dim: int = 64
     ssm_n_group: int = 1
+    # qwen35, qwen35moe: the gated delta net's value heads (its key heads ssm_n_group of ssm_d_state), and every
+    # full_attention_interval-th layer attends
+    ssm_n_v_heads: int = 0
+    full_attention_interval: int = 4
 
 
 SHAPES = {
@@ -98,6 +102,15 @@ SHAPES = {
         layer_pattern="".join("A" if L % 10 == 5 else "M" for L in range(40)),
     ),  # fmt: skip
 }
+# Qwen3.5 as published (Hugging Face's Qwen3_5TextConfig defaults are Qwen3.5-9B's; THUDM/slime's launch script
+# gives Qwen3.5-35B-A3B's): heads of 256 with a quarter rotated, gated delta nets of 16 key heads and 32 value
+# heads of 128 with every 4th layer attending, a 248k vocabulary, untied
+_QWEN35 = {"ssm_d_state": 128, "ssm_n_group": 16, "ssm_n_v_heads": 32, "tied": False}
+SHAPES["qwen3.5-9b"] = Shape("qwen35", 32, 4096, 16, 2, 256, 12288, 248320, **_QWEN35)
+SHAPES["qwen3.5-35b-a3b"] = Shape(
+    "qwen35moe", 40, 2048, 16, 2, 256, 0, 248320, n_expert=256, n_expert_used=8, d_ff_expert=512, d_ff_shexp=512,
+    **_QWEN35,
+)  # fmt: skip
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 # llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
 MXFP4_MOE = {n: Q.Q8_0 for n in ("attn_q", "attn_k", "attn_v", "attn_output")} | dict.fromkeys(MOE_BODY, Q.MXFP4)
@@ -108,7 +121,8 @@ def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizatio
     when there is no output.weight), Q4_K for the other matrices. Any other `mix` names one GGUF
     type (Q2_K, IQ4_XS, TQ2_0, ...) for every layer matrix, the output kept in Q6_K as llama.cpp
     keeps it: the Q4_K_M file's twin in that type."""
-    body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ssm_in", "ssm_out")}
+    body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ssm_in", "ssm_out",
+                                "attn_qkv", "attn_gate")}  # fmt: skip
     body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
     if shape.n_expert:
         body = {n: t for n, t in body.items() if not n.startswith("ffn_")} | MOE_BODY
@@ -145,7 +159,8 @@ def shape_spec(shape: Shape) -> TinySpec:
                     n_expert_used=shape.n_expert_used, d_ff_expert=shape.d_ff_expert,
                     sliding_window=shape.sliding_window or 4096, weight_scales=False, d_ff_shexp=shape.d_ff_shexp,
                     layer_pattern=shape.layer_pattern, ssm_d_state=shape.ssm_d_state,
-                    ssm_head_dim=shape.ssm_head_dim, ssm_n_group=shape.ssm_n_group)  # fmt: skip
+                    ssm_head_dim=shape.ssm_head_dim, ssm_n_group=shape.ssm_n_group, ssm_n_v_heads=shape.ssm_n_v_heads,
+                    full_attention_interval=shape.full_attention_interval)  # fmt: skip
 
 
 def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:

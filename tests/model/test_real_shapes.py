@@ -1,6 +1,6 @@
 """Real widths: random-weight files with the public shapes of Qwen2.5-0.5B, Llama-3.2-1B, 3B,
-Llama-3.1-8B and the mixture of experts Qwen3-30B-A3B (2 of their layers, so CI stays fast), stored
-as llama.cpp's Q4_K_M stores them.
+Llama-3.1-8B, the mixture of experts Qwen3-30B-A3B, and the hybrids Qwen3.5-9B and Qwen3.5-35B-A3B (2 of
+their layers, so CI stays fast), stored as llama.cpp's Q4_K_M stores them.
 Each runs on the GPU path and in the streaming float64 reference, and both are checked against
 each other and against llama.cpp's own tensors of the same file."""
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from labkit.model.shaped import SHAPES, write_shaped_model
 TOKENS = [17, 4242, 99, 1000, 31337, 5, 64000, 12, 777, 2048, 3, 100000, 8, 65, 4096, 250]
 # the 8B shape runs its reference under a small budget: its 128256 x 4096 output weight (2.1 GB as
 # float32) does not fit, so the reference streams it in row chunks
-BUDGETS = {"llama-3.1-8b": "2GB"}
+BUDGETS = {"llama-3.1-8b": "2GB", "qwen3.5-9b": "2GB", "qwen3.5-35b-a3b": "2GB"}
 # gpt-oss-20b's 2 layers are a 2 GB file (a 201k x 2880 embedding and head, 32 experts of 2880 x 2880):
 # benchmarks/bench_real_size.py runs it; its parts are proven on tiny-gpt-oss (tests/model/test_gpt_oss.py).
 # Granite-4.0-H-Tiny's first 2 layers are both Mamba-2 (its first attention layer is layer 5), which its
@@ -36,7 +37,10 @@ def shaped(tmp_path_factory):
 
     def make(name: str):
         if name not in made:
-            made[name] = write_shaped_model(tmp_path_factory.mktemp("shaped") / f"{name}.gguf", name, n_layers=2)
+            # Qwen3.5's 2 layers are a delta net and an attention layer (its own interval is 4, and llama.cpp
+            # cannot run a hybrid whose layers are all recurrent)
+            shape = replace(SHAPES[name], full_attention_interval=2)
+            made[name] = write_shaped_model(tmp_path_factory.mktemp("shaped") / f"{name}.gguf", shape, n_layers=2)
         return made[name]
 
     return make
@@ -46,18 +50,25 @@ def shaped(tmp_path_factory):
 def test_shaped_file_has_the_public_shape_and_q4_k_m_types(shaped, name):
     shape, f = SHAPES[name], open_gguf(shaped(name))
     T = GGMLQuantizationType
-    q = f.tensors["blk.0.attn_q.weight"]
-    assert q.shape == (shape.n_heads * shape.head_dim, shape.d_model)
+    delta = shape.ssm_n_v_heads > 0  # Qwen3.5: layer 0 a gated delta net, layer 1 a gated attention
+    q = f.tensors["blk.1.attn_q.weight" if delta else "blk.0.attn_q.weight"]
+    assert q.shape == ((2 if delta else 1) * shape.n_heads * shape.head_dim, shape.d_model)  # queries and gates
+    if delta:
+        key, value = shape.ssm_n_group * shape.ssm_d_state, shape.ssm_n_v_heads * shape.ssm_d_state
+        assert f.tensors["blk.0.attn_qkv.weight"].shape == (2 * key + value, shape.d_model)
+        assert f.tensors["blk.0.ssm_a"].ggml_type == T.F32 and f.tensors["blk.0.ssm_out.weight"].shape[1] == value
     assert f.tensors["token_embd.weight"].shape == (shape.vocab, shape.d_model)
     k_quants = shape.d_model % 256 == 0
     assert q.ggml_type == (T.Q4_K if k_quants else T.Q5_0)  # llama.cpp's fallback for 896-wide rows
-    assert f.tensors["blk.0.attn_v.weight"].ggml_type == (T.Q6_K if k_quants else T.Q8_0)
+    assert f.tensors["blk.1.attn_v.weight"].ggml_type == (T.Q6_K if k_quants else T.Q8_0)
     if shape.n_expert:  # every projection of all experts in one 3-D tensor; the router in F32
         n, fe = shape.n_expert, shape.d_ff_expert
         assert f.tensors["blk.1.ffn_down_exps.weight"].shape == (n, shape.d_model, fe)
         assert f.tensors["blk.1.ffn_up_exps.weight"].shape == (n, fe, shape.d_model)
         assert f.tensors["blk.0.ffn_gate_inp.weight"].ggml_type == T.F32
         assert f.tensors["blk.0.ffn_down_exps.weight"].ggml_type == T.Q6_K
+        if shape.d_ff_shexp and delta:  # the shared expert's gate: one F32 row
+            assert f.tensors["blk.0.ffn_gate_inp_shexp.weight"].ggml_type == T.F32
     else:
         assert f.tensors["blk.1.ffn_down.weight"].shape == (shape.d_model, shape.d_ff)
         assert f.tensors["blk.0.ffn_down.weight"].ggml_type == T.Q6_K  # 4864, 8192, 14336: whole blocks
