@@ -75,6 +75,7 @@ class ArchTraits:
     attn_gate: bool = False
     # moe: the shared expert weighed per token by sigmoid(ffn_gate_inp_shexp · x) (Qwen3.5's MoE, Qwen3-Next)
     shexp_gate: bool = False
+    rotary: bool = True  # its attention rotates q and k (Nemotron-H's has no positions but the Mamba-2 layers')
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -145,6 +146,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     "qwen35": ArchTraits("neox", qk_norm=True, mixer="delta", ffn_norm="post_attention_norm", attn_gate=True),
     # Qwen3.5's MoE models as llama.cpp's qwen35moe graph computes them: qwen35's layers, every FFN a mixture
     # (softmax, renormalized) beside a shared expert weighed by its own sigmoid gate
+    # Nemotron-H as llama.cpp's nemotron_h graph computes it: each layer one block after its norm, a Mamba-2
+    # mixer (head_count_kv and feed_forward_length 0), an attention without rope (feed_forward_length 0), or an
+    # FFN of relu² without a gate; the residual after it
+    "nemotron_h": ArchTraits("neox", mixer="nemotron", ffn="none", ffn_act="relu_sqr", rotary=False),
     "qwen35moe": ArchTraits(
         "neox", qk_norm=True, mixer="delta", ffn="moe", ffn_norm="post_attention_norm", attn_gate=True, shexp_gate=True
     ),
@@ -262,9 +267,10 @@ class ModelConfig:
     moe_layers: tuple[bool, ...] = ()  # moe: True where the layer's FFN is the mixture (empty: every layer)
     d_ff_shexp: int = 0  # moe: the shared experts' FFN width, run on every token beside the mixture (0: none)
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
-    mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2", "hybrid" or "delta"
+    mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2", "hybrid", "delta" or "nemotron"
     ssm: SsmShape | None = None  # the recurrent mixer's sizes (Mamba-2's, or the gated delta net's)
-    mixers: tuple[str, ...] = ()  # a hybrid's mixer per layer: "attention", "mamba2" or "delta_net"
+    # a hybrid's mixer per layer: "attention", "mamba2", "delta_net", or "ffn" (a Nemotron-H layer that is its FFN)
+    mixers: tuple[str, ...] = ()
     attn_gate: bool = False  # ArchTraits.attn_gate: q_full holds each head's query and output gate
     shexp_gate: bool = False  # ArchTraits.shexp_gate: the shared expert times sigmoid of its gate
     rope: bool = True  # the attention layers rotate q and k (a file may turn it off: ArchTraits.rope_switch)
@@ -304,7 +310,7 @@ class ModelConfig:
     @property
     def state_layers(self) -> tuple[int, ...]:
         """The layers that carry a recurrent state from pass to pass."""
-        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) != "attention")
+        return tuple(L for L in range(self.n_layers) if self.layer_mixer(L) in ("mamba2", "delta_net"))
 
     def layer_ffn(self, layer: int) -> str:
         """The layer's feed-forward block: "moe", "dense" (a dense FFN, or a leading dense layer) or "none"."""
@@ -409,6 +415,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     softcap = traits.softcaps
     mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names)
     head_dim = mixing["head_dim"]
+    nemotron_ff = mixing.pop("d_ff", None)  # Nemotron-H: the FFN layers' width, from the per-layer array
     ffn = traits.ffn if traits.ffn != "file" else "moe" if int(meta.get(p + "expert_count", 0) or 0) else "dense"
     traits = replace(traits, ffn=ffn)
     mup = _mup_scales(meta, p) if traits.mup_scales else {}
@@ -418,7 +425,9 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         n_layers=n_layers,
         d_model=d_model,
         **mixing,
-        d_ff=_per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0),
+        d_ff=nemotron_ff
+        if nemotron_ff is not None
+        else _per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0),
         vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
         rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
@@ -430,7 +439,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
-        biases=frozenset(n[len("blk.0.") : -len(".bias")] for n in tensor_names if _is_layer0_bias(n)),
+        biases=_bias_matrices(tensor_names),
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
@@ -463,6 +472,8 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         head_dim = _head_dim(meta, p, d_model, n_heads)
         if traits.mixer == "hybrid":
             n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
+        elif traits.mixer == "nemotron":
+            n_kv_heads, mixers, d_ff = _nemotron_layers(meta, p, n_heads, n_layers)
         else:
             n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
         if traits.mixer == "delta":
@@ -470,7 +481,9 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         rope = _rope_fields(meta, p, traits, head_dim, context, names)
         if traits.mixer == "delta":
             _check_text_sections(meta, p, rope["rope_dim"])
+    extra = {"d_ff": d_ff} if traits.mixer == "nemotron" else {}
     return {
+        **extra,
         "n_heads": n_heads,
         "n_kv_heads": n_kv_heads,
         "head_dim": head_dim,
@@ -478,7 +491,7 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         "mixer": traits.mixer,
         "mixers": mixers,
         "ssm": _ssm_shape(meta, p, d_model, traits.mixer) if traits.mixer != "attention" else None,
-        "rope": bool(meta.get(p + "rope.scaling.finetuned", True)) if traits.rope_switch else True,
+        "rope": bool(meta.get(p + "rope.scaling.finetuned", True)) if traits.rope_switch else traits.rotary,
     }
 
 
@@ -496,6 +509,36 @@ def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) ->
     if n_heads % n_kv:
         raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
     return n_kv, tuple("mamba2" if v == 0 else "attention" for v in per)
+
+
+def _per_layer_counts(meta: dict[str, Any], key: str, n_layers: int) -> list[int]:
+    value = _get(meta, key)
+    per = [int(v) for v in value] if isinstance(value, (np.ndarray, list, tuple)) else [int(value)] * n_layers
+    if len(per) != n_layers:
+        raise HyperparameterError(f"{key} has {len(per)} entries for {n_layers} layers")
+    return per
+
+
+def _nemotron_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> tuple[int, tuple[str, ...], int]:
+    """(KV heads, each layer's block, the FFN width) as llama.cpp's nemotron_h reads them: a layer is Mamba-2
+    where its head_count_kv and feed_forward_length are both 0, attention where only its feed_forward_length
+    is, an FFN elsewhere; the attending layers share one KV head count, the FFN layers one width."""
+    kv = _per_layer_counts(meta, p + "attention.head_count_kv", n_layers)
+    ff = _per_layer_counts(meta, p + "feed_forward_length", n_layers)
+    mixers = tuple("mamba2" if k == 0 and f == 0 else "attention" if f == 0 else "ffn" for k, f in zip(kv, ff))
+    kv_set = {
+        _in_range(f"{p}attention.head_count_kv[{i}]", v, 1, n_heads)
+        for i, v in enumerate(kv)
+        if mixers[i] == "attention"
+    }
+    ff_set = {v for v, m in zip(ff, mixers) if m == "ffn"}
+    for key, values in (("attention.head_count_kv", kv_set), ("feed_forward_length", ff_set)):
+        if len(values) > 1:
+            raise UnsupportedArchitectureError(f"{p}{key} differs between layers ({sorted(values)}): labkit runs one")
+    n_kv = kv_set.pop() if kv_set else n_heads
+    if n_heads % n_kv:
+        raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
+    return n_kv, mixers, ff_set.pop() if ff_set else 0
 
 
 def _delta_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[str, ...]:
@@ -607,6 +650,11 @@ def _sliding_window(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: 
 
 def _is_layer0_bias(name: str) -> bool:
     return name.startswith("blk.0.") and name.endswith(".bias")
+
+
+def _bias_matrices(names: set[str]) -> frozenset[str]:
+    """The matrices any layer gives a bias (`blk.L.<matrix>.bias`): a hybrid's layer 0 may lack its FFN's."""
+    return frozenset(n.split(".", 2)[2][: -len(".bias")] for n in names if n.startswith("blk.") and n.endswith(".bias"))
 
 
 def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, names: set[str]) -> dict[str, Any]:

@@ -293,8 +293,18 @@ def _delta_net(b: _Builder, x: str) -> str:
     return b.linear("ssm_out", "ssm_norm", "ssm_out", s.d_inner, d)
 
 
-# what mixes the positions in a layer, by ModelConfig.layer_mixer
-MIXERS = {"attention": _attention, "mamba2": _mamba2, "delta_net": _delta_net}
+def _ffn_block(b: _Builder, x: str) -> str:
+    """A Nemotron-H layer that is its FFN (llama.cpp's build_ffn_layer): the layer's norm, the up projection,
+    relu², the down projection (each with its bias where the file has one); no gate."""
+    cfg, d = b.cfg, b.cfg.d_model
+    b.norm("attn_norm", x, "attn_norm")
+    b.linear("ffn_up", "attn_norm", "ffn_up", d, cfg.d_ff, bias=b.bias("ffn_up"))
+    b.add("ffn_act", "relu_sqr", ("ffn_up",), width=cfg.d_ff)
+    return b.linear("ffn_down", "ffn_act", "ffn_down", cfg.d_ff, d, bias=b.bias("ffn_down"))
+
+
+# what a layer's block is, by ModelConfig.layer_mixer: what mixes the positions, or (Nemotron-H) its FFN
+MIXERS = {"attention": _attention, "mamba2": _mamba2, "delta_net": _delta_net, "ffn": _ffn_block}
 
 
 def _layer(b: _Builder, x: str) -> str:

@@ -118,6 +118,13 @@ MODELS: dict[str, ModelEntry] = {
         "512 placeholder tokens",
         _written("tiny-qwen35"),
     ),
+    "tiny-nemotron_h": ModelEntry(
+        "tiny-nemotron_h",
+        "labkit (written on first use)",
+        "a random-weight Nemotron-H (nemotron_h), Q8_0, 5 layers (Mamba-2, an FFN of relu², attention without "
+        "rope, Mamba-2, an FFN), d=256, 512 placeholder tokens",
+        _written("tiny-nemotron_h"),
+    ),
     "tiny-qwen35moe": ModelEntry(
         "tiny-qwen35moe",
         "labkit (written on first use)",

@@ -142,6 +142,9 @@ TINY_MODELS = {
         full_attention_interval=2,
         seed=13,
     ),  # fmt: skip
+    # Nemotron-H at tiny size: a Mamba-2 layer, an FFN (relu², no gate), an attention layer without rope, then
+    # Mamba-2 and an FFN again, as Nemotron-H interleaves them
+    "tiny-nemotron_h": TinySpec(arch="nemotron_h", weight_type="Q8_0", n_layers=5, layer_pattern="MFAMF", seed=19),
     # Qwen3.5's MoE at tiny size: tiny-qwen35's layers, every FFN 8 experts (2 a token) beside a gated shared one
     "tiny-qwen35moe": TinySpec(
         arch="qwen35moe",
@@ -208,6 +211,8 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         _hybrid_metadata(w, spec)
     if traits.mixer == "delta":
         _delta_metadata(w, spec)
+    if traits.mixer == "nemotron":
+        _nemotron_metadata(w, spec)
     if spec.rope_scaling:
         kind, factor, n_ctx_orig = spec.rope_scaling
         w.add_string(f"{a}.rope.scaling.type", kind)
@@ -239,10 +244,11 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
 
 
 def _attention_metadata(w: GGUFWriter, spec: TinySpec, traits) -> None:
-    hybrid = traits.mixer == "hybrid"
-    w.add_feed_forward_length(spec.d_ff_expert if hybrid and spec.n_expert_used else spec.d_ff)
+    hybrid, per_layer = traits.mixer == "hybrid", traits.mixer in ("hybrid", "nemotron")
+    if traits.mixer != "nemotron":  # Nemotron-H's is per layer (_nemotron_metadata)
+        w.add_feed_forward_length(spec.d_ff_expert if hybrid and spec.n_expert_used else spec.d_ff)
     w.add_head_count(spec.n_heads)
-    if not hybrid:  # a hybrid's is per layer (_hybrid_metadata)
+    if not per_layer:  # a hybrid's is per layer (_hybrid_metadata, _nemotron_metadata)
         w.add_head_count_kv(spec.n_kv_heads)
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
@@ -283,6 +289,21 @@ def _hybrid_metadata(w: GGUFWriter, spec: TinySpec) -> None:
         w.add_expert_count(spec.n_expert)
         w.add_expert_used_count(spec.n_expert_used)
         w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
+
+
+def _nemotron_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """Nemotron-H's keys as its converter writes them: the Mamba-2 sizes, and per layer a head_count_kv and a
+    feed_forward_length that say its block ("M" Mamba-2: both 0; "A" attention: no FFN width; "F" an FFN: no
+    KV heads); the layer-norm epsilon llama.cpp requires beside the RMS one."""
+    w.add_ssm_conv_kernel(spec.ssm_d_conv)
+    w.add_ssm_inner_size(2 * spec.d_model)
+    w.add_ssm_state_size(spec.ssm_d_state)
+    w.add_ssm_time_step_rank(2 * spec.d_model // spec.ssm_head_dim)
+    w.add_ssm_group_count(spec.ssm_n_group)
+    pattern = spec.layer_pattern or ("MF" * spec.n_layers)[: spec.n_layers]
+    w.add_head_count_kv([spec.n_kv_heads if c == "A" else 0 for c in pattern])
+    w.add_feed_forward_length([spec.d_ff if c == "F" else 0 for c in pattern])
+    w.add_layer_norm_eps(1e-5)
 
 
 def _delta_metadata(w: GGUFWriter, spec: TinySpec) -> None:

@@ -22,6 +22,7 @@ from labkit.ops import (
     moe_router,
     moe_sum,
     mul,
+    relu_sqr,
     rmsnorm,
     rope,
     scale,
@@ -66,6 +67,7 @@ OPS: dict[str, Op] = {
         l2norm,
         delta_net,
         gated_add,
+        relu_sqr,
     )
 }
 

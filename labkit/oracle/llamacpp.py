@@ -353,6 +353,19 @@ MAPPINGS["qwen35moe"] = {
     **_defaults((*SHARED_EXPERT_KINDS, "ffn_shexp_logit")),
 }
 
+# Nemotron-H (models/nemotron-h.cpp): build_mamba2_layer's nodes; attention without rope (q, k, v are the
+# products, attn_out-L names wo's); an FFN layer's ffn_up-L, its relu² (`ffn_sqr(relu)-L`, the SQR) and its down
+# projection, which build_cvec's cb names l_out-L; each layer's residual ADD is nemotron_h_block_out-L
+MAPPINGS["nemotron_h"] = {
+    **{k: p for k, p in MAPPINGS["mamba2"].items() if k != "resid_out"},
+    **_defaults(("q", "k", "v", "attn_scores", "attn_probs", "attn_ctx", "ffn_up")),
+    "attn_out": Pick("attn_out-{L}", "MUL_MAT"),
+    "ffn_act": Pick("ffn_sqr(relu)-{L}", "SQR", note="relu, then its square"),
+    "ffn_down": Pick("l_out-{L}", "MUL_MAT", note="ffn_down's product, named l_out-L by build_cvec"),
+    "resid_out": Pick("nemotron_h_block_out-{L}", "ADD"),
+    "output_norm": Pick("h_nextn", "MUL", note="named again result_norm by the GET_ROWS of the outputs"),
+}
+
 # Stage kinds of the architecture's graph that llama.cpp has no tensor for, and why.
 # Every stage of all three architectures has a counterpart in llama-cpp-python 0.3.36's
 # graph (its libggml 0.25.3), so these are empty. A kind listed here would be absent from
@@ -371,6 +384,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "granitehybrid": {},
     "qwen35": {},
     "qwen35moe": {},
+    "nemotron_h": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:

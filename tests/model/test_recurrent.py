@@ -52,7 +52,19 @@ QWEN35 = {
     "sizes": (8 * 32 * 32, 512 * 3),
     "faults": [("delta_net=state_reset", 2, "blk.2.ssm_delta"), ("ssm_conv=state_lag", 0, "blk.0.ssm_conv")],
 }
-NAMES = {"tiny-mamba2": MAMBA2, "tiny-granitehybrid": MAMBA2, "tiny-qwen35": QWEN35, "tiny-qwen35moe": QWEN35}
+NEMOTRON = {
+    **MAMBA2,
+    "scan": "blk.3.ssm_scan",
+    "conv": "blk.0.ssm_conv",
+    "faults": [("ssm_scan=state_reset", 3, "blk.3.ssm_scan"), ("ssm_conv=state_lag", 0, "blk.0.ssm_conv")],
+}
+NAMES = {
+    "tiny-mamba2": MAMBA2,
+    "tiny-granitehybrid": MAMBA2,
+    "tiny-qwen35": QWEN35,
+    "tiny-qwen35moe": QWEN35,
+    "tiny-nemotron_h": NEMOTRON,
+}
 # fmt: skip
 MODELS = list(NAMES)
 
@@ -123,6 +135,20 @@ def test_the_graph_is_qwen35():
     moe = {s.name: s for s in labkit.open("tiny-qwen35moe").graph}  # the shared expert weighed by its gate
     assert moe["blk.3.ffn_out"].op == "gated_add" and moe["blk.3.ffn_out"].inputs[2] == "blk.3.ffn_shexp_logit"
     assert moe["blk.3.ffn_shexp_logit"].weight == "blk.3.ffn_gate_inp_shexp.weight" and "blk.3.ffn_gate" not in moe
+
+
+def test_the_graph_is_nemotron_h():
+    """Each layer one block after its norm, as the file's per-layer head_count_kv and feed_forward_length say:
+    Mamba-2 (both 0), attention without rope (no FFN width), an FFN of relu² without a gate (no KV heads)."""
+    lab = labkit.open("tiny-nemotron_h")
+    cfg = lab.config
+    assert cfg.mixers == ("mamba2", "ffn", "attention", "mamba2", "ffn") and cfg.state_layers == (0, 3)
+    assert cfg.attention_layers == (2,) and not cfg.rope and cfg.d_ff == 512
+    kinds = [n.split(".", 2)[2] for n in lab.stages if n.startswith("blk.1.")]
+    assert kinds == ["attn_norm", "ffn_up", "ffn_act", "ffn_down", "resid_out"]
+    graph = {s.name: s for s in lab.graph}
+    assert graph["blk.1.ffn_act"].op == "relu_sqr" and graph["blk.2.attn_scores"].inputs == ("blk.2.q", "blk.2.k")
+    assert "blk.0.ffn_norm" not in graph and "blk.2.resid_mid" not in graph  # one residual a layer
 
 
 def test_gpu_equals_reference_on_every_stage(m2, m2_runs):

@@ -64,6 +64,7 @@ NMSE = {
     "l2norm": 1e-10,
     "delta_net": 1e-9,  # f32 memory over tens of tokens
     "gated_add": 1e-12,
+    "relu_sqr": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -618,6 +619,12 @@ def cases_gated_add() -> list[OpCase]:
     st = Stage("blk.0.ffn_out", "gated_add", ("moe", "shared", "logit"), params={"width": 131}, layer=0)
     xs = [r.standard_normal((5, 131)), r.standard_normal((5, 131)), r.standard_normal((5, 1)) * 3]
     return [OpCase("T5 w131", st, xs, 5)]
+
+
+def cases_relu_sqr() -> list[OpCase]:
+    r = _rng("relu_sqr")
+    st = Stage("blk.1.ffn_act", "relu_sqr", ("ffn_up",), params={"width": 77}, layer=1)
+    return [OpCase("3x77", st, [r.standard_normal((3, 77)) * 2], 3)]
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
