@@ -214,7 +214,8 @@ def kv_bytes(n_layers: int, kv_dim: int, positions: int, itemsize: int) -> int:
 
 
 def state_bytes(cfg, itemsize: int) -> int:
-    """Every recurrent layer's states (Mamba-2's conv and scan states): one size at any length."""
+    """Every recurrent layer's states (its conv state, and Mamba-2's scan state or the delta net's memory): one
+    size at any length."""
     if cfg.ssm is None:
         return 0
     return len(cfg.state_layers) * (cfg.ssm.conv_state_size + cfg.ssm.scan_state_size) * itemsize

@@ -275,3 +275,24 @@ def test_a_mixer_fault_bound_to_one_layer_is_localized_there(model, variant, fir
     finally:
         lab.use(f"blk.{layer}.{family}", "default")
     assert c.first_divergence == first, c
+
+
+def test_the_gpus_chunked_delta_rule_and_its_boundary_fault():
+    """A prompt longer than the GPU's chunk of 16 runs the chunked form, which equals the recurrent kernel's
+    numbers; the chunk_boundary fault (a chunk that starts from zero) is right within one chunk and departs
+    first at its layer's delta rule once the prompt spans two."""
+    lab = labkit.open("tiny-qwen35")
+    long = IDS * 2  # 26 tokens: two chunks
+    ref = lab.reference(long)
+    chunked = lab.run(long)
+    lab.use("blk.2.delta_net", "recurrent")
+    try:
+        recurrent = lab.run(long)
+        lab.use("blk.2.delta_net", "chunk_boundary")
+        short, faulty = lab.run(IDS), lab.run(long)
+    finally:
+        lab.use("blk.2.delta_net", "default")
+    for name in ("blk.2.ssm_delta", "blk.2.scan_state", "logits"):
+        assert nmse(chunked[name], ref[name]) < 1e-10 and nmse(recurrent[name], ref[name]) < 1e-10, name
+    assert compare(short, lab.reference(IDS)).passed
+    assert compare(faulty, ref).first_divergence == "blk.2.ssm_delta"

@@ -601,16 +601,18 @@ def _delta_inputs(r, T: int, H: int, Hk: int, d: int) -> list[np.ndarray]:
 
 
 def cases_delta_net() -> list[OpCase]:
-    """Value heads over fewer key heads (tiled), odd head sizes, a prompt past the reference's chunk (the
-    chunked form there, the recurrent one on the GPU), a decode step; a memory never zero."""
+    """Value heads over fewer key heads (tiled), odd head sizes, prompts within one of the GPU's chunks of 16,
+    at its edge, across two and past the reference's chunk of 64 (a partial last chunk), a decode step; a
+    memory never zero. The chunk_boundary fault shows once a prompt spans two chunks."""
     r, out = _rng("delta_net"), []
-    for T, H, Hk, d in ((1, 8, 4, 32), (9, 6, 3, 7), (70, 2, 1, 16), (5, 4, 4, 37)):
+    for T, H, Hk, d in ((1, 8, 4, 32), (9, 6, 3, 7), (16, 2, 2, 16), (33, 4, 2, 13), (70, 2, 1, 16), (5, 4, 4, 37)):
         P = {"n_head": H, "n_k_head": Hk, "head_k": d, "head_v": d, "channels": 2 * Hk * d + H * d,
              "v_offset": 2 * Hk * d}  # fmt: skip
         st = Stage("blk.0.ssm_delta", "delta_net", ("q", "k", "conv", "g", "beta"), params=P, layer=0, state="scan")
         cache = {"scan": r.standard_normal((H, d, d))}
-        shows = frozenset({"beta_twice"} | ({"state_reset"} if T <= 9 else set()))
-        out.append(OpCase(f"T{T} H{H}/{Hk} d{d}", st, _delta_inputs(r, T, H, Hk, d), T, cache=cache, exposes=shows))
+        shows = {"beta_twice"} | ({"state_reset"} if T <= 16 else set()) | ({"chunk_boundary"} if T > 16 else set())
+        out.append(OpCase(f"T{T} H{H}/{Hk} d{d}", st, _delta_inputs(r, T, H, Hk, d), T, cache=cache,
+                          exposes=frozenset(shows)))  # fmt: skip
     return out
 
 

@@ -11,13 +11,14 @@ chunked form (how engines run a prompt: FLA's chunk_gated_delta_rule, llama.cpp'
 build_delta_net_chunking) solves a chunk's writes at once through the UT transform
 T = (I + strictly_lower(β K Kᵀ ⊙ decay))⁻¹ and carries M between chunks. The float64 reference
 runs a prompt chunked and a decode step recurrently; they agree to 1e-12 (tests/ops/test_delta_net.py).
+The GPU does the same: a prompt in chunks of 16 (delta_net_chunked.wgsl), a decode step token by token.
 The state is laid out as llama.cpp's cache_s holds it: [n_head, d_v, d_k], d_k fastest."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const
 
 PARAMS = Params(T="u32", n_head="u32", n_k_head="u32", head_k="u32", head_v="u32", channels="u32", v_offset="u32")
 CHUNK = 64  # the reference's chunk for a prompt (llama.cpp's build_delta_net_chunking uses 64 too)
@@ -93,7 +94,9 @@ def plan(stage, gpu):
     ins = [gpu.input(i).buffer for i in range(5)]
     out = gpu.output((gpu.T, P["n_head"] * P["head_v"]))
     values = {"T": gpu.T, **{k: P[k] for k in ("n_head", "n_k_head", "head_k", "head_v", "channels", "v_offset")}}
-    gpu.dispatch([*ins, gpu.state("scan"), out.buffer], values, ceil_div(P["n_head"] * P["head_v"], 64))
+    chunked = wgsl_const(gpu.kernel.source(gpu.shape), "CHUNK", 0)  # a workgroup a head, else a thread a row
+    wgs = P["n_head"] if chunked else ceil_div(P["n_head"] * P["head_v"], 64)
+    gpu.dispatch([*ins, gpu.state("scan"), out.buffer], values, wgs)
     return out
 
 
@@ -105,8 +108,15 @@ def shapes(stage) -> tuple[list[str], str]:
     return ins, f"[T, {H * dv}]"
 
 
-def _with(*parts: str):
-    return lambda shape: compose("delta_net", *parts)
+def _with(strength: str, start: str, carry: str = "delta_net_carry", chunked: bool = True):
+    """The chunked form for a prompt (delta_net_chunked.wgsl), the recurrent one for a decode step, as engines
+    run them (`chunked=False`: the recurrent form for both), composed before its parts."""
+
+    def source(shape):
+        driver = "delta_net_chunked" if chunked and shape.T > 1 else "delta_net"
+        return compose(driver, strength, start, carry)
+
+    return source
 
 
 OP = Op(
@@ -123,9 +133,16 @@ OP = Op(
         Kernel(
             "delta_net",
             "default",
-            "the correct kernel, one thread a value row, token by token",
+            "the correct kernel: a prompt in chunks of 16, a workgroup a head (the UT transform in workgroup "
+            "memory); a decode step token by token, a thread a value row",
             _with("delta_net_strength", "delta_net_start"),
-        ),  # fmt: skip
+        ),
+        Kernel(
+            "delta_net",
+            "recurrent",
+            "the correct kernel, token by token for a prompt too (a thread a value row): the chunked form's twin",
+            _with("delta_net_strength", "delta_net_start", chunked=False),
+        ),
         Kernel(
             "delta_net",
             "state_reset",
@@ -140,6 +157,14 @@ OP = Op(
             "FAULTY: the write strength beta applied twice (a fused kernel fed v·beta where it multiplies by beta "
             "itself)",
             _with("delta_net_strength_squared", "delta_net_start"),
+            faulty=True,
+        ),
+        Kernel(
+            "delta_net",
+            "chunk_boundary",
+            "FAULTY: past a prompt's first chunk, each chunk starts from a zero state instead of the one the chunk "
+            "before left (a chunked kernel that drops the carried state); decode steps and short prompts are right",
+            _with("delta_net_strength", "delta_net_start", "delta_net_carry_dropped"),
             faulty=True,
         ),
     ),
