@@ -29,6 +29,8 @@ from labkit.casebook.base import Check
 from labkit.compare import Comparison, compare
 
 BLIND_PROMPT = "The color of the sky is"
+# the prompt of a model whose vocabulary cannot spell BLIND_PROMPT (labkit's tiny files: placeholder tokens)
+PLACEHOLDER_PROMPT = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31, 2, 8]
 NEW_TOKENS = 6
 
 
@@ -109,7 +111,7 @@ def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prom
     from labkit.lab import open as open_lab
 
     lab = lab or open_lab(model)
-    ids = lab.prompt_ids(prompt)
+    ids, prompt = _prompt_ids(lab, prompt)
     ref = _reference(lab, ids)
     order = candidates(lab)
     passed_over = []
@@ -121,16 +123,29 @@ def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prom
     raise RuntimeError(f"no faulty variant shows on {prompt!r}")  # every model has faults that show
 
 
+def _prompt_ids(lab: Any, prompt: str | list[int]) -> tuple[list[int], str | list[int]]:
+    """(ids, the prompt as shown): the default text, or the placeholder ids where the vocabulary has no
+    tokens for it (a tiny file labkit wrote); a prompt the caller gave is never replaced."""
+    from labkit.errors import LabkitError
+
+    try:
+        return lab.prompt_ids(prompt), prompt
+    except LabkitError:
+        if prompt != BLIND_PROMPT:
+            raise
+        return lab.prompt_ids(PLACEHOLDER_PROMPT), PLACEHOLDER_PROMPT
+
+
 def blind_case_of(lab: Any, family: str, variant: str, prompt: str = BLIND_PROMPT) -> BlindCase | None:
     """The blind case of one given faulty variant (None when it shows nothing on `prompt`)."""
-    ids = lab.prompt_ids(prompt)
+    ids, prompt = _prompt_ids(lab, prompt)
     return _case_of(lab, family, variant, ids, _reference(lab, ids), prompt, -1)
 
 
 def blind_cases(lab: Any, prompt: str = BLIND_PROMPT) -> dict[tuple[str, str], BlindCase | None]:
     """Every faulty variant's blind case, keyed (family, variant), None where it shows nothing on
     `prompt`: a survey of the model's faults, against one reference run rather than one per fault."""
-    ids = lab.prompt_ids(prompt)
+    ids, prompt = _prompt_ids(lab, prompt)
     ref = _reference(lab, ids)
     return {(f, v): _case_of(lab, f, v, ids, ref, prompt, -1) for f, v in candidates(lab)}
 

@@ -296,3 +296,16 @@ def test_the_gpus_chunked_delta_rule_and_its_boundary_fault():
         assert nmse(chunked[name], ref[name]) < 1e-10 and nmse(recurrent[name], ref[name]) < 1e-10, name
     assert compare(short, lab.reference(IDS)).passed
     assert compare(faulty, ref).first_divergence == "blk.2.ssm_delta"
+
+
+def test_blind_cases_draw_from_the_recurrent_faults():
+    """A blind case on a hybrid draws from its mixers' faults too (its placeholder vocabulary runs the blind
+    prompt as ids); a state fault is found where the state is carried: on the decode step, at the first layer."""
+    from labkit.casebook.blind import blind_case_of, candidates
+
+    lab = labkit.open("tiny-qwen35")
+    drawn = set(candidates(lab))
+    assert {("delta_net", "state_reset"), ("delta_decay", "dt_bias_twice"), ("l2norm", "unnormed"),
+            ("ssm_conv", "state_lag"), ("gated_norm", "gate_swapped")} <= drawn  # fmt: skip
+    answer = blind_case_of(lab, "delta_net", "state_reset").reveal()
+    assert (answer.stage, answer.where) == ("blk.0.ssm_delta", "decode step")
