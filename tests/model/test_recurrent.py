@@ -277,25 +277,29 @@ def test_a_mixer_fault_bound_to_one_layer_is_localized_there(model, variant, fir
     assert c.first_divergence == first, c
 
 
-def test_the_gpus_chunked_delta_rule_and_its_boundary_fault():
-    """A prompt longer than the GPU's chunk of 16 runs the chunked form, which equals the recurrent kernel's
-    numbers; the chunk_boundary fault (a chunk that starts from zero) is right within one chunk and departs
-    first at its layer's delta rule once the prompt spans two."""
-    lab = labkit.open("tiny-qwen35")
+@pytest.mark.parametrize("model,family,stage", [
+    ("tiny-qwen35", "delta_net", "blk.2.ssm_delta"),
+    ("tiny-mamba2", "ssm_scan", "blk.2.ssm_scan"),
+])  # fmt: skip
+def test_the_gpus_chunked_form_and_its_boundary_fault(model, family, stage):
+    """A prompt longer than the GPU's chunk of 16 runs the chunked form (the delta rule's UT transform, the
+    SSD scan), which equals the recurrent kernel's numbers; the chunk_boundary fault (a chunk that starts from
+    zero) is right within one chunk and departs first at its layer's recurrence once the prompt spans two."""
+    lab = labkit.open(model)
     long = IDS * 2  # 26 tokens: two chunks
     ref = lab.reference(long)
     chunked = lab.run(long)
-    lab.use("blk.2.delta_net", "recurrent")
+    lab.use(f"blk.2.{family}", "recurrent")
     try:
         recurrent = lab.run(long)
-        lab.use("blk.2.delta_net", "chunk_boundary")
+        lab.use(f"blk.2.{family}", "chunk_boundary")
         short, faulty = lab.run(IDS), lab.run(long)
     finally:
-        lab.use("blk.2.delta_net", "default")
-    for name in ("blk.2.ssm_delta", "blk.2.scan_state", "logits"):
+        lab.use(f"blk.2.{family}", "default")
+    for name in (stage, "blk.2.scan_state", "logits"):
         assert nmse(chunked[name], ref[name]) < 1e-10 and nmse(recurrent[name], ref[name]) < 1e-10, name
     assert compare(short, lab.reference(IDS)).passed
-    assert compare(faulty, ref).first_divergence == "blk.2.ssm_delta"
+    assert compare(faulty, ref).first_divergence == stage
 
 
 def test_blind_cases_draw_from_the_recurrent_faults():

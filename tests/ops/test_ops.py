@@ -484,17 +484,28 @@ def _scan_inputs(r, T: int, H: int, hd: int, N: int, G: int):
 
 
 def cases_ssm_scan() -> list[OpCase]:
-    """Heads sharing B and C in groups, odd head and state sizes, a prompt past the reference's chunk
-    (the chunked form there, the recurrent one on the GPU), a decode step; a state never zero."""
+    """Heads sharing B and C in groups, odd head and state sizes, prompts within one of the GPU's chunks of
+    16, at its edge and across several (a partial last chunk), past the reference's chunk of 64, a decode step;
+    a state never zero. The chunk_boundary fault shows once a prompt spans two chunks."""
     r, out = _rng("ssm_scan"), []
-    for T, H, hd, N, G in ((1, 4, 16, 16, 2), (9, 6, 8, 12, 3), (40, 2, 32, 64, 1), (5, 8, 7, 5, 4), (70, 2, 4, 8, 2)):
+    cases = (
+        (1, 4, 16, 16, 2),
+        (9, 6, 8, 12, 3),
+        (16, 2, 8, 8, 1),
+        (40, 2, 32, 64, 1),
+        (5, 8, 7, 5, 4),
+        (70, 2, 4, 8, 2),
+    )
+    for T, H, hd, N, G in cases:
         w: dict = {}
         A = _vector(w, "blk.0.ssm_a", -r.uniform(0.5, 8.0, H))
         P = {"n_head": H, "d_inner": H * hd, "d_state": N, "n_group": G, "channels": H * hd + 2 * G * N}
         st = Stage("blk.0.ssm_scan", "ssm_scan", ("xbc", "dt"), A, params=P, layer=0, state="scan")
         cache = {"scan": r.standard_normal((H, hd, N))}
         # over tens of tokens a decaying state forgets where it started: the reset shows in short passes
-        shows = frozenset({"no_softplus", "a_positive"} | ({"state_reset"} if T <= 9 else set()))
+        # within one chunk a chunk boundary changes nothing; across them the dropped state shows (its decay is
+        # slower than the reset's: every chunk after the first starts from zero)
+        shows = frozenset({"no_softplus", "a_positive"} | ({"state_reset"} if T <= 16 else {"chunk_boundary"}))
         label = f"T{T} H{H} hd{hd} N{N} G{G}"
         out.append(OpCase(label, st, list(_scan_inputs(r, T, H, hd, N, G)), T, weights=w, cache=cache, exposes=shows))
     return out

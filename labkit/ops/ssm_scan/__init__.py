@@ -10,14 +10,15 @@ as ggml_ssm_scan does, token by token (the recurrent form: how an engine decodes
 form (how engines run a prompt: state-space duality) computes the same y inside each chunk as a
 masked, decayed attention of C over B, plus the state the chunk starts from, and carries the state
 between chunks; the float64 reference runs a prompt that way and a decode step recurrently, and
-the two agree to 1e-12 (tests/ops/test_ssm_scan.py). The state left for the next pass is laid out
+the two agree to 1e-12 (tests/ops/test_ssm_scan.py). The GPU does the same: a prompt in chunks of 16
+(ssm_scan_chunked.wgsl, a workgroup a head), a decode step token by token. The state left for the next pass is laid out
 as llama.cpp's cache_s holds it: [n_head, head_dim, d_state], d_state fastest."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const
 
 PARAMS = Params(T="u32", n_head="u32", head_dim="u32", d_state="u32", n_group="u32", channels="u32")
 CHUNK = 64  # the reference's chunk for a prompt (SSD engines use 256; tests cross smaller ones)
@@ -92,7 +93,8 @@ def plan(stage, gpu):
     values = {"T": gpu.T, "n_head": P["n_head"], "head_dim": P["d_inner"] // P["n_head"], "d_state": P["d_state"],
               "n_group": P["n_group"], "channels": P["channels"]}  # fmt: skip
     operands = [xbc.buffer, dt.buffer, gpu.vector(stage.weight), gpu.state("scan"), out.buffer]
-    gpu.dispatch(operands, values, workgroups(P["d_inner"]))
+    chunked = wgsl_const(gpu.kernel.source(gpu.shape), "CHUNK", 0)  # a workgroup a head, else a thread a row
+    gpu.dispatch(operands, values, P["n_head"] if chunked else workgroups(P["d_inner"]))
     return out
 
 
@@ -103,8 +105,14 @@ def shapes(stage) -> tuple[list[str], str]:
     return [*ins, f"scan state [{H}, {P['d_inner'] // H}, {N}]"], f"[T, {P['d_inner']}]"
 
 
-def _with(*parts: str):
-    return lambda shape: compose("ssm_scan", *parts)
+def _with(*parts: str, carry: str = "ssm_scan_carry", chunked: bool = True):
+    """The chunked form for a prompt (ssm_scan_chunked.wgsl), the recurrent one for a decode step, as engines
+    run them (`chunked=False`: the recurrent form for both), composed before its parts."""
+
+    def source(shape):
+        return compose("ssm_scan_chunked" if chunked and shape.T > 1 else "ssm_scan", *parts, carry)
+
+    return source
 
 
 CORRECT = ("ssm_scan_step", "ssm_scan_decay", "ssm_scan_start")
@@ -120,7 +128,19 @@ OP = Op(
     shapes=shapes,
     weight="vector",
     kernels=(
-        Kernel("ssm_scan", "default", "the correct kernel, one thread a head row, token by token", _with(*CORRECT)),
+        Kernel(
+            "ssm_scan",
+            "default",
+            "the correct kernel: a prompt in chunks of 16, a workgroup a head (state-space duality); a decode step "
+            "token by token, a thread a head row",
+            _with(*CORRECT),
+        ),
+        Kernel(
+            "ssm_scan",
+            "recurrent",
+            "the correct kernel, token by token for a prompt too (a thread a head row): the chunked form's twin",
+            _with(*CORRECT, chunked=False),
+        ),
         Kernel(
             "ssm_scan",
             "state_reset",
@@ -141,6 +161,14 @@ OP = Op(
             "a_positive",
             "FAULTY: A used without its minus sign (A_log's exp taken as A), so the state grows each token",
             _with("ssm_scan_step", "ssm_scan_decay_unsigned", "ssm_scan_start"),
+            faulty=True,
+        ),
+        Kernel(
+            "ssm_scan",
+            "chunk_boundary",
+            "FAULTY: past a prompt's first chunk, each chunk starts from a zero state instead of the one the chunk "
+            "before left (a chunked scan that drops the carried state); decode steps and short prompts are right",
+            _with(*CORRECT, carry="ssm_scan_carry_dropped"),
             faulty=True,
         ),
     ),
