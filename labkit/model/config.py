@@ -76,6 +76,11 @@ class ArchTraits:
     # moe: the shared expert weighed per token by sigmoid(ffn_gate_inp_shexp · x) (Qwen3.5's MoE, Qwen3-Next)
     shexp_gate: bool = False
     rotary: bool = True  # its attention rotates q and k (Nemotron-H's has no positions but the Mamba-2 layers')
+    # delta: Qwen3.5's interleaved M-RoPE sections, which its files must carry (text runs them as plain rope)
+    text_mrope: bool = False
+    # delta: b and alpha in one projection, interleaved per key head (Qwen3-Next's ssm_ba: for each key head its
+    # value heads' b, then their alpha), and a value head reads key head h // (n_v / n_k) rather than h mod n_k
+    fused_ba: bool = False
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -143,7 +148,9 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # Qwen3.5 as llama.cpp's qwen35 graph computes it: gated delta-net layers, and every
     # full_attention_interval-th layer a gated attention (q/k norms, partial rope; its M-RoPE sections
     # reduce to plain rope for text), each layer's FFN normed by post_attention_norm
-    "qwen35": ArchTraits("neox", qk_norm=True, mixer="delta", ffn_norm="post_attention_norm", attn_gate=True),
+    "qwen35": ArchTraits(
+        "neox", qk_norm=True, mixer="delta", ffn_norm="post_attention_norm", attn_gate=True, text_mrope=True
+    ),
     # Qwen3.5's MoE models as llama.cpp's qwen35moe graph computes them: qwen35's layers, every FFN a mixture
     # (softmax, renormalized) beside a shared expert weighed by its own sigmoid gate
     # Nemotron-H as llama.cpp's nemotron_h graph computes it: each layer one block after its norm, a Mamba-2
@@ -151,7 +158,28 @@ ARCHITECTURES: dict[str, ArchTraits] = {
     # FFN of relu² without a gate; the residual after it
     "nemotron_h": ArchTraits("neox", mixer="nemotron", ffn="none", ffn_act="relu_sqr", rotary=False),
     "qwen35moe": ArchTraits(
-        "neox", qk_norm=True, mixer="delta", ffn="moe", ffn_norm="post_attention_norm", attn_gate=True, shexp_gate=True
+        "neox",
+        qk_norm=True,
+        mixer="delta",
+        ffn="moe",
+        ffn_norm="post_attention_norm",
+        attn_gate=True,
+        shexp_gate=True,
+        text_mrope=True,
+    ),
+    # Qwen3-Next as llama.cpp's qwen3next graph computes it: qwen35moe's layers with plain NeoX rope on a quarter
+    # of each head, b and alpha in one projection interleaved per key head (ssm_ba), and value heads that
+    # repeat their key head in place (h // (n_v / n_k)); the split q/k/v and z projections (a file with the
+    # legacy fused ssm_in is refused)
+    "qwen3next": ArchTraits(
+        "neox",
+        qk_norm=True,
+        mixer="delta",
+        ffn="moe",
+        ffn_norm="post_attention_norm",
+        attn_gate=True,
+        shexp_gate=True,
+        fused_ba=True,
     ),
 }
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
@@ -273,6 +301,7 @@ class ModelConfig:
     mixers: tuple[str, ...] = ()
     attn_gate: bool = False  # ArchTraits.attn_gate: q_full holds each head's query and output gate
     shexp_gate: bool = False  # ArchTraits.shexp_gate: the shared expert times sigmoid of its gate
+    fused_ba: bool = False  # ArchTraits.fused_ba: Qwen3-Next's ssm_ba, and its value heads' key heads in place
     rope: bool = True  # the attention layers rotate q and k (a file may turn it off: ArchTraits.rope_switch)
     residual_scale: float = 1.0  # each block's output times it before the residual add (Granite's muP)
     logit_scale: float = 1.0  # the logits divided by it (Granite's muP)
@@ -457,6 +486,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         logit_scale=mup.get("logit", 1.0),
         attn_gate=traits.attn_gate,
         shexp_gate=traits.shexp_gate,
+        fused_ba=traits.fused_ba,
     )
 
 
@@ -479,8 +509,13 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         if traits.mixer == "delta":
             mixers = _delta_layers(meta, p, n_layers)
         rope = _rope_fields(meta, p, traits, head_dim, context, names)
-        if traits.mixer == "delta":
+        if traits.text_mrope:
             _check_text_sections(meta, p, rope["rope_dim"])
+        if traits.fused_ba and "blk.0.ssm_in.weight" in names:
+            raise UnsupportedArchitectureError(
+                "this Qwen3-Next file has the legacy fused ssm_in (q, k, v and z interleaved per key head): labkit "
+                "runs the current converter's split attn_qkv and attn_gate"
+            )
     extra = {"d_ff": d_ff} if traits.mixer == "nemotron" else {}
     return {
         **extra,

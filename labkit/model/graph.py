@@ -274,17 +274,27 @@ def _delta_net(b: _Builder, x: str) -> str:
     b.norm("attn_norm", x, "attn_norm")
     b.linear("ssm_qkv", "attn_norm", "attn_qkv", d, s.conv_dim)
     b.linear("ssm_z", "attn_norm", "attn_gate", d, s.d_inner)
-    b.linear("ssm_b", "attn_norm", "ssm_beta", d, H)
+    r = H // s.n_group  # Qwen3-Next's ssm_ba: per key head, its r value heads' b, then their alpha
+    ba = {"groups": s.n_group, "width": r, "step": 2 * r, "in": 2 * H}
+    if cfg.fused_ba:
+        b.linear("ssm_ba", "attn_norm", "ssm_ba", d, 2 * H)
+        b.add("ssm_b", "columns", ("ssm_ba",), offset=0, **ba)
+    else:
+        b.linear("ssm_b", "attn_norm", "ssm_beta", d, H)
     b.add("ssm_beta", "sigmoid", ("ssm_b",), width=H)
-    b.linear("ssm_alpha", "attn_norm", "ssm_alpha", d, H)
+    if cfg.fused_ba:
+        b.add("ssm_alpha", "columns", ("ssm_ba",), offset=r, **ba)
+    else:
+        b.linear("ssm_alpha", "attn_norm", "ssm_alpha", d, H)
     b.add("ssm_g", "delta_decay", ("ssm_alpha",), b.p + "ssm_a", bias=b.p + "ssm_dt.bias", n_head=H, out=H)
     b.add("ssm_conv", "ssm_conv", ("ssm_qkv",), "ssm_conv1d", state="conv", out=s.conv_dim, channels=s.conv_dim,
           d_conv=s.d_conv)  # fmt: skip
     b.add("conv_state", "state", ("ssm_conv",), state="conv", size=s.conv_state_size)
-    norm = {"group": dk, "width": key_dim, "eps": cfg.rms_eps, "channels": s.conv_dim}
+    norm = {"group": dk, "width": key_dim, "eps": cfg.rms_eps, "channels": s.conv_dim, "repeat": H // s.n_group}
     b.add("ssm_q", "l2norm", ("ssm_conv",), offset=0, **norm)
     b.add("ssm_k", "l2norm", ("ssm_conv",), offset=key_dim, **norm)
-    sizes = {"n_head": H, "n_k_head": s.n_group, "head_k": dk, "head_v": s.head_dim, "channels": s.conv_dim}
+    sizes = {"n_head": H, "n_k_head": s.n_group, "head_k": dk, "head_v": s.head_dim, "channels": s.conv_dim,
+             "interleave": int(cfg.fused_ba)}  # fmt: skip
     b.add("ssm_delta", "delta_net", ("ssm_q", "ssm_k", "ssm_conv", "ssm_g", "ssm_beta"), state="scan",
           v_offset=2 * key_dim, **sizes)  # fmt: skip
     b.add("scan_state", "state", ("ssm_delta",), state="scan", size=s.scan_state_size)

@@ -125,6 +125,13 @@ MODELS: dict[str, ModelEntry] = {
         "rope, Mamba-2, an FFN), d=256, 512 placeholder tokens",
         _written("tiny-nemotron_h"),
     ),
+    "tiny-qwen3next": ModelEntry(
+        "tiny-qwen3next",
+        "labkit (written on first use)",
+        "a random-weight Qwen3-Next (qwen3next), Q4_K, tiny-qwen35moe's layout with b and alpha in one projection "
+        "(ssm_ba) and value heads repeating their key head in place, 512 placeholder tokens",
+        _written("tiny-qwen3next"),
+    ),
     "tiny-qwen35moe": ModelEntry(
         "tiny-qwen35moe",
         "labkit (written on first use)",

@@ -111,6 +111,12 @@ SHAPES["qwen3.5-35b-a3b"] = Shape(
     "qwen35moe", 40, 2048, 16, 2, 256, 0, 248320, n_expert=256, n_expert_used=8, d_ff_expert=512, d_ff_shexp=512,
     **_QWEN35,
 )  # fmt: skip
+# Qwen3-Next-80B-A3B as published (THUDM/slime's launch script; its delta nets Qwen3.5's 16 key and 32 value
+# heads of 128): 48 layers of 2048, 512 experts of 512 (10 per token) beside a gated shared one, a 152k vocabulary
+SHAPES["qwen3-next-80b-a3b"] = Shape(
+    "qwen3next", 48, 2048, 16, 2, 256, 0, 151936, n_expert=512, n_expert_used=10, d_ff_expert=512, d_ff_shexp=512,
+    **_QWEN35,
+)  # fmt: skip
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 # llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
 MXFP4_MOE = {n: Q.Q8_0 for n in ("attn_q", "attn_k", "attn_v", "attn_output")} | dict.fromkeys(MOE_BODY, Q.MXFP4)

@@ -101,6 +101,7 @@ ROLES: dict[str, str] = {
         "the gated delta net's q, k and v in one projection (before its causal conv): k is where a token "
         "writes into the layer's memory, v what it writes, q what it reads back"
     ),
+    "ssm_ba": "Qwen3-Next's b and alpha in one projection: for each key head, its value heads' b, then their alpha",
     "ssm_b": "the delta rule's write-strength logits, one per value head",
     "ssm_beta": "the write strength: sigmoid(b), how far each head's memory moves toward this token's value",
     "ssm_alpha": "the delta rule's decay logits per value head, before dt_bias and the softplus",
@@ -230,6 +231,7 @@ LLAMACPP_NODES: dict[str, str] = {
     "attn_out": "",
     "post_attn_norm": "attn_post_norm-{L}:MUL",
     "ssm_qkv": "linear_attn_qkv_mixed-{L}:RESHAPE",
+    "ssm_ba": "linear_attn_mixed_ba-{L}:MUL_MAT",
     "ssm_b": "beta-{L}:RESHAPE",
     "ssm_beta": "beta_sigmoid-{L}:UNARY",
     "ssm_alpha": "alpha-{L}:RESHAPE",
@@ -304,6 +306,7 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     # pass's tokens (a prompt's scan runs chunked in the reference, token by token on the GPU)
     # the gated delta net (qwen35): the projections as matmuls, the rule an f32 loop over the pass's tokens
     K("ssm_qkv", 5e-04, 2e-02, 5e-04, 1e-02),
+    K("ssm_ba", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_b", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_beta", 5e-04, 2e-02, 5e-04, 1e-02),
     K("ssm_alpha", 5e-04, 2e-02, 5e-04, 1e-02),

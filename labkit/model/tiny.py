@@ -163,6 +163,25 @@ TINY_MODELS = {
         d_ff_shexp=256,
         seed=17,
     ),  # fmt: skip
+    # Qwen3-Next at tiny size: tiny-qwen35moe's layout with b and alpha in one projection (ssm_ba) and value
+    # heads that repeat their key head in place
+    "tiny-qwen3next": TinySpec(
+        arch="qwen3next",
+        weight_type="Q4_K",
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=64,
+        ssm_d_state=32,
+        ssm_n_group=4,
+        ssm_n_v_heads=8,
+        full_attention_interval=2,
+        n_expert=8,
+        n_expert_used=2,
+        d_ff_expert=256,
+        d_ff_shexp=256,
+        seed=23,
+    ),  # fmt: skip
     # gpt-oss's parts at tiny size: MXFP4 experts (as OpenAI ships them), a sink per head, even layers
     # with a window shorter than a test prompt, biases on attention, router and experts
     "tiny-gpt-oss": TinySpec(
@@ -319,7 +338,8 @@ def _delta_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_ssm_time_step_rank(spec.ssm_n_v_heads)
     w.add_ssm_group_count(spec.ssm_n_group)
     w.add_full_attention_interval(spec.full_attention_interval)
-    w.add_rope_dimension_sections([t, h, n - t - h, 0])
+    if ARCHITECTURES[spec.arch].text_mrope:  # Qwen3.5's; Qwen3-Next's rope is plain
+        w.add_rope_dimension_sections([t, h, n - t - h, 0])
 
 
 class _Tensors:

@@ -75,6 +75,9 @@ class Pick:
     rows: bool = False  # the stage's own `weight_rows` as columns of the node (Mamba-2's z, xBC of ssm_in)
     src: int = 1  # the source `reads` names (ssm_scan's A is its src[3])
     through: str | None = None  # the node is the one reading, as src[0], a node of this op whose src[1] is `reads`
+    # the node holds each head repeated in place (Qwen3-Next's q and k, repeated to the value heads): every
+    # `repeat`-th head of it (the stage's params say how many)
+    unrepeat: bool = False
 
 
 def default_pick(kind: str, note: str = "") -> Pick:
@@ -353,6 +356,21 @@ MAPPINGS["qwen35moe"] = {
     **_defaults((*SHARED_EXPERT_KINDS, "ffn_shexp_logit")),
 }
 
+# Qwen3-Next (models/qwen3next.cpp): qwen35moe's nodes but its own for the embedding, the queries' view
+# (Qcur_view-L), b and alpha (views of linear_attn_mixed_ba-L), and q and k, which its graph repeats in place
+# to the value heads before q_conv_predelta-L names them
+MAPPINGS["qwen3next"] = {
+    **MAPPINGS["qwen35moe"],
+    "embed": Pick("model.embed_tokens", "GET_ROWS"),
+    "q": Pick("Qcur_view-{L}", "VIEW", note="each head's query, viewed out of Qcur_full"),
+    "ssm_ba": default_pick("ssm_ba"),
+    "ssm_b": Pick("b-{L}", "VIEW", note="each key head's first n_v/n_k values of ssm_ba's product"),
+    "ssm_alpha": Pick("a-{L}", "VIEW", note="each key head's last n_v/n_k values"),
+    "ssm_beta": Pick("", "UNARY", reads="b-{L} (cont)", src=0, note="sigmoid(b), after a cont of the view"),
+    "ssm_q": Pick("q_conv_predelta-{L}", "RESHAPE", unrepeat=True, note="L2-normed, each key head repeated"),
+    "ssm_k": Pick("k_conv_predelta-{L}", "RESHAPE", unrepeat=True, note="L2-normed, each key head repeated"),
+}
+
 # Nemotron-H (models/nemotron-h.cpp): build_mamba2_layer's nodes; attention without rope (q, k, v are the
 # products, attn_out-L names wo's); an FFN layer's ffn_up-L, its relu² (`ffn_sqr(relu)-L`, the SQR) and its down
 # projection, which build_cvec's cb names l_out-L; each layer's residual ADD is nemotron_h_block_out-L
@@ -385,6 +403,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "qwen35": {},
     "qwen35moe": {},
     "nemotron_h": {},
+    "qwen3next": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:
@@ -657,6 +676,8 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
             vec = vec[:, i * width : (i + 1) * width]
         if pick.rows:
             vec = vec[:, stage.weight_rows[0] : stage.weight_rows[1]]
+        if pick.unrepeat:
+            vec = vec.reshape(T, -1, stage.params["repeat"], stage.params["group"])[:, :, 0].reshape(T, -1)
         return vec
     # attention maps: ne [n_kv, T, heads, 1] → numpy [1, heads, T, n_kv] → [heads, T, n_kv]
     a = raw.reshape(raw.shape[-3], raw.shape[-2], raw.shape[-1])

@@ -132,6 +132,9 @@ def test_the_graph_is_qwen35():
     assert (ssm.n_head, ssm.n_group, ssm.d_state, ssm.conv_dim) == (8, 4, 32, 512)
     assert graph["blk.1.q"].inputs == ("blk.1.q_full",) and graph["blk.1.attn_out"].inputs == ("blk.1.attn_gated",)
     assert graph["blk.1.q_full"].params["out"] == 2 * cfg.q_dim and graph["blk.1.k_rope"].kv_write == "k"
+    nxt = {s.name: s for s in labkit.open("tiny-qwen3next").graph}  # b and alpha out of ssm_ba, per key head
+    assert nxt["blk.0.ssm_b"].op == "columns" and nxt["blk.0.ssm_alpha"].params["offset"] == 2
+    assert nxt["blk.0.ssm_delta"].params["interleave"] == 1 and graph["blk.0.ssm_delta"].params["interleave"] == 0
     moe = {s.name: s for s in labkit.open("tiny-qwen35moe").graph}  # the shared expert weighed by its gate
     assert moe["blk.3.ffn_out"].op == "gated_add" and moe["blk.3.ffn_out"].inputs[2] == "blk.3.ffn_shexp_logit"
     assert moe["blk.3.ffn_shexp_logit"].weight == "blk.3.ffn_gate_inp_shexp.weight" and "blk.3.ffn_gate" not in moe
@@ -232,8 +235,15 @@ def test_every_stage_agrees_with_llamacpp(m2, m2_runs):
     mapped, unmapped = coverage(m2.config, m2.graph)
     assert not unmapped, unmapped
     oracle = m2.oracle(IDS)
-    c = compare(oracle, m2_runs[1])
+    # a mixture's random router has near-ties that llama.cpp's 8-bit activations break the other way (tiny-
+    # qwen3next: token 4 of layer 2): there the reference routes as llama.cpp did, so the experts' outputs
+    # compare like for like, and the ids themselves differ on at most one token a layer
+    ref = m2.reference(IDS, route_as=oracle) if m2.config.ffn == "moe" else m2_runs[1]
+    c = compare(oracle, ref)
     assert c.passed and not c.missing, c
+    for L in range(m2.config.n_layers) if m2.config.ffn == "moe" else ():
+        own, theirs = np.sort(m2_runs[1][f"blk.{L}.ffn_topk"], 1), np.sort(oracle[f"blk.{L}.ffn_topk"], 1)
+        assert np.sum(np.any(own != theirs, axis=1)) <= 1, L
 
 
 @needs_llama

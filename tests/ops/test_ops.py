@@ -617,8 +617,15 @@ def cases_delta_net() -> list[OpCase]:
     memory never zero. The chunk_boundary fault shows once a prompt spans two chunks."""
     r, out = _rng("delta_net"), []
     for T, H, Hk, d in ((1, 8, 4, 32), (9, 6, 3, 7), (16, 2, 2, 16), (33, 4, 2, 13), (70, 2, 1, 16), (5, 4, 4, 37)):
-        P = {"n_head": H, "n_k_head": Hk, "head_k": d, "head_v": d, "channels": 2 * Hk * d + H * d,
-             "v_offset": 2 * Hk * d}  # fmt: skip
+        P = {
+            "n_head": H,
+            "n_k_head": Hk,
+            "head_k": d,
+            "head_v": d,
+            "channels": 2 * Hk * d + H * d,
+            "v_offset": 2 * Hk * d,
+            "interleave": int(T == 9),
+        }  # fmt: skip (Qwen3-Next's key heads in place)
         st = Stage("blk.0.ssm_delta", "delta_net", ("q", "k", "conv", "g", "beta"), params=P, layer=0, state="scan")
         cache = {"scan": r.standard_normal((H, d, d))}
         shows = {"beta_twice"} | ({"state_reset"} if T <= 16 else set()) | ({"chunk_boundary"} if T > 16 else set())

@@ -1,7 +1,8 @@
 """delta_net: the gated delta rule (Qwen3.5, Qwen3-Next), continuing the layer's recurrent state.
 
 Each value head h keeps a fast-weight memory M [d_v, d_k] (its key head is h mod n_k_heads, as
-ggml's gated_delta_net tiles them). A token decays it by e^g, reads what it holds for its key k,
+ggml's gated_delta_net tiles them; Qwen3-Next's graph repeats each key head in place, h // (n_v / n_k):
+`interleave`). A token decays it by e^g, reads what it holds for its key k,
 writes the difference to its value v with strength beta, and is answered by its query q:
 
     M ← e^g · M;   M ← M + β (v − M k) kᵀ;   o = M q / sqrt(d_k)
@@ -20,7 +21,9 @@ import numpy as np
 
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const
 
-PARAMS = Params(T="u32", n_head="u32", n_k_head="u32", head_k="u32", head_v="u32", channels="u32", v_offset="u32")
+PARAMS = Params(
+    T="u32", n_head="u32", n_k_head="u32", head_k="u32", head_v="u32", channels="u32", v_offset="u32", interleave="u32"
+)
 CHUNK = 64  # the reference's chunk for a prompt (llama.cpp's build_delta_net_chunking uses 64 too)
 
 
@@ -74,7 +77,7 @@ def split_heads(stage, ref) -> tuple[np.ndarray, ...]:
     P = stage.params
     q, k, conv, g, beta = ref.x
     T, H, Hk, dk, dv = q.shape[0], P["n_head"], P["n_k_head"], P["head_k"], P["head_v"]
-    per = np.arange(H) % Hk
+    per = np.arange(H) // (H // Hk) if P.get("interleave") else np.arange(H) % Hk
     v = conv[:, P["v_offset"] : P["v_offset"] + H * dv].reshape(T, H, dv)
     return q.reshape(T, Hk, dk)[:, per], k.reshape(T, Hk, dk)[:, per], v, g, beta
 
@@ -93,7 +96,8 @@ def plan(stage, gpu):
     P = stage.params
     ins = [gpu.input(i).buffer for i in range(5)]
     out = gpu.output((gpu.T, P["n_head"] * P["head_v"]))
-    values = {"T": gpu.T, **{k: P[k] for k in ("n_head", "n_k_head", "head_k", "head_v", "channels", "v_offset")}}
+    values = {"T": gpu.T, **{k: P[k] for k in ("n_head", "n_k_head", "head_k", "head_v", "channels", "v_offset")},
+              "interleave": P.get("interleave", 0)}  # fmt: skip
     chunked = wgsl_const(gpu.kernel.source(gpu.shape), "CHUNK", 0)  # a workgroup a head, else a thread a row
     wgs = P["n_head"] if chunked else ceil_div(P["n_head"] * P["head_v"], 64)
     gpu.dispatch([*ins, gpu.state("scan"), out.buffer], values, wgs)

@@ -10,7 +10,7 @@
 // The same numbers as the recurrent form (delta_net.wgsl) to f32 rounding. Composed before three parts:
 // strength (delta_net_strength.wgsl), the state a pass starts from (delta_net_start.wgsl), and the state a
 // chunk starts from (delta_net_carry.wgsl), each correct or a fault's. Same interface as delta_net.wgsl.
-struct Params { T: u32, n_head: u32, n_k_head: u32, head_k: u32, head_v: u32, channels: u32, v_offset: u32, _p0: u32 }
+struct Params { T: u32, n_head: u32, n_k_head: u32, head_k: u32, head_v: u32, channels: u32, v_offset: u32, interleave: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> K: array<f32>;
 @group(0) @binding(2) var<storage, read> CV: array<f32>;
@@ -20,6 +20,13 @@ struct Params { T: u32, n_head: u32, n_k_head: u32, head_k: u32, head_v: u32, ch
 @group(0) @binding(6) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(7) var<uniform> P: Params;
 
+// the key head value head h reads: tiled (h mod n_k_head, ggml's gated_delta_net) or repeated in place
+// (h / (n_head / n_k_head), Qwen3-Next's graph)
+fn key_head(h: u32) -> u32 {
+    if (P.interleave != 0u) { return h / (P.n_head / P.n_k_head); }
+    return h % P.n_k_head;
+}
+
 const CHUNK: u32 = 16u;
 var<workgroup> gc: array<f32, CHUNK>;
 var<workgroup> beta: array<f32, CHUNK>;
@@ -27,8 +34,8 @@ var<workgroup> A: array<f32, 256>;  // CHUNK x CHUNK
 var<workgroup> Tm: array<f32, 256>;
 var<workgroup> QKD: array<f32, 256>;
 
-fn k_at(t: u32, n: u32, h: u32) -> f32 { return K[t * P.n_k_head * P.head_k + (h % P.n_k_head) * P.head_k + n]; }
-fn q_at(t: u32, n: u32, h: u32) -> f32 { return Q[t * P.n_k_head * P.head_k + (h % P.n_k_head) * P.head_k + n]; }
+fn k_at(t: u32, n: u32, h: u32) -> f32 { return K[t * P.n_k_head * P.head_k + key_head(h) * P.head_k + n]; }
+fn q_at(t: u32, n: u32, h: u32) -> f32 { return Q[t * P.n_k_head * P.head_k + key_head(h) * P.head_k + n]; }
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
