@@ -583,6 +583,7 @@ class _Collector:
         self.seen: dict[str, int] = {}
         self.error: BaseException | None = None
         self.bar = progress.bar(0, "")  # run_llamacpp's bar over the stages captured
+        self.active = True  # off while a decode step's prompt runs: nothing of it is copied out
 
     def match(self, t: int) -> tuple[list[_Want], _GgmlTensor, str]:
         """The stages this node gives (several when it holds more than one: phi3's fused up matmul)."""
@@ -610,6 +611,8 @@ class _Collector:
         try:
             if not self.ggml.layout_checked:
                 self.ggml.check_layout(t)
+            if not self.active:
+                return not ask
             wants, s, name = self.match(t)
             op = self.ggml.op(s)
             scores = self.is_softmax_of_scores(s, op)
@@ -654,8 +657,9 @@ def _wants(cfg: ModelConfig, graph: list[Stage]) -> tuple[dict, dict, dict[str, 
     return by_key, by_reads, scores_of
 
 
-def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collector) -> np.ndarray:
-    """llama.cpp's tensor (numpy, ne reversed) in labkit's layout for `stage`."""
+def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collector, past: int = 0) -> np.ndarray:
+    """llama.cpp's tensor (numpy, ne reversed) in labkit's layout for `stage`: T positions, attention maps
+    over the `past` positions before them too (a decode step's)."""
     if pick.layout == "slots":  # ne [features, k, T] (or [k, T]): positions, then slots
         return raw.reshape(T, stage.params["k"], -1) if raw.size != T * stage.params["k"] else raw.reshape(T, -1)
     if pick.layout in ("scan_y", "scan_state"):  # ggml_ssm_scan's one output: y, then the final state
@@ -681,28 +685,32 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
         return vec
     # attention maps: ne [n_kv, T, heads, 1] → numpy [1, heads, T, n_kv] → [heads, T, n_kv]
     a = raw.reshape(raw.shape[-3], raw.shape[-2], raw.shape[-1])
-    if a.shape[1] != T or a.shape[2] < T:
+    keys = past + T
+    if a.shape[1] != T or a.shape[2] < keys:
         raise OracleError(f"{stage.name}: unexpected attention shape {a.shape} for {T} positions")
     if pick.layout == "probs":
-        if np.any(a[:, :, T:] != 0):
-            raise OracleError(f"{stage.name}: llama.cpp attends to KV cells beyond this pass's {T}")
-        return a[:, :, :T]
+        if np.any(a[:, :, keys:] != 0):
+            raise OracleError(f"{stage.name}: llama.cpp attends to KV cells beyond this pass's {keys}")
+        return a[:, :, :keys]
     scale, max_bias, mask = col.softmax.get(stage.name, (math.nan, 0.0, None))
     if mask is None or not math.isfinite(scale):
         raise OracleError(f"{stage.name}: the soft_max node after kq was not seen")
     if max_bias != 0.0:
         raise OracleError(f"{stage.name}: ALiBi (max_bias={max_bias}) is not mapped")
     m = mask.reshape(-1, mask.shape[-2], mask.shape[-1])[0, :T, :].astype(np.float32)  # [T, n_kv], rows padded
-    if not np.all(np.isneginf(m[:, T:])):
-        raise OracleError(f"{stage.name}: llama.cpp's mask leaves KV cells beyond this pass's {T} open")
-    return (a[:, :, :T] * np.float32(scale) + m[None, :, :T]).astype(np.float32)
+    if not np.all(np.isneginf(m[:, keys:])):
+        raise OracleError(f"{stage.name}: llama.cpp's mask leaves KV cells beyond this pass's {keys} open")
+    return (a[:, :, :keys] * np.float32(scale) + m[None, :, :keys]).astype(np.float32)
 
 
 def run_llamacpp(
-    path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int], names: set[str] | None = None
-) -> dict[str, np.ndarray]:
-    """llama.cpp's intermediate tensors for one prompt pass, keyed by labkit stage name (only those
-    in `names`, when given: the others are never copied out of llama.cpp).
+    path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int], names: set[str] | None = None,
+    past: int = 0,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """llama.cpp's intermediate tensors for one pass, keyed by labkit stage name (only those in `names`,
+    when given: the others are never copied out of llama.cpp). `past`: the first `past` ids run first as
+    a prompt nothing is copied out of, and the pass is the rest, on the caches (KV and recurrent) that
+    prompt left: a decode step when one id remains.
 
     One fresh context per call (the model is loaded once per path and kept): n_ctx and
     the (u)batch hold the whole prompt so it is one graph, every position's logits are
@@ -711,8 +719,8 @@ def run_llamacpp(
     """
     be = _backend()
     L = be.L
-    T = len(ids)
-    if T == 0:
+    T = len(ids) - past
+    if T <= 0:
         raise OracleError("empty prompt")
     by_key, by_reads, scores_of = _wants(cfg, [st for st in graph if names is None or st.name in names])
     with be.lock:
@@ -720,39 +728,19 @@ def run_llamacpp(
         col = _Collector(be.ggml, by_key, by_reads)
         col.softmax_of = scores_of
         cb = L.ggml_backend_sched_eval_callback(col)
-        n_ctx = max(256, -(-T // 256) * 256)
-        cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx
-        cp.n_batch = n_ctx
-        cp.n_ubatch = n_ctx
-        cp.n_seq_max = 1
-        cp.n_threads = 2
-        cp.n_threads_batch = 2
-        cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED: kq and kq_soft_max stay tensors
-        cp.swa_full = True  # SWA layers keep a full-size cache: cell i holds position i
-        cp.no_perf = True
-        cp.cb_eval = cb
-        cp.cb_eval_user_data = None
         with _quiet():
-            ctx = L.llama_init_from_model(model, cp)
+            ctx = L.llama_init_from_model(model, _context_params(L, len(ids), cb))
         if not ctx:
             raise OracleError("llama.cpp could not create a context")
-        batch = L.llama_batch_init(T, 0, 1)
         n_wanted = sum(map(len, by_key.values())) + sum(map(len, by_reads.values()))
         col.bar = progress.bar(n_wanted, "llama.cpp: capturing stages", "stage")
         try:
-            for i, tok in enumerate(ids):
-                batch.token[i] = int(tok)
-                batch.pos[i] = i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = 1  # every position is an output: nothing is pruned
-            batch.n_tokens = T
-            with _quiet():
-                rc = L.llama_decode(ctx, batch)
+            col.active = False
+            rc = _decode(L, ctx, ids[:past], 0) if past else 0
+            col.active = True
+            rc = rc or _decode(L, ctx, ids[past:], past)
         finally:
             col.bar.close()
-            L.llama_batch_free(batch)
             with _quiet():
                 L.llama_free(ctx)
         if col.error is not None:
@@ -766,5 +754,41 @@ def run_llamacpp(
     out: dict[str, np.ndarray] = {}
     for st in graph:
         if st.name in col.raw:
-            out[st.name] = _to_labkit(st, picks[st.kind], col.raw[st.name], T, col)
+            out[st.name] = _to_labkit(st, picks[st.kind], col.raw[st.name], T, col, past)
     return out
+
+
+def _context_params(L, n_tokens: int, cb):
+    """A context holding the whole prompt in one (u)batch, flash attention off (kq and kq_soft_max stay
+    tensors), sliding-window layers with a full cache (cell i holds position i), 2 threads."""
+    n_ctx = max(256, -(-n_tokens // 256) * 256)
+    cp = L.llama_context_default_params()
+    cp.n_ctx = n_ctx
+    cp.n_batch = n_ctx
+    cp.n_ubatch = n_ctx
+    cp.n_seq_max = 1
+    cp.n_threads = 2
+    cp.n_threads_batch = 2
+    cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.swa_full = True
+    cp.no_perf = True
+    cp.cb_eval = cb
+    cp.cb_eval_user_data = None
+    return cp
+
+
+def _decode(L, ctx, ids: list[int], start: int) -> int:
+    """llama_decode of `ids` at positions start.., every position an output (nothing is pruned)."""
+    batch = L.llama_batch_init(len(ids), 0, 1)
+    try:
+        for i, tok in enumerate(ids):
+            batch.token[i] = int(tok)
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1
+        batch.n_tokens = len(ids)
+        with _quiet():
+            return L.llama_decode(ctx, batch)
+    finally:
+        L.llama_batch_free(batch)

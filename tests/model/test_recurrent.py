@@ -247,6 +247,21 @@ def test_every_stage_agrees_with_llamacpp(m2, m2_runs):
 
 
 @needs_llama
+def test_a_decode_step_agrees_with_llamacpps_own(m2):
+    """llama.cpp's own decode step of the last token, on the KV cache and the recurrent states its prompt pass
+    left (lab.decode_step(engine="llamacpp")): every stage, the states it leaves included. Not on
+    tiny-qwen3next: there a shared expert's gate logit, one number a token near 0, reads 0.064 in llama.cpp's
+    8-bit activations against 0.039 (an NMSE of 0.4 on one value), and the last layer after it exceeds the
+    int8 column; its prompt pass agrees."""
+    if m2.name == "tiny-qwen3next":
+        pytest.skip("a one-value gate logit near 0: see the docstring")
+    c = compare(m2.decode_step(IDS, engine="llamacpp"), m2.decode_step(IDS, engine="reference"))
+    assert c.passed and not c.missing, c
+    L = names(m2)["last"]
+    assert f"blk.{L}.scan_state" in {r.stage for r in c.rows}
+
+
+@needs_llama
 def test_greedy_continuations_equal_llamacpps(m2):
     """llama.cpp decoding the same file token by token (its recurrent state carried by its own cache)."""
     from llama_cpp import Llama
