@@ -503,6 +503,11 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         if traits.mixer == "hybrid":
             n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
         elif traits.mixer == "nemotron":
+            if int(meta.get(p + "expert_count", 0) or 0):
+                raise UnsupportedArchitectureError(
+                    "Nemotron-H's mixture of experts (Nemotron 3: sigmoid routing, latent experts) is not supported: "
+                    "labkit runs its dense layers"
+                )
             n_kv_heads, mixers, d_ff = _nemotron_layers(meta, p, n_heads, n_layers)
         else:
             n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)

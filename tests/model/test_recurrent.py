@@ -338,3 +338,32 @@ def test_blind_cases_draw_from_the_recurrent_faults():
             ("ssm_conv", "state_lag"), ("gated_norm", "gate_swapped")} <= drawn  # fmt: skip
     answer = blind_case_of(lab, "delta_net", "state_reset").reveal()
     assert (answer.stage, answer.where) == ("blk.0.ssm_delta", "decode step")
+
+
+def _meta(name: str, **changes) -> dict:
+    """A registry tiny file's metadata as its writer writes it, with `changes` (key suffix → value)."""
+    from gguf import GGUFWriter
+
+    from labkit.model.tiny import TINY_MODELS, write_metadata
+
+    spec = TINY_MODELS[name]
+    w = GGUFWriter(None, spec.arch)
+    write_metadata(w, spec)
+    meta = {k: v.value for k, v in w.kv_data[0].items()}
+    return meta | {f"{spec.arch}.{k}": v for k, v in changes.items()}
+
+
+@pytest.mark.parametrize("name,changes,names,error", [
+    ("tiny-qwen35", {"rope.dimension_sections": [4, 0, 0, 0]}, (), "fourth section"),
+    ("tiny-qwen35", {"ssm.inner_size": 8 * 16}, (), "value heads' size"),
+    ("tiny-qwen3next", {}, ("blk.0.ssm_in.weight",), "legacy fused ssm_in"),
+    ("tiny-nemotron_h", {"expert_count": 8}, (), "mixture of experts"),
+])  # fmt: skip
+def test_a_recurrent_file_labkit_cannot_run_is_refused_by_name(name, changes, names, error):
+    """Sections that would leave a rotary pair unrotated, value heads of another size than the keys', Qwen3-Next's
+    legacy fused projection, Nemotron-H's experts: a typed error before anything is built."""
+    from labkit.errors import LabkitError
+    from labkit.model.config import config_from_metadata
+
+    with pytest.raises(LabkitError, match=error):
+        config_from_metadata(_meta(name, **changes), set(names))
