@@ -45,7 +45,7 @@ def test_models_json():
     p = labkit("models", "--json")
     names = [m["name"] for m in json.loads(p.stdout)]
     assert names == ["gemma3-270m", "smollm2-135m", "tiny-qwen3moe", "tiny-bitnet", "tiny-ernie4_5-moe", "tiny-gpt-oss",
-                     "tiny-mamba2", "tiny-granitehybrid", "tiny-nemotron_h", "tiny-qwen35",
+                     "tiny-mamba2", "tiny-granitehybrid", "tiny-qwen35", "tiny-nemotron_h",
                      "tiny-qwen3next", "tiny-qwen35moe"]  # fmt: skip
 
 

@@ -441,7 +441,6 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     tokens = meta.get("tokenizer.ggml.tokens")
     swa, window = _sliding_window(meta, p, traits, n_layers)
     context = _count(meta, p + "context_length", 2048)
-    softcap = traits.softcaps
     mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names)
     head_dim = mixing["head_dim"]
     nemotron_ff = mixing.pop("d_ff", None)  # Nemotron-H: the FFN layers' width, from the per-layer array
@@ -454,9 +453,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         n_layers=n_layers,
         d_model=d_model,
         **mixing,
-        d_ff=nemotron_ff
-        if nemotron_ff is not None
-        else _per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0),
+        d_ff=_ffn_width(meta, p, traits, n_layers, nemotron_ff),
         vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
         rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
@@ -472,8 +469,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         attn_sinks=traits.attn_sinks,
         ffn_norm_tensor=traits.ffn_norm,
         q_prescaled=traits.q_prescaled,
-        attn_softcap=_positive_float(meta, p + "attn_logit_softcapping", 50.0) if softcap else 0.0,
-        final_softcap=_positive_float(meta, p + "final_logit_softcapping", 30.0) if softcap else 0.0,
+        **_softcaps(meta, p, traits),
         fused_qkv=traits.fused_qkv,
         fused_gate_up=traits.fused_gate_up,
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
@@ -488,6 +484,23 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         shexp_gate=traits.shexp_gate,
         fused_ba=traits.fused_ba,
     )
+
+
+def _ffn_width(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, layer_widths) -> Any:
+    """Each layer's FFN width: Nemotron-H's from its per-layer array (layer_widths), else the file's key."""
+    if layer_widths is not None:
+        return layer_widths
+    return _per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0)
+
+
+def _softcaps(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, float]:
+    """gemma2's soft-caps of the scores and the logits, with llama.cpp's defaults; 0 where a family has none."""
+    if not traits.softcaps:
+        return {"attn_softcap": 0.0, "final_softcap": 0.0}
+    return {
+        "attn_softcap": _positive_float(meta, p + "attn_logit_softcapping", 50.0),
+        "final_softcap": _positive_float(meta, p + "final_logit_softcapping", 30.0),
+    }
 
 
 def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, d_model: int, context: int,
