@@ -13,8 +13,11 @@ uniform slot must come out the same object each time, and what differs must be
 - the embedding's rows, which the step writes for its token.
 
 A warm step then writes those words into the arena's host copy (one `queue.write_buffer` for all),
-the token's embedding row into its buffer, and records and submits the kept dispatches: no planning,
-no GPU object made. Regions that grow with the keys (the attention maps) hold the power of two at or
+the token's embedding row into its buffer, and submits the kept dispatches: no planning, no GPU object
+made. Its moving words and its encoder (the dispatches and the copies of its captures) do not depend
+on its token, so the step before writes and records them while the GPU runs it (`Ahead`, taken by
+labkit.gpu.submitter's `submit_step`): what is left between a token and its step's submit is the
+token's row. Regions that grow with the keys (the attention maps) hold the power of two at or
 above what the step needs (`PlanCache`'s rounding), so the step holds until the keys outgrow them.
 
 A compiled step binds one sequence's KV cache, so it is that sequence's `PassState.step`.
@@ -79,33 +82,83 @@ class CompiledStep:
     commands: list[list] | None = None  # every dispatch as wgpu-native handles (labkit.gpu.dispatch.native_commands)
     moving_stages: frozenset[str] = frozenset()  # the stages whose uniform words move (tests, profiling)
     steps: int = field(default=0)  # steps taken (tests, profiling)
+    values_at: int | None = None  # the position whose moving words the arena holds now
+    ahead: Ahead | None = None  # the next step, recorded while this one ran (labkit.gpu.submitter)
 
     def holds(self, key: tuple, kv: GpuKVCache) -> bool:
         return key == self.key and kv is self.kv and kv.n_past + 1 <= self.max_keys
 
+    def runs_at(self, n_past: int) -> bool:
+        """Whether a step after `n_past` positions fits: its key in the grown regions and the KV cache."""
+        return n_past + 1 <= min(self.max_keys, self.kv.capacity)
+
     def prepare(self, ex: Any, token: int) -> list[StagePlan]:
-        """This step's values written (the arena flushed once), its plans to submit."""
+        """This step's values written (unless the step before wrote them ahead), its token's
+        embedding row, its plans to submit."""
         n = self.kv.n_past
-        arena = self.objects.arena
-        words = np.frombuffer(arena.host, dtype=np.uint32)
-        m = self.moving
-        if m.words.size:
-            words[m.words] = (m.base + m.step * n).astype(np.uint32)
-            arena.touch(int(m.words.min()) * 4, int(m.words.max()) * 4 + 4)
-        arena.flush()
+        self.write_values(n)
         for buf, name in self.embed:
             t = ex.gguf.tensors[name]
             row = dequantize_rows(ex.gguf.raw(name), t.ggml_type, t.n_cols, np.array([token], dtype=np.int64))
             ex.device.queue.write_buffer(buf, 0, row.astype(np.float32).tobytes())
-        for w in self.workgroups:
-            p = self.plans[w.plan]
-            st = p.stage
-            d = p.dispatches[w.dispatch]
-            d.workgroups = grid(OPS[st.op].step_workgroups(st, w.source, 1, n))
-            if self.commands is not None:
-                self.commands[w.command][3:6] = d.workgroups
+        self.set_workgroups(n)
         self.steps += 1
         return self.plans
+
+    def write_values(self, n_past: int) -> None:
+        """The moving words of the step after `n_past` positions, flushed to the arena in one write.
+        The queue orders the write after every step submitted before it, so the step before may
+        write them while it runs on the GPU."""
+        if self.values_at == n_past:
+            return
+        arena = self.objects.arena
+        words = np.frombuffer(arena.host, dtype=np.uint32)
+        m = self.moving
+        if m.words.size:
+            words[m.words] = (m.base + m.step * n_past).astype(np.uint32)
+            arena.touch(int(m.words.min()) * 4, int(m.words.max()) * 4 + 4)
+        arena.flush()
+        self.values_at = n_past
+
+    def set_workgroups(self, n_past: int) -> None:
+        """The workgroup counts that move with the position, in the plans and the native commands."""
+        for w in self.workgroups:
+            p = self.plans[w.plan]
+            d = p.dispatches[w.dispatch]
+            d.workgroups = grid(OPS[p.stage.op].step_workgroups(p.stage, w.source, 1, n_past))
+            if self.commands is not None:
+                self.commands[w.command][3:6] = d.workgroups
+
+    def commands_at(self, n_past: int) -> list[list] | None:
+        """The native commands with the workgroup counts of the step after `n_past` positions, in a
+        list of their own (the plans keep the counts of the step that ran); None without native recording."""
+        if self.commands is None:
+            return None
+        out = list(self.commands)
+        for w in self.workgroups:
+            p = self.plans[w.plan]
+            out[w.command] = [*out[w.command][:3], *grid(OPS[p.stage.op].step_workgroups(p.stage, w.source, 1, n_past))]
+        return out
+
+    def take_ahead(self, n_past: int, staging: Any) -> Ahead | None:
+        """The step's command buffer recorded ahead, if it was for this position and reads back
+        through `staging` (the submitter's now); it is given out once."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.n_past == n_past and ahead.staging is staging:
+            return ahead
+        return None
+
+
+@dataclass
+class Ahead:
+    """The next step's command buffer, recorded while the step before it ran on the GPU: the
+    dispatches at `n_past`'s workgroup counts, and the copies of its captures into `staging`.
+    Recording is a pure function of those, so it is the buffer the step would record itself."""
+
+    n_past: int
+    buffer: Any  # a finished GPUCommandBuffer, not yet submitted
+    readback: Any  # labkit.gpu.readback.Readback of the captures, None when nothing is read
+    staging: Any
 
 
 class CompiledSteps:

@@ -312,7 +312,10 @@ class GpuExecutor(StageHost):
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
         todo = plans[start:]
-        got = self.submitter.submit(todo, captured, r, objects, step.commands if step is not None else None)
+        if step is not None:
+            got = self.submitter.submit_step(step, captured, r)
+        else:
+            got = self.submitter.submit(todo, captured, r, objects)
         caps, held, held_heads, stage_ms = got
         t2 = time.perf_counter()
         kv.advance(T)

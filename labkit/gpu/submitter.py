@@ -16,6 +16,7 @@ import wgpu
 
 from labkit.gpu.allocator import Allocator
 from labkit.gpu.chunked_logits import read_chunks
+from labkit.gpu.compiled_step import Ahead, CompiledStep
 from labkit.gpu.dispatch import encode, pass_timestamps, resolve_timestamps
 from labkit.gpu.pass_plan import Region, StagePlan
 from labkit.gpu.pass_request import PassRequest, Patch
@@ -40,14 +41,13 @@ class Submitter:
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
 
-    def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest, objects: Allocator,
-               commands: list[list] | None = None) -> Submitted:  # fmt: skip
+    def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest,
+               objects: Allocator) -> Submitted:  # fmt: skip
         """Record and submit the stages: one encoder, or cut at patches, steps and segment ends. The
         captures (only the request's positions and heads, when given) are read after the last
         segment or, in a streamed pass (segment ends set while planning), each segment's own after
         that segment, before its scratch regions serve the next. A staging buffer comes from
-        `objects` when they are kept. `commands`: the one segment's dispatches as kept native
-        commands (a compiled step's: labkit.gpu.dispatch.native_commands)."""
+        `objects` when they are kept."""
         patch, timestamps, T = request.patch, request.timestamps, request.T
         cut = (request.positions, request.heads)
         segments = segments_of(todo, set(patch), request.stepped)
@@ -67,7 +67,7 @@ class Submitter:
                 if timed and seg
                 else None
             )
-            _record(enc, seg, qs, commands if len(segments) == 1 else None)
+            _record(enc, seg, qs)
             readback = Readback(self.device, reading, T, *cut) if reading else None
             if readback is not None:
                 readback.record(enc, lend=staging, objects=objects)
@@ -97,6 +97,49 @@ class Submitter:
         self._staging = staging  # its pages stay warm: fresh ones cost lavapipe 0.3 s per 128 MiB of logits
         return Submitted(caps, held, held_heads, stage_ms)
 
+    def submit_step(self, step: CompiledStep, captured: list[StagePlan], request: PassRequest) -> Submitted:
+        """A compiled decode step (labkit.gpu.compiled_step): its one encoder, taken from the step
+        before it when that recorded it ahead, submitted; then, while the GPU runs it, the next
+        step's moving words written and its encoder recorded (`CompiledStep.ahead`), and only then
+        the captures read back. So a warm step's host time up to its submit is its token's row."""
+        n, cut = step.kv.n_past, (request.positions, request.heads)
+        ahead = step.take_ahead(n, self._staging)
+        if ahead is not None:
+            done, readback = ahead.buffer, ahead.readback
+        else:
+            done, readback = self._record_step(step, step.commands, captured, request.T, cut, self._staging)
+        self.submit_at = time.perf_counter()
+        self.device.queue.submit([done])
+        staging = readback.staging if readback is not None else self._staging
+        commands = step.commands_at(n + 1) if step.runs_at(n + 1) else None
+        if commands is not None and (readback is None or len(readback.sizes) == 1):
+            step.write_values(n + 1)
+            buffer, rb = self._record_step(step, commands, captured, request.T, cut, staging)
+            step.ahead = Ahead(n + 1, buffer, rb, staging)
+        if readback is None:
+            return Submitted({}, {}, {}, {})
+        caps, held, heads = readback.read(keep_staging=True)
+        if readback.owns_staging:  # a bigger one than the last: kept from now on
+            if self._staging is not None:
+                self._staging.destroy()
+            self._staging = readback.staging
+        return Submitted(caps, held, heads, {})
+
+    def _record_step(self, step: CompiledStep, commands: list[list] | None, captured: list[StagePlan], T: int,
+                     cut: tuple, staging):  # fmt: skip
+        """A compiled step's dispatches (as `commands`, else its plans' dispatches) and the copies of its
+        captures in one finished encoder, and their Readback (None when nothing is captured): through
+        `staging` when it is big enough."""
+        enc = self.device.create_command_encoder()
+        if commands is not None:
+            encode(enc, [], commands=commands)
+        else:
+            encode(enc, [d for p in step.plans for d in p.dispatches])
+        readback = Readback(self.device, captured, T, *cut) if captured else None
+        if readback is not None:
+            readback.record(enc, lend=staging)
+        return enc.finish(), readback
+
     def apply_patch(self, p: StagePlan, fn: Patch) -> None:
         """Read a stage's output, let `fn` change it, write it back where the next stages read it."""
         cur = read_now(self.device, [p], p.out.shape[0])[p.stage.name]
@@ -106,12 +149,10 @@ class Submitter:
         self.device.queue.write_buffer(p.out.buffer, 4 * p.out.offset, np.ascontiguousarray(new).tobytes())
 
 
-def _record(enc, seg: list[StagePlan], qs, commands: list[list] | None) -> None:
-    """A segment's dispatches into `enc`: one compute pass (from kept native commands when given), or
-    with per-stage timestamps (`qs`) one pass per stage."""
-    if qs is None and commands is not None:
-        encode(enc, [], commands=commands)
-    elif qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
+def _record(enc, seg: list[StagePlan], qs) -> None:
+    """A segment's dispatches into `enc`: one compute pass, or with per-stage timestamps (`qs`) one
+    pass per stage."""
+    if qs is None:  # no per-stage timestamps: every dispatch of the segment in one compute pass
         encode(enc, [d for p in seg for d in p.dispatches])
     else:
         for j, p in enumerate(seg):

@@ -81,6 +81,52 @@ def test_a_warm_step_plans_nothing_and_creates_no_gpu_objects(lab, monkeypatch):
     assert step.objects.created == created and live_buffers() <= buffers, "a warm step made GPU objects"
 
 
+def step_request(token: int) -> PassRequest:
+    return PassRequest([token], names=("logits",), last_logits_only=True, reuse=Reuse.steps())
+
+
+def test_a_warm_step_submits_the_encoder_the_step_before_recorded(lab, monkeypatch):
+    """While a step runs on the GPU, the next one's moving words are written and its encoder recorded
+    (`CompiledStep.ahead`): a warm step takes that encoder and records only the next one's, so its host
+    time up to the submit is its token's row; the last step that fits the cache records none."""
+    from labkit.gpu import compiled_step, submitter
+
+    ex = lab.executor
+    state = ex.new_state(len(IDS) + 5)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
+    ex.run_pass(step_request(3), state)
+    step = state.step
+    assert step.ahead is not None and step.ahead.n_past == state.n_past and step.values_at == state.n_past
+    taken, recorded = [], []
+    take, record = compiled_step.CompiledStep.take_ahead, submitter.Submitter._record_step
+    monkeypatch.setattr(compiled_step.CompiledStep, "take_ahead", lambda s, *a: taken.append(take(s, *a)) or taken[-1])
+    monkeypatch.setattr(submitter.Submitter, "_record_step", lambda s, *a: recorded.append(1) or record(s, *a))
+    for token in (5, 9, 2, 7):
+        ex.run_pass(step_request(token), state)
+    assert state.step is step and all(t is not None for t in taken) and len(taken) == 4
+    assert len(recorded) == 3 and step.ahead is None, "the step that filled the cache recorded one ahead"
+
+
+def test_an_encoder_recorded_ahead_is_taken_only_where_it_holds(tiny_model):
+    """An encoder recorded ahead is for one position and one staging buffer: a step after a rewind (another
+    position), or after a pass that read back more than the staging buffer held (it was replaced), records
+    its own, and every step equals one planned afresh, bit for bit."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ex = lab.executor
+    state, other = ex.new_state(len(IDS) + 8), ex.new_state(len(IDS) + 1)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
+    first = ex.run_pass(step_request(5), state).captures["logits"][-1].tobytes()
+    state.kv.rewind(1)  # the same step again, at the position before the one recorded ahead
+    assert state.step.ahead.n_past == state.n_past + 1
+    again = ex.run_pass(step_request(5), state).captures["logits"][-1].tobytes()
+    staging = ex.submitter._staging
+    ex.run_pass(PassRequest(IDS), other)  # every stage read back, through a bigger staging buffer of its own
+    assert ex.submitter._staging is not staging and state.step.ahead.staging is staging
+    then = ex.run_pass(step_request(9), state).captures["logits"][-1].tobytes()
+    fresh = decode(lab, IDS, 3, replay=False, forced=[5, 9, 0])
+    assert first == again == fresh[1] and then == fresh[2]
+
+
 @pytest.mark.parametrize("arch", ["gemma3", "llama", "tiny-qwen3moe"])
 def test_compiled_decode_equals_decode_planned_each_step(tiny_model, arch):
     """Compiled steps give the logits of steps planned afresh, bit for bit, across attention maps
