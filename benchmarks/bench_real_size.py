@@ -36,8 +36,9 @@ PLANS = {
     "qwen3-30b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 2, "no_int8": True},
     # Granite-4.0-H-Tiny: all 40 layers (36 Mamba-2, 4 attention), 64 experts of which 6 per token
     "granite-4.0-h-tiny": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "no_int8": True},
-    # Qwen3.5-9B and Qwen3.5-35B-A3B: 4 of their layers (3 gated delta nets, then a gated attention, as the
+    # Qwen3.5-4B, 9B and 35B-A3B: 4 of their layers (3 gated delta nets, then a gated attention, as the
     # models start), the MoE's 256 experts of which 8 per token beside a gated shared one
+    "qwen3.5-4b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 4, "no_int8": True},
     "qwen3.5-9b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 4, "no_int8": True},
     "qwen3.5-35b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 4, "no_int8": True},
     # Qwen3-Next-80B-A3B: 4 of its 48 layers, 512 experts of which 10 per token

@@ -102,20 +102,22 @@ SHAPES = {
         layer_pattern="".join("A" if L % 10 == 5 else "M" for L in range(40)),
     ),  # fmt: skip
 }
-# Qwen3.5 as published (Hugging Face's Qwen3_5TextConfig defaults are Qwen3.5-9B's; THUDM/slime's launch script
-# gives Qwen3.5-35B-A3B's): heads of 256 with a quarter rotated, gated delta nets of 16 key heads and 32 value
-# heads of 128 with every 4th layer attending, a 248k vocabulary, untied
-_QWEN35 = {"ssm_d_state": 128, "ssm_n_group": 16, "ssm_n_v_heads": 32, "tied": False}
-SHAPES["qwen3.5-9b"] = Shape("qwen35", 32, 4096, 16, 2, 256, 12288, 248320, **_QWEN35)
+# Qwen3.5 as published (the models' config.json: text_config): heads of 256 with a quarter rotated, gated delta
+# nets of 16 key heads and 32 value heads of 128 with every 4th layer attending, a 248k vocabulary. Qwen3.5-4B:
+# 32 layers of 2560, 16 query and 4 KV heads, an FFN of 9216, tied; Qwen3.5-9B: 32 layers of 4096, 16 and 4 heads,
+# 12288, untied; Qwen3.5-35B-A3B (THUDM/slime's launch script): 40 layers of 2048, 16 and 2 heads, untied
+_QWEN35 = {"ssm_d_state": 128, "ssm_n_group": 16, "ssm_n_v_heads": 32}
+SHAPES["qwen3.5-4b"] = Shape("qwen35", 32, 2560, 16, 4, 256, 9216, 248320, tied=True, **_QWEN35)
+SHAPES["qwen3.5-9b"] = Shape("qwen35", 32, 4096, 16, 4, 256, 12288, 248320, tied=False, **_QWEN35)
 SHAPES["qwen3.5-35b-a3b"] = Shape(
-    "qwen35moe", 40, 2048, 16, 2, 256, 0, 248320, n_expert=256, n_expert_used=8, d_ff_expert=512, d_ff_shexp=512,
-    **_QWEN35,
+    "qwen35moe", 40, 2048, 16, 2, 256, 0, 248320, tied=False, n_expert=256, n_expert_used=8, d_ff_expert=512,
+    d_ff_shexp=512, **_QWEN35,
 )  # fmt: skip
 # Qwen3-Next-80B-A3B as published (THUDM/slime's launch script; its delta nets Qwen3.5's 16 key and 32 value
 # heads of 128): 48 layers of 2048, 512 experts of 512 (10 per token) beside a gated shared one, a 152k vocabulary
 SHAPES["qwen3-next-80b-a3b"] = Shape(
-    "qwen3next", 48, 2048, 16, 2, 256, 0, 151936, n_expert=512, n_expert_used=10, d_ff_expert=512, d_ff_shexp=512,
-    **_QWEN35,
+    "qwen3next", 48, 2048, 16, 2, 256, 0, 151936, tied=False, n_expert=512, n_expert_used=10, d_ff_expert=512,
+    d_ff_shexp=512, **_QWEN35,
 )  # fmt: skip
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 # llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
