@@ -86,6 +86,7 @@ if engine.startswith("gpu"):
     warm = lab.generate(prompt_of(lab, 8), max_new_tokens=decode).timings
     out["decode_tok_s"] = warm["decode_tok_s"]
     out["host_ms_per_step"], out["dispatches_per_step"] = warm["host_ms_per_step"], warm["dispatches_per_step"]
+    out["recorded_ahead"] = warm["recorded_ahead"]
 elif engine == "reference":
     for n in lengths:
         ids = prompt_of(lab, n)
@@ -167,6 +168,7 @@ def table(name: str, rows: list[dict], cpu: str) -> str:
             dec += f" ({r['decode_cold_tok_s']:.2f} with the first generate's kernel compiles)"
         if r.get("host_ms_per_step") is not None:
             dec += f", {r['host_ms_per_step']:.2f} ms host per step, {r['dispatches_per_step']:.0f} dispatches"
+            dec += " (recorded ahead)" if r.get("recorded_ahead") else ""
         rss = r["peak_rss_bytes"]
         extra = f"; passed={r['passed']} first divergence {r['first_divergence']}" if "passed" in r else ""
         if "weight_layout" in r:

@@ -530,12 +530,14 @@ def _lazy_piece(model: Lab | str | Path) -> Callable[[int], str]:
 
 def step_host_figures(steps: list[dict]) -> dict[str, float]:
     """The host's side of decode: the median of each warm step's time from its start to its submit,
-    and of its dispatch count (the first step, which plans what later ones keep, left out)."""
+    and of its dispatch count (the first step, which plans what later ones keep, left out), and the
+    share of warm steps whose encoder the step before recorded while the device ran."""
     warm = steps[1:] or steps
     if not warm:
         return {}
     return {"host_ms_per_step": 1e3 * float(np.median([t["host_s"] for t in warm])),
-            "dispatches_per_step": float(np.median([t["dispatches"] for t in warm]))}  # fmt: skip
+            "dispatches_per_step": float(np.median([t["dispatches"] for t in warm])),
+            "recorded_ahead": float(np.mean([t.get("recorded_ahead", 0.0) for t in warm]))}  # fmt: skip
 
 
 def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:

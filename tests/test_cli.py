@@ -431,6 +431,9 @@ def test_bench_lengths_json(tiny_model):
     assert 0 < gpu.host_ms_per_step < 1e3 / gpu.decode_tok_s
     assert gpu.dispatches_per_step >= 2 * 7  # two layers of the tiny llama, at least seven dispatches each
     assert report.engines["reference"].host_ms_per_step is None
+    from labkit.gpu.device import get_device  # the bench's process has this one's environment
+
+    assert gpu.recorded_ahead == (1.0 if get_device().has_spare_core else 0.0)
     fams = {o.family: o for o in report.op_families}
     assert fams["matmul_q8_0"].gflops > 0 and fams["matmul_q8_0"].gbps > 0
     step = {o.family: o for o in report.decode_op_families}

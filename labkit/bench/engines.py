@@ -34,10 +34,12 @@ def bench_gpu(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> Engin
     rate = float(np.median([t["decode_tok_s"] for t in runs]))
     host = [t["host_ms_per_step"] for t in runs if "host_ms_per_step" in t]
     calls = [t["dispatches_per_step"] for t in runs if "dispatches_per_step" in t]
+    ahead = [t["recorded_ahead"] for t in runs if "recorded_ahead" in t]
     rerun = rerun_after_switch(lab, prompt_of(lab, min(lengths)), repeats, say)
     host_ms = float(np.median(host)) if host else None
-    return EngineFigures("gpu", load, figures, rate, rerun, peak_rss_mb(), host_ms,
-                         float(np.median(calls)) if calls else None)  # fmt: skip
+    calls_ = float(np.median(calls)) if calls else None
+    ahead_ = float(np.mean(ahead)) if ahead else None
+    return EngineFigures("gpu", load, figures, rate, rerun, peak_rss_mb(), host_ms, calls_, ahead_)
 
 
 def gpu_length(lab: Lab, n: int, repeats: int, say) -> LengthFigures:

@@ -27,6 +27,7 @@ class EngineFigures:
     peak_rss_mb: float | None = None
     host_ms_per_step: float | None = None  # GPU decode: a warm step's host time, start to submit (median)
     dispatches_per_step: float | None = None  # GPU decode: dispatches a warm step records (median)
+    recorded_ahead: float | None = None  # GPU decode: share of warm steps recorded while the step before ran
 
 
 @dataclass

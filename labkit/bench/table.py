@@ -29,8 +29,9 @@ def render(report) -> str:
         lines.append(f"{name:10} {eng.load_s:8.2f} {dec} {_s(eng.rerun_after_switch_s)} {rss}")
     for name, eng in r.engines.items():
         if eng.host_ms_per_step is not None:
+            how = "recorded while the step before ran" if eng.recorded_ahead else "recorded at its start"
             lines.append(f"{name} decode: {eng.host_ms_per_step:.2f} ms of host time per warm step (start to "
-                         f"submit), {eng.dispatches_per_step:.0f} dispatches")  # fmt: skip
+                         f"submit), {eng.dispatches_per_step:.0f} dispatches, {how}")  # fmt: skip
     if r.op_families:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
         lines += _families(r.op_families, gbps=False)

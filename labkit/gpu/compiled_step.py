@@ -79,11 +79,13 @@ class CompiledStep:
     workgroups: list[StepWorkgroups]
     embed: list[tuple[Any, str]]  # (rows buffer, embedding tensor) of the stages that read the token
     max_keys: int  # the keys the grown regions hold
+    captured: list[StagePlan]  # the plans whose regions the step reads back (its capture is part of its key)
     commands: list[list] | None = None  # every dispatch as wgpu-native handles (labkit.gpu.dispatch.native_commands)
     moving_stages: frozenset[str] = frozenset()  # the stages whose uniform words move (tests, profiling)
     steps: int = field(default=0)  # steps taken (tests, profiling)
     values_at: int | None = None  # the position whose moving words the arena holds now
     ahead: Ahead | None = None  # the next step, recorded while this one ran (labkit.gpu.submitter)
+    took_ahead: bool = False  # whether the last step submitted an encoder recorded ahead
 
     def holds(self, key: tuple, kv: GpuKVCache) -> bool:
         return key == self.key and kv is self.kv and kv.n_past + 1 <= self.max_keys
@@ -93,17 +95,20 @@ class CompiledStep:
         return n_past + 1 <= min(self.max_keys, self.kv.capacity)
 
     def prepare(self, ex: Any, token: int) -> list[StagePlan]:
-        """This step's values written (unless the step before wrote them ahead), its token's
-        embedding row, its plans to submit."""
-        n = self.kv.n_past
-        self.write_values(n)
+        """This step's values written (unless the step before wrote them ahead) and its token's
+        embedding row; its plans. The moving workgroup counts are set where its encoder is recorded
+        (labkit.gpu.submitter's `submit_step`)."""
+        self.write_values(self.kv.n_past)
         for buf, name in self.embed:
             t = ex.gguf.tensors[name]
             row = dequantize_rows(ex.gguf.raw(name), t.ggml_type, t.n_cols, np.array([token], dtype=np.int64))
             ex.device.queue.write_buffer(buf, 0, row.astype(np.float32).tobytes())
-        self.set_workgroups(n)
         self.steps += 1
         return self.plans
+
+    @property
+    def n_dispatches(self) -> int:
+        return sum(len(p.dispatches) for p in self.plans)
 
     def write_values(self, n_past: int) -> None:
         """The moving words of the step after `n_past` positions, flushed to the arena in one write.
@@ -144,9 +149,9 @@ class CompiledStep:
         """The step's command buffer recorded ahead, if it was for this position and reads back
         through `staging` (the submitter's now); it is given out once."""
         ahead, self.ahead = self.ahead, None
-        if ahead is not None and ahead.n_past == n_past and ahead.staging is staging:
-            return ahead
-        return None
+        held = ahead is not None and ahead.n_past == n_past and ahead.staging is staging
+        self.took_ahead = held
+        return ahead if held else None
 
 
 @dataclass
@@ -171,17 +176,17 @@ class CompiledSteps:
         self.refused = ""  # why the last compile was refused, if it was
 
     def get(self, ex: Any, key: tuple, ids, kv: GpuKVCache, held: CompiledStep | None,
-            last_only: bool) -> CompiledStep | None:  # fmt: skip
+            last_only: bool, names: list[str]) -> CompiledStep | None:  # fmt: skip
         """The compiled step for this one-token step on `kv`: `held` (the sequence's, PassState.step)
         when it still holds, else one compiled now; None when the step cannot be compiled (it is then
         planned afresh). The caller keeps what it returns as the sequence's step."""
         step = held if held is not None and held.holds(key, kv) else None
         if step is None and kv.n_past + COMPILE_AT <= kv.capacity:
-            step = self._compile(ex, key, ids, kv, last_only)
+            step = self._compile(ex, key, ids, kv, last_only, set(names))
         self.last = step
         return step
 
-    def _compile(self, ex, key, ids, kv: GpuKVCache, last_only) -> CompiledStep | None:
+    def _compile(self, ex, key, ids, kv: GpuKVCache, last_only, names: set[str]) -> CompiledStep | None:
         arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
         objects = PlanCache(self.gpu, self.round_limit, arena)
         passes, snaps = [], []
@@ -208,7 +213,9 @@ class CompiledSteps:
         owners = _word_fields(plans, arena, sources)
         movers = frozenset(owners[int(w)][0].name for w in moving.words)
         commands = _commands(plans, groups)
-        return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), commands, movers)
+        captured = [p for p in plans if p.stage.name in names and not p.skipped]
+        return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), captured, commands,
+                            movers)  # fmt: skip
 
 
 def _same_objects(passes: list[list[StagePlan]]) -> str:

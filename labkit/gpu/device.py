@@ -87,6 +87,21 @@ class GpuDevice:
         return self.adapter_type == "CPU"
 
     @property
+    def has_spare_core(self) -> bool:
+        """Whether the host has a core the device's work leaves free: always beside a real GPU; on a CPU
+        adapter only when lavapipe runs fewer threads (LP_NUM_THREADS, else one a core) than the cores
+        this process may use. Work done while the device runs (a compiled step's look-ahead) is free
+        there, and otherwise takes a core from the device's threads (a decode 10 % slower here)."""
+        if not self.is_cpu:
+            return True
+        cores = len(os.sched_getaffinity(0))
+        try:
+            threads = int(os.environ.get("LP_NUM_THREADS", cores))
+        except ValueError:
+            threads = cores
+        return threads < cores
+
+    @property
     def loop_turn_cap(self) -> int | None:
         """llvmpipe ends an invocation's loops after this many turns in all (labkit.ops.attn_ctx.loop_turns)."""
         return LLVMPIPE_LOOP_TURNS if "llvmpipe" in self.name else None

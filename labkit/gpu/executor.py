@@ -110,6 +110,7 @@ class GpuExecutor(StageHost):
         self.compiled_steps = CompiledSteps(self.gpu, self.binding_limit // 4, len(graph))
         self._selection: tuple = (None, None)  # (variants and adapter, what `selection` worked out)
         self.submitter = Submitter(self.device, self.gpu.has_timestamps)  # records, submits, reads back
+        self.submitter.record_ahead = self.gpu.has_spare_core  # a look-ahead only where a core is free for it
         self.window_bytes: int | None = None  # force smaller weight windows (teaching, tests)
         # "repacked": default matmuls read the int8 layout (fast on lavapipe); "gguf": the raw-bytes
         # kernels, weights at their file size (what the lab picks when the repacked ones do not fit)
@@ -296,9 +297,8 @@ class GpuExecutor(StageHost):
             keep, streamed = None, None
         step = self._compiled_step(r, state, last_only, names) if reuse.kind == "steps" else None
         if step is not None:
-            plans, start = step.prepare(self, r.ids[0]), 0
-        else:
-            plans, start = plans_under(self, r.ids, kv, objects, last_only, reuse, keep, streamed)
+            return self._step_pass(r, state, step, t0)
+        plans, start = plans_under(self, r.ids, kv, objects, last_only, reuse, keep, streamed)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in r.patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
@@ -312,11 +312,7 @@ class GpuExecutor(StageHost):
             clear_regions(self.device, plans)  # reused buffers start as fresh ones do: a run never sees the last one
         t1 = time.perf_counter()
         todo = plans[start:]
-        if step is not None:
-            got = self.submitter.submit_step(step, captured, r)
-        else:
-            got = self.submitter.submit(todo, captured, r, objects)
-        caps, held, held_heads, stage_ms = got
+        caps, held, held_heads, stage_ms = self.submitter.submit(todo, captured, r, objects)
         t2 = time.perf_counter()
         kv.advance(T)
         unwritten = {}
@@ -331,6 +327,20 @@ class GpuExecutor(StageHost):
         rerunnable = keep is None and not r.debug and not r.patch and not r.stepped and not kv.states
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
 
+    def _step_pass(self, r: PassRequest, state: PassState, step: CompiledStep, t0: float) -> PassResult:
+        """A decode step through its compiled step: its token written, its encoder submitted (recorded
+        by the step before when it could be), its captures read back; nothing planned."""
+        plans = step.prepare(self, r.ids[0])
+        t1 = time.perf_counter()
+        caps, held, held_heads, stage_ms = self.submitter.submit_step(step, r)
+        t2 = time.perf_counter()
+        state.kv.advance(1)
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
+                   "host_s": self.submitter.submit_at - t0, "dispatches": step.n_dispatches,
+                   "recorded_ahead": float(step.took_ahead)}  # fmt: skip
+        rerunnable = not state.kv.states  # a recurrent state has moved on: a rerun would start from there
+        return PassResult(caps, {}, timings, stage_ms, plans, plans[0].stage.name, held, held_heads, rerunnable)
+
     def _compiled_step(self, r: PassRequest, state: PassState, last_only: bool, names) -> CompiledStep | None:
         """A decode step's compiled step (labkit.gpu.compiled_step), when the pass is one: one token,
         a named capture that holds no KV writer's region (it moves each step), no timestamps."""
@@ -340,7 +350,7 @@ class GpuExecutor(StageHost):
             return None
         self.selection()
         key = (self._selection[0], last_only, tuple(names), r.positions, r.heads)
-        state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only)
+        state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only, names)
         return state.step
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:

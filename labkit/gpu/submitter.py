@@ -40,6 +40,9 @@ class Submitter:
         self.device, self.has_timestamps = device, has_timestamps
         self._staging: wgpu.GPUBuffer | None = None  # the readback staging buffer (at most STAGING_BYTES)
         self.submit_at = 0.0  # perf_counter when the last pass's last segment was handed to the queue
+        # compiled steps record the next step while the device runs: where the host has a core to spare
+        # (the executor sets it from GpuDevice.has_spare_core; a bench may set it to compare)
+        self.record_ahead = True
 
     def submit(self, todo: list[StagePlan], captured: list[StagePlan], request: PassRequest,
                objects: Allocator) -> Submitted:  # fmt: skip
@@ -97,21 +100,24 @@ class Submitter:
         self._staging = staging  # its pages stay warm: fresh ones cost lavapipe 0.3 s per 128 MiB of logits
         return Submitted(caps, held, held_heads, stage_ms)
 
-    def submit_step(self, step: CompiledStep, captured: list[StagePlan], request: PassRequest) -> Submitted:
+    def submit_step(self, step: CompiledStep, request: PassRequest) -> Submitted:
         """A compiled decode step (labkit.gpu.compiled_step): its one encoder, taken from the step
         before it when that recorded it ahead, submitted; then, while the GPU runs it, the next
         step's moving words written and its encoder recorded (`CompiledStep.ahead`), and only then
         the captures read back. So a warm step's host time up to its submit is its token's row."""
-        n, cut = step.kv.n_past, (request.positions, request.heads)
+        n, cut, captured = step.kv.n_past, (request.positions, request.heads), step.captured
         ahead = step.take_ahead(n, self._staging)
-        if ahead is not None:
-            done, readback = ahead.buffer, ahead.readback
-        else:
+        if ahead is None:
+            step.set_workgroups(n)
             done, readback = self._record_step(step, step.commands, captured, request.T, cut, self._staging)
+        else:
+            done, readback = ahead.buffer, ahead.readback
         self.submit_at = time.perf_counter()
         self.device.queue.submit([done])
+        if ahead is not None:
+            step.set_workgroups(n)  # the plans show the counts the step ran with
         staging = readback.staging if readback is not None else self._staging
-        commands = step.commands_at(n + 1) if step.runs_at(n + 1) else None
+        commands = step.commands_at(n + 1) if self.record_ahead and step.runs_at(n + 1) else None
         if commands is not None and (readback is None or len(readback.sizes) == 1):
             step.write_values(n + 1)
             buffer, rb = self._record_step(step, commands, captured, request.T, cut, staging)

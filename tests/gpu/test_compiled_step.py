@@ -92,6 +92,7 @@ def test_a_warm_step_submits_the_encoder_the_step_before_recorded(lab, monkeypat
     from labkit.gpu import compiled_step, submitter
 
     ex = lab.executor
+    ex.submitter.record_ahead = True  # as where the host has a core to spare (GpuDevice.has_spare_core)
     state = ex.new_state(len(IDS) + 5)
     ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
     ex.run_pass(step_request(3), state)
@@ -113,6 +114,7 @@ def test_an_encoder_recorded_ahead_is_taken_only_where_it_holds(tiny_model):
     its own, and every step equals one planned afresh, bit for bit."""
     lab = labkit.open(tiny_model("llama", "Q8_0"))
     ex = lab.executor
+    ex.submitter.record_ahead = True
     state, other = ex.new_state(len(IDS) + 8), ex.new_state(len(IDS) + 1)
     ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
     first = ex.run_pass(step_request(5), state).captures["logits"][-1].tobytes()
@@ -125,6 +127,38 @@ def test_an_encoder_recorded_ahead_is_taken_only_where_it_holds(tiny_model):
     then = ex.run_pass(step_request(9), state).captures["logits"][-1].tobytes()
     fresh = decode(lab, IDS, 3, replay=False, forced=[5, 9, 0])
     assert first == again == fresh[1] and then == fresh[2]
+
+
+def test_without_a_spare_core_a_step_records_its_own_encoder(tiny_model):
+    """Where the device's threads take every core (lavapipe's default), recording ahead would take a core
+    from them, so no step is recorded ahead: each step records its own at its start, and the steps are
+    the same, bit for bit."""
+    lab = labkit.open(tiny_model("llama", "Q8_0"))
+    ex = lab.executor
+    ex.submitter.record_ahead = False
+    state = ex.new_state(len(IDS) + 6)
+    ex.run_pass(PassRequest(IDS, names=("logits",), last_logits_only=True, reuse=Reuse.objects("prefill")), state)
+    got = [ex.run_pass(step_request(t), state) for t in (5, 9, 2)]
+    assert state.step is not None and state.step.ahead is None
+    assert [r.timings["recorded_ahead"] for r in got] == [0.0, 0.0, 0.0]
+    fresh = decode(lab, IDS, 4, replay=False, forced=[5, 9, 2, 0])
+    assert [r.captures["logits"][-1].tobytes() for r in got] == fresh[1:]
+
+
+def test_a_spare_core_is_one_the_devices_threads_leave_free(lab, monkeypatch):
+    """A real GPU leaves the host's cores free; lavapipe runs LP_NUM_THREADS threads, else one a core."""
+    from dataclasses import replace
+
+    from labkit.gpu import device
+
+    gpu = replace(lab.executor.gpu, adapter_type="CPU")
+    monkeypatch.setattr(device.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.delenv("LP_NUM_THREADS", raising=False)
+    assert not gpu.has_spare_core
+    for threads, spare in (("1", True), ("2", False), ("8", False), ("many", False)):
+        monkeypatch.setenv("LP_NUM_THREADS", threads)
+        assert gpu.has_spare_core == spare, threads
+    assert replace(gpu, adapter_type="DiscreteGPU").has_spare_core
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "llama", "tiny-qwen3moe"])
