@@ -54,21 +54,24 @@ OP = Op(
         Kernel(
             "delta_decay",
             "no_softplus",
-            "FAULTY: alpha + dt_bias used without its softplus (a kernel that assumes its caller applied it)",
+            "FAULTY: alpha + dt_bias used without its softplus (a kernel that assumes its caller applied it; "
+            "flash-linear-attention #63 is that split gone wrong)",
             _with("delta_decay_no_softplus", "delta_decay_bias", "delta_decay_sign"),
             faulty=True,
         ),
         Kernel(
             "delta_decay",
             "dt_bias_twice",
-            "FAULTY: dt_bias added twice (once where a fused projection already added it)",
+            "FAULTY: dt_bias added twice (once where a fused projection already added it: flash-linear-attention "
+            "#63 added Mamba-2's dt_bias before a kernel that adds it too; mlx-lm #1792 misreads this gate's bias)",
             _with("delta_decay_softplus", "delta_decay_bias_twice", "delta_decay_sign"),
             faulty=True,
         ),
         Kernel(
             "delta_decay",
             "a_positive",
-            "FAULTY: A used without its minus sign, so the state grows each token instead of decaying",
+            "FAULTY: A used without its minus sign, so the state grows each token instead of decaying "
+            "(state-spaces/mamba #326)",
             _with("delta_decay_softplus", "delta_decay_bias", "delta_decay_unsigned"),
             faulty=True,
         ),

@@ -71,7 +71,8 @@ OP = Op(
             "gated_norm",
             "gate_swapped",
             "FAULTY: the gate applied on the other side of the norm (after it where the model gates before, as a "
-            "port of one family's norm to another would)",
+            "port of one family's norm to another would: flash-linear-attention #63, Mamba-2's inference path "
+            "normed before gating where norm_before_gate is False)",
             lambda s: compose("lanes8", "gated_norm", "gated_norm_order_swapped"),
             faulty=True,
         ),

@@ -59,7 +59,7 @@ OP = Op(
             "l2norm",
             "unnormed",
             "FAULTY: q and k left unnormed (a port that drops the L2 norm the delta rule assumes: its writes then "
-            "grow with the keys' size)",
+            "grow with the keys' size; transformers #40842 fixed Qwen3-Next's norm that differed from the kernel's)",
             lambda s: compose("l2norm", "l2norm_unnormed"),
             faulty=True,
         ),

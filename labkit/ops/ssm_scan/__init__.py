@@ -152,14 +152,16 @@ OP = Op(
         Kernel(
             "ssm_scan",
             "no_softplus",
-            "FAULTY: dt used without its softplus (a kernel that assumes the caller applied it)",
+            "FAULTY: dt used without its softplus (a kernel that assumes the caller applied it: where the "
+            "softplus and dt_bias go, caller or kernel, is what flash-linear-attention #63 got wrong in Mamba-2)",
             _with("ssm_scan_step_raw", "ssm_scan_decay", "ssm_scan_start"),
             faulty=True,
         ),
         Kernel(
             "ssm_scan",
             "a_positive",
-            "FAULTY: A used without its minus sign (A_log's exp taken as A), so the state grows each token",
+            "FAULTY: A used without its minus sign (A_log's exp taken as A), so the state grows each token "
+            "(the sign readers of A = -exp(A_log) ask about: state-spaces/mamba #326)",
             _with("ssm_scan_step", "ssm_scan_decay_unsigned", "ssm_scan_start"),
             faulty=True,
         ),
