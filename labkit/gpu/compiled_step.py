@@ -17,8 +17,9 @@ the token's embedding row into its buffer, and submits the kept dispatches: no p
 made. Its moving words and its encoder (the dispatches and the copies of its captures) do not depend
 on its token, so the step before writes and records them while the GPU runs it (`Ahead`, taken by
 labkit.gpu.submitter's `submit_step`): what is left between a token and its step's submit is the
-token's row. It does so where the host has a core the device leaves free (`GpuDevice.has_spare_core`). Regions that grow with the keys (the attention maps) hold the power of two at or
-above what the step needs (`PlanCache`'s rounding), so the step holds until the keys outgrow them.
+token's row. It does so where the host has a core the device leaves free (`GpuDevice.has_spare_core`).
+Regions that grow with the keys (the attention maps) hold the power of two at or above what the step
+needs (`PlanCache`'s rounding), so the step holds until the keys outgrow them.
 
 A compiled step binds one sequence's KV cache, so it is that sequence's `PassState.step`.
 `CompiledSteps.get` is the one place that decides whether it still holds: the same kernel
