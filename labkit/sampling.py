@@ -1,6 +1,10 @@
-"""Token sampling: greedy, or temperature → top-k → softmax → top-p → draw (llama.cpp's order).
+"""Token sampling: greedy, or temperature → top-k → softmax → top-p → draw.
 
-Post-mortem 004 is about getting this wrong. The correct order is `default`; the faulty
+Post-mortem 004 is about getting this wrong: its engine cut with top-p on logits before the
+softmax and normalized over its top 1000. `default` is the order its team fixed it to, top-p on
+probabilities after the softmax, as llama.cpp's own top-p computes them. It is not llama.cpp's
+default chain, which cuts (top-k, top-p, min-p) before the temperature and applies the temperature
+last (`labkit.lessons.temperature_last`); at T = 1 the two agree. The faulty
 orders are the other entries of `SAMPLERS`, the sampler registry (selected as the
 `sampling` family, like a kernel variant). `truncate` is the one top-k/top-p: the reference
 order, the faulty ones and the GPU sampler (labkit.gpu.sampling) all end in it.
@@ -65,7 +69,8 @@ def truncate(ids: np.ndarray, p: np.ndarray, top_k: int, top_p: float) -> Distri
 
 
 def correct_order(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> Distribution:
-    """temperature → top-k on logits → softmax → top-p on probabilities (llama.cpp)."""
+    """temperature → top-k on logits → softmax → top-p on probabilities (post-mortem 004's fixed order;
+    llama.cpp's chain applies the temperature after its cuts)."""
     ids, z = _temperature_top_k(logits, temperature, top_k)
     return truncate(ids, _softmax(z), 0, top_p)
 

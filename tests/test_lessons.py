@@ -74,6 +74,11 @@ def test_exercises_ship_unanswered_with_a_collapsed_worked_answer(name):
         assert "```python" in answer.source and "solution" in answer.metadata.get("tags", [])
         assert order.index(f"{ex}-student") < order.index(f"{ex}-check") < order.index(f"{ex}-answer")
     assert with_worked_answers(nb) == len(exercises)
+    # the first cell tells the student how they ship: unanswered (○), the worked answer collapsed below
+    intro = nb.cells[0].source
+    assert "hidden worked solution" not in intro and "holds a worked solution" not in intro, name
+    if "Exercises end with a check cell" in intro:
+        assert "○" in intro and "collapsed" in intro, (name, intro[-300:])
 
 
 @pytest.mark.slow

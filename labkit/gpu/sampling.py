@@ -1,7 +1,7 @@
 """Sampling with the full-vocabulary softmax on the GPU.
 
 softmax(z/T) restricted to the top-k and renormalized equals softmax over the
-top-k logits, so temperature → top-k → softmax → top-p (llama.cpp's order) can
+top-k logits, so temperature → top-k → softmax → top-p (labkit.sampling's default) can
 take the expensive full-vocabulary softmax from the GPU and finish on the host with
 labkit.sampling.truncate. The scale and softmax kernels are always the correct ones:
 a softmax variant selected for attention does not reach the sampler.
