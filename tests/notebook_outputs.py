@@ -46,6 +46,7 @@ _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _UNIT = re.compile(r"\s?(tok/s|it/s|[GMK]i?B/s|GFLOP/s|(?:ms|µs|us|ns|s|min)(?![\w-])|x\b|×|[GMK]i?B\b|bytes\b|%)")
 _URL = re.compile(r"\b(?:https?|tcp|inproc)://\S+|\b\d+\.\d+\.\d+\.\d+(?::\d+)?")  # addresses, ports
 _WORKED = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
+_HERE = re.compile(r"\b(?:127\.0\.0\.1|localhost)(?::\d+)?|\btcp://\d+\.\d+\.\d+\.\d+|(?<![\w.])/tmp/[\w.+-]+")
 _PATH = re.compile(r"(?<![\w.])/[\w.+-]+(?:/[\w.+-]+)+")  # temporary dirs and the checkout differ per run
 _PROGRESS = re.compile(r"^\S.*:\s+\d+%\|.*$", re.MULTILINE)  # a tqdm line in a terminal-style stream
 
@@ -212,8 +213,8 @@ def assert_outputs_match(committed, executed, text: bool = True) -> None:
 
 
 def assert_shippable(name: str) -> None:
-    """Under 2 MB, no saved progress bar ("0%| 0/234" on GitHub), no local path, and widget state
-    saved when a cell shows a widget (a fresh open renders it)."""
+    """Under 2 MB, no saved progress bar ("0%| 0/234" on GitHub), no local path, address or temporary
+    folder, and widget state saved when a cell shows a widget (a fresh open renders it)."""
     path = ROOT / "notebooks" / f"{name}.ipynb"
     assert path.stat().st_size < MAX_BYTES, f"{name}: {path.stat().st_size} bytes"
     nb = nbformat.read(path, as_version=4)
@@ -222,6 +223,8 @@ def assert_shippable(name: str) -> None:
     text = path.read_text()
     for local in (str(ROOT), str(Path.home()), "/site-packages/"):
         assert local not in text, f"{name}: a local path ({local}) in the saved outputs"
+    here = _HERE.search(text)  # an address or a temporary folder means nothing on another machine
+    assert here is None, f"{name}: a local address or temporary path in the saved outputs: {here.group()}"
     views = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if WIDGET in o.get("data", {})]
     if views:
         state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})

@@ -34,7 +34,8 @@ def test_sweeps_notebook_runs_on_a_local_cluster():
     assert_shippable("05_sweeps")
     code = {c.id: c for c in nb.cells if c.cell_type == "code"}
     assert not [o for c in code.values() for o in c.get("outputs", []) if o.output_type == "error"]
-    assert "dashboard: http://" in cell_text(code["cluster"])
+    assert "2 worker processes" in cell_text(code["cluster"])
+    assert "tasks per worker:" in cell_text(code["sweep"])
     plots = cell_text(code["plots"])
     assert "never diverge:" in plots and "rope=normal_pairs" in plots and "attn_scores=decode_uses_prefill" in plots
     assert "rmsnorm=scale_clamp" not in plots.split("never diverge:")[1]

@@ -30,7 +30,7 @@ class Reduction:
     original_tokens: list[int]
     rounds: int = 0
     tested: int = 0
-    history: list[int] = field(default_factory=list)  # candidate length after each round
+    history: list[int] = field(default_factory=list)  # candidate length after each round (one per round)
 
     def summary(self) -> str:
         n = len(self.tokens)
@@ -103,11 +103,11 @@ def reduce_prompt(
                 body = cands[hit]
                 red.first_divergence = rows[hit]["first_divergence"]
                 n = 2 if hit < n_parts else max(n - 1, 2)
-            elif n < len(body):
+            red.history.append(len(body))  # every round, the last (which found nothing smaller) included
+            if hit is None and n < len(body):
                 n = min(2 * n, len(body))
-            else:
+            elif hit is None:
                 break
-            red.history.append(len(body))
     red.tokens = keep + body
     red.text = lab.detokenize(red.tokens)
     return red

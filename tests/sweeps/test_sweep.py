@@ -118,8 +118,23 @@ def test_reduce_keeps_the_divergence_kind(client, tiny_model):
     assert len(red.tokens) < len(long) and red.tokens[0] == 1  # BOS kept
     assert len(red.tokens) == 2, red.summary()  # one rotated token after BOS is all the fault needs
     assert red.rounds >= 3 and red.tested > red.rounds and red.history == sorted(red.history, reverse=True)
+    assert len(red.history) == red.rounds, (red.rounds, red.history)  # one length a round, the last included
+    assert red.history[-1] == len(red.tokens) - 1  # the body's length, after the BOS
     with pytest.raises(InvalidArgumentError, match="does not diverge"):
         reduce_prompt(model, long, {}, client=client)
+
+
+def test_a_reduction_that_stops_above_one_token_counts_its_last_round(client, tmp_path):
+    """A sliding-window fault needs a prompt past the window (tiny Gemma 3's is 6): the reduction stops at 7
+    tokens when a whole round finds nothing smaller, and that round is in the history like the others."""
+    from labkit.model.tiny import TinySpec, write_tiny_model
+
+    model = str(write_tiny_model(tmp_path / "tiny-gemma3.gguf", TinySpec(arch="gemma3", sliding_window=6)))
+    long = [(7 * i + 3) % 200 + 10 for i in range(32)]
+    red = reduce_prompt(model, long, {"attn_scores": "window_off_by_one"}, client=client)
+    assert len(red.tokens) == 7 and red.kind == "attn_scores", red.summary()
+    assert len(red.history) == red.rounds and red.history[-1] == 7, (red.rounds, red.history)
+    assert red.history[-2] == 7, "the last round found nothing smaller: the round before it reached 7"
 
 
 def test_selection_and_prompt_files(tmp_path):
