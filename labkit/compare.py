@@ -253,7 +253,8 @@ def compare_ids(
             ties, only_a = ties + 1, []
         per.append(float(len(only_a)))
         if only_a and not first:
-            first = f"position {positions[i]}: experts {only_a} where the other run picks {only_b}"
+            first = (f"position {positions[i]}: of the {len(x)} experts each run picks, only the first picks "
+                     f"{_set(only_a)}, only the second {_set(only_b)}")  # fmt: skip
     n_bad = sum(1 for d in per if d)
     frac = float(sum(per)) / max(a2.size, 1)
     tie_note = f"; {ties} near-tie(s) broken the other way" if ties else ""
@@ -411,3 +412,8 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
     return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants))
+
+
+def _set(ids: list[int]) -> str:
+    """A set of ids as a set reads: {3, 7}."""
+    return "{" + ", ".join(str(i) for i in ids) + "}"
