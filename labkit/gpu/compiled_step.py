@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -107,9 +108,9 @@ class CompiledStep:
         self.steps += 1
         return self.plans
 
-    @property
+    @cached_property
     def n_dispatches(self) -> int:
-        return sum(len(p.dispatches) for p in self.plans)
+        return sum(len(p.dispatches) for p in self.plans)  # the plans are the step's for its life
 
     def write_values(self, n_past: int) -> None:
         """The moving words of the step after `n_past` positions, flushed to the arena in one write.
@@ -126,12 +127,16 @@ class CompiledStep:
         arena.flush()
         self.values_at = n_past
 
+    def _counts(self, w: StepWorkgroups, n_past: int) -> tuple[int, int, int]:
+        """A moving dispatch's workgroup count at the step after `n_past` positions (its op's rule)."""
+        st = self.plans[w.plan].stage
+        return grid(OPS[st.op].step_workgroups(st, w.source, 1, n_past))
+
     def set_workgroups(self, n_past: int) -> None:
         """The workgroup counts that move with the position, in the plans and the native commands."""
         for w in self.workgroups:
-            p = self.plans[w.plan]
-            d = p.dispatches[w.dispatch]
-            d.workgroups = grid(OPS[p.stage.op].step_workgroups(p.stage, w.source, 1, n_past))
+            d = self.plans[w.plan].dispatches[w.dispatch]
+            d.workgroups = self._counts(w, n_past)
             if self.commands is not None:
                 self.commands[w.command][3:6] = d.workgroups
 
@@ -142,8 +147,7 @@ class CompiledStep:
             return None
         out = list(self.commands)
         for w in self.workgroups:
-            p = self.plans[w.plan]
-            out[w.command] = [*out[w.command][:3], *grid(OPS[p.stage.op].step_workgroups(p.stage, w.source, 1, n_past))]
+            out[w.command] = [*out[w.command][:3], *self._counts(w, n_past)]
         return out
 
     def take_ahead(self, n_past: int, staging: Any) -> Ahead | None:

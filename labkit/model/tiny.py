@@ -16,7 +16,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
-from labkit.model.config import ARCHITECTURES, ModelConfig, config_from_metadata
+from labkit.model.arch_traits import ARCHITECTURES
+from labkit.model.config import ModelConfig, config_from_metadata
 from labkit.model.file_tensors import FileTensor, file_tensors
 from labkit.quant.formats import QUANT_FORMATS
 from labkit.quant.random_blocks import unit_std
@@ -29,7 +30,7 @@ WRITER_VERSION = 3
 
 @dataclass(frozen=True)
 class TinySpec:
-    arch: str = "llama"  # any of labkit.model.config.SUPPORTED_ARCHITECTURES
+    arch: str = "llama"  # any of labkit.model.arch_traits.SUPPORTED_ARCHITECTURES
     weight_type: str = "Q8_0"  # type of the matmul weights
     embed_type: str = "Q8_0"
     n_layers: int = 2

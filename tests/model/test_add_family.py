@@ -14,7 +14,7 @@ import pytest
 import labkit
 from labkit.compare import compare
 from labkit.errors import UnsupportedArchitectureError
-from labkit.model.config import ARCHITECTURES, ArchTraits
+from labkit.model.arch_traits import ARCHITECTURES, ArchTraits
 from labkit.model.gguf_file import open_gguf
 from labkit.model.tiny import TinySpec, write_tiny_model
 
