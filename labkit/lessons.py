@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from labkit.captures import Run
+from labkit.kernel_trial import KernelTimes
 
 
 @dataclass(frozen=True, repr=False)
@@ -195,3 +196,63 @@ def temperature_last(
         ids = ids[p >= min_p * p[0]]
     q = np.exp((z[ids] - z[ids].max()) / temperature)
     return ids, q / q.sum()
+
+
+# ----- lesson 11: a kernel the student writes, checked and timed on the real model
+
+
+def check_kernel(exercise: str, wgsl: Any, lab: Any, prompt: Any, family: str, reference: Run, name: str,
+                 hint: str = "") -> Check:  # fmt: skip
+    """Register the student's WGSL as `family/name`, run the model with it in every layer and judge
+    it against the reference: the first stage that departs and the stages attribution blames."""
+    from labkit.errors import LabkitError
+    from labkit.kernel_trial import try_kernel
+
+    if wgsl is Ellipsis:
+        return check(exercise, wgsl, None)
+    if not isinstance(wgsl, str):
+        return Check(exercise, False, f"{_short(wgsl)} is not WGSL: give the kernel's source as a string")
+    try:
+        trial = try_kernel(lab, prompt, family, wgsl, name, reference=reference)
+    except LabkitError as e:  # compile errors and interface errors name the WGSL line or the binding
+        return Check(exercise, False, f"{type(e).__name__}: {e}")
+    if trial.correct:
+        return Check(exercise, True, f"correct: {trial.headline}")
+    return Check(exercise, False, trial.text() + (f"; hint: {hint}" if hint else ""))
+
+
+def kernel_bench(lab: Any, prompt: Any, family: str, variants: list[str], kinds: tuple[str, ...],
+                 repeats: int = 3) -> KernelTimes:  # fmt: skip
+    """Time the variants registered so far against the first (a student's kernel whose exercise is not
+    done yet is left out, and said so); print each one's GPU time as a multiple of the first's. The
+    times, for `figures.kernel_times`."""
+    from labkit.kernel_trial import time_kernels
+    from labkit.ops.registry import variants as registered
+
+    known = set(registered()[family]) | {"default"}
+    missing = [v for v in variants if v not in known]
+    if missing:
+        print(f"○ not registered yet: {', '.join(missing)} (their exercises' checks register them)")
+    times = time_kernels(lab, prompt, family, [v for v in variants if v in known], kinds, repeats)
+    first = next(iter(times.ms))
+    for v in times.ms:
+        print(f"{v:>12}: {times.median(v):8.2f} ms, {times.ratio(v, first):6.2f}x the time of {first}")
+    return times
+
+
+def repetition_penalty(logits: np.ndarray, recent: Any, penalty: float) -> np.ndarray:
+    """llama.cpp's repeat penalty (llama_sampler_penalties_apply) for lesson 07's check: each distinct
+    id among the recent tokens, however often it occurred, has a positive logit divided by `penalty`
+    and a zero or negative one multiplied by it (dividing a negative logit would raise it)."""
+    z = np.array(logits, dtype=np.float64)
+    for t in sorted({int(i) for i in np.asarray(recent).reshape(-1)}):
+        z[t] = z[t] / penalty if z[t] > 0 else z[t] * penalty
+    return z
+
+
+def seeded_draws(ids: np.ndarray, probs: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """n token ids drawn from (ids, probs) by numpy's Generator.choice with default_rng(seed), for
+    lesson 07's check of a hand-written draw: choice inverts the cumulative distribution over the
+    same rng.random(n) numbers, so a correct inverse-CDF draw gives these very ids."""
+    pick = np.random.default_rng(seed).choice(len(ids), size=n, p=np.asarray(probs, dtype=np.float64))
+    return np.asarray(ids)[pick]

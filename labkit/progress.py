@@ -45,8 +45,12 @@ def bar(total: int, desc: str, unit: str = "it", min_total: int = 2):
     if not _enabled or total < min_total:
         return _Silent()
     from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm_notebook
 
-    return tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True)
+    # In Jupyter a bar is a widget, and it stays, ending full: a closed one is shown by JupyterLab as its
+    # first text ("0%| | 0/236") after the work is done. A terminal's bar clears its line.
+    leave = issubclass(tqdm, tqdm_notebook)
+    return tqdm(total=total, desc=desc, unit=unit, leave=leave, dynamic_ncols=True)
 
 
 def track(items: Iterable[T], desc: str, total: int | None = None, unit: str = "it", min_total: int = 2) -> Iterator[T]:

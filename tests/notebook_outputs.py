@@ -11,8 +11,8 @@ committed notebook whose numbers the code no longer produces fails.
 Exercises ship unanswered: a student cell (`<ex>-student`) holds `answer = ...`, its check says
 nothing is written yet, and the worked answer sits in a collapsed markdown cell (`<ex>-answer`,
 tagged solution). `execute(..., solved=True)` puts each worked answer into its student cell first,
-so the tests run the worked answers; the exercise cells themselves are not compared with the
-shipped outputs.
+so the tests run the worked answers; the exercise cells themselves (and an `<ex>-try` cell that
+runs the answer further) are not compared with the shipped outputs.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ LESSONS = [
     "08_quantization",
     "09_mixture_of_experts",
     "10_recurrent_state",
+    "11_write_a_kernel",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,8 +111,9 @@ def with_worked_answers(nb) -> int:
 
 
 def is_exercise_cell(cell) -> bool:
-    """A student's cell or its check: what a worked answer changes."""
-    return cell.id.endswith(("-student", "-check"))
+    """A student's cell, its check, or a cell that tries the answer further (`<ex>-try`: lesson 11's
+    bench of the student's kernels): what a worked answer changes."""
+    return cell.id.endswith(("-student", "-check", "-try"))
 
 
 def cell_text(cell) -> str:
@@ -158,8 +160,8 @@ def number_kind(m: re.Match, text: str) -> str:
             return "percent"
         if u.endswith("B") or u == "bytes":
             return "size"
-        if u in ("x", "×"):
-            return "ratio"  # of errors or sizes in these notebooks (no speed ratio is printed in one)
+        if u in ("x", "×"):  # of errors or sizes; a speed ratio reads "2.1x the time of ..."
+            return "timing" if text.startswith(" the time", unit.end()) else "ratio"
         return "timing"  # durations and rates
     if "e" in m.group().lower():
         return "error"

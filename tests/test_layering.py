@@ -28,7 +28,7 @@ LAYERS = [
     ["labkit.lens"],  # the logit lens, over a run's captures
     ["labkit.captures"],  # Run, Stats
     ["labkit.lab", "labkit.compare"],
-    ["labkit.attribution", "labkit.dumps", "labkit.lessons", "labkit.bench"],
+    ["labkit.attribution", "labkit.dumps", "labkit.lessons", "labkit.bench", "labkit.kernel_trial"],
     ["labkit.viz", "labkit.sweeps"],
     ["labkit.casebook"],
     ["labkit"],  # the public face (labkit/__init__.py)

@@ -4,6 +4,7 @@ lesson figures are interactive plotly figures that carry a still PNG for viewers
 
 from __future__ import annotations
 
+import ast
 import re
 
 import nbformat
@@ -139,3 +140,75 @@ def test_induction_pairs_come_from_the_tokens():
     assert qs.tolist() == [8, 9, 10, 11] and ks.tolist() == [2, 3, 4, 5]
     qs, ks = induction_pairs([5, 5, 9, 5])  # the latest occurrence counts
     assert qs.tolist() == [1, 3] and ks.tolist() == [1, 2]
+
+
+# ----- the rules every lesson keeps (issue 65): hints point to the idea; most exercises are written code
+
+
+_CALL_OR_INDEX = re.compile(r"[\w\])][(\[]|\b(?:np|lab|labkit)\.|(?<![<>!=])=(?!=)")
+
+
+def worked_code(cell) -> str:
+    """A worked answer's Python, comments dropped."""
+    code = re.search(r"```python\n(.*?)\n```", cell.source, re.DOTALL).group(1)
+    return "\n".join(line.split("#", 1)[0] for line in code.splitlines())
+
+
+def hint_of(check_cell) -> str:
+    m = re.search(r"hint=(\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*')", check_cell.source)
+    return ast.literal_eval(m.group(1)) if m else ""
+
+
+def shares_code(hint: str, code: str, run: int = 12) -> str | None:
+    """A run of `run` non-space characters the hint shares with the code, if any."""
+    h, c = re.sub(r"\s+", "", hint), re.sub(r"\s+", "", code)
+    return next((h[i : i + run] for i in range(len(h) - run + 1) if h[i : i + run] in c), None)
+
+
+def statements(code: str) -> int:
+    """Python statements, nested ones counted: a def with two body lines is three."""
+    return sum(isinstance(n, ast.stmt) for n in ast.walk(ast.parse(code)))
+
+
+def is_written(code: str) -> bool:
+    """An answer the student writes rather than looks up: three statements or more, or a kernel (a WGSL
+    string of more than five lines)."""
+    strings = [n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return statements(code) >= 3 or any(s.count("\n") > 5 for s in strings)
+
+
+def exercises_of(name: str) -> list[tuple[str, object, object]]:
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    cells = {c.id: c for c in nb.cells}
+    return [(c.id[: -len("-check")], c, cells[c.id[: -len("-check")] + "-answer"]) for c in nb.cells
+            if c.id.endswith("-check")]  # fmt: skip
+
+
+def test_the_rule_checks_catch_code():
+    assert _CALL_OR_INDEX.search("np.argsort over the rows") and _CALL_OR_INDEX.search("take x[0]")
+    assert _CALL_OR_INDEX.search("exp(z) then divide") and _CALL_OR_INDEX.search("w = 1")
+    assert not _CALL_OR_INDEX.search("the sum of squares, over the group's size (not the row's), then eps <= 1e-5")
+    assert shares_code("the argsort of minus probs", "answer = np.argsort(-probs)[:, :k]") is None
+    assert shares_code("use argsort(-probs)[:, :k]", "answer = np.argsort(-probs)[:, :k]") == "argsort(-pro"
+    assert statements("def f(x):\n    y = x\n    return y") == 3 and statements("answer = f(1)") == 1
+    assert is_written('answer = """\n' + "a;\n" * 6 + '"""') and not is_written("answer = x[0]")
+
+
+@pytest.mark.parametrize("name", [*LESSONS, "05_sweeps"])
+def test_hints_point_to_the_idea_not_the_code(name):
+    """A hint in words: no call, index or assignment, no `np.`, and no 12-character run of the worked
+    answer's code (the reviewers found hints that were the argsort itself, or the answer verbatim)."""
+    for ex, check, answer in exercises_of(name):
+        hint = hint_of(check)
+        assert not _CALL_OR_INDEX.search(hint), f"{name} {ex}: the hint is code: {hint!r}"
+        shared = shares_code(hint, worked_code(answer))
+        assert shared is None, f"{name} {ex}: the hint gives the worked answer's code away ({shared!r}): {hint!r}"
+
+
+@pytest.mark.parametrize("name", [*LESSONS, "05_sweeps"])
+def test_at_least_half_the_exercises_are_written_code(name):
+    """At least half (rounded up) of a lesson's exercises make the student write code of several
+    statements (or a kernel), not look a number up."""
+    found = exercises_of(name)
+    written = [ex for ex, _, answer in found if is_written(worked_code(answer))]
+    assert 2 * len(written) >= len(found), f"{name}: {len(written)} of {len(found)} exercises are written code"

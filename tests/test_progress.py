@@ -192,3 +192,25 @@ def test_bench_steps_end_at_their_total(tiny, rec):
     (b,) = [b for b in rec.bars if b.desc == "bench"]
     assert b.total == b.n == n_steps(("gpu", "reference"), (3,)) and b.closed
     assert [x.desc for x in rec.bars] == ["bench"]  # the measured passes draw no bars of their own
+
+
+def test_in_a_jupyter_kernel_a_bar_is_a_widget_that_ends_full():
+    """In a real kernel a bar is tqdm's widget, kept when the work ends, full and green: JupyterLab
+    showed a closed one as its first text, "0%| | 0/236", after the cell had finished."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    code = (
+        "from labkit import progress\n"
+        "b = progress.bar(5, 'work')\n"
+        "for _ in range(5):\n    b.update(1)\n"
+        "b.close()\n"
+        "print(b.leave, b.n, b.total, b.container.children[1].value, b.container.children[1].bar_style, "
+        "b.container.layout.display)"
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs), outputs
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.name == "stdout")
+    assert printed.split() == ["True", "5", "5", "5.0", "success", "inline-flex"], printed  # shown, not closed

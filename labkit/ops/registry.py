@@ -177,6 +177,14 @@ def _binding_types(src: str) -> list[str]:
     return re.findall(r"@binding\(\s*\d+\s*\)\s*var\b[^:]*:\s*([^;]+);", comment.sub(" ", src))
 
 
+def _unread_bindings(src: str) -> list[str]:
+    """Bindings a source declares and never names again: WebGPU's automatic layout leaves them out,
+    so binding the family's buffers to the kernel would fail at its first dispatch."""
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", src, flags=re.DOTALL)
+    names = re.findall(r"@binding\(\s*(\d+)\s*\)\s*var\b[^:]*?(\w+)\s*:", code)
+    return [f"@binding({b}) {n}" for b, n in names if len(re.findall(rf"\b{n}\b", code)) == 1]
+
+
 def check_interface(family: str, name: str, wgsl: str) -> Kernel:
     """The shipped kernel whose bindings `wgsl` declares (same set of @group/@binding, address
     space and access; where several match, the one with the same binding types), checked for its
@@ -186,6 +194,7 @@ def check_interface(family: str, name: str, wgsl: str) -> Kernel:
     alike = [k for k in shipped if _bindings(k.source()) == got]
     if alike:
         OPS[OP_OF_FAMILY[family]].params.check(wgsl, f"{family}/{name}")
+
         types = _binding_types(wgsl)
         return next((k for k in alike if _binding_types(k.source()) == types), alike[0])
     want = _bindings(shipped[0].source())
@@ -212,8 +221,8 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
     """Add a user's WGSL kernel to an existing family, with the family's interface. `compile(wgsl,
     label)` compiles it now (the GPU's, handed down by labkit.gpu.shader.register_variant, which
     `labkit.register_variant` is): a compile error is a ShaderCompileError with the WGSL line and the
-    compiler's text; bindings that differ are a VariantInterfaceError, a different struct Params a
-    KernelInterfaceError."""
+    compiler's text; bindings that differ, or one never used, are a VariantInterfaceError, a different
+    struct Params a KernelInterfaceError."""
     family = resolve_family(family)
     if family in POLICIES or family == "sampling":
         raise UnknownVariantError(f"{family} variants are host-side (policies or samplers), not WGSL")
@@ -224,6 +233,13 @@ def register_variant(family: str, name: str, wgsl: str, doc: str = "user variant
     like = check_interface(family, name, wgsl)  # the interface first: a renamed field also breaks compiling
     if compile is not None:
         compile(wgsl, f"{family}/{name}")
+    unread = _unread_bindings(wgsl)  # after compiling: a line that does not compile may be what reads it
+    if unread:
+        raise VariantInterfaceError(
+            f"{family}/{name}: {', '.join(unread)} declared but never used: WebGPU drops an unused binding from "
+            "the kernel's layout, and the family binds every one; read it (where it is optional, behind a "
+            "check of its Params field)"
+        )
     kernel = Kernel(family, name, doc, lambda shape: wgsl, faulty=faulty, reads=like.reads, workgroups=like.workgroups,
                     repack=like.repack)  # fmt: skip
     KERNELS[family][name] = kernel

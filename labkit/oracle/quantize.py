@@ -28,6 +28,25 @@ def quantize(src: str | Path, dst: str | Path, ftype: str, threads: int = 2) -> 
     return Path(dst)
 
 
+def requantized(src: str | Path, ftype: str) -> Path:
+    """llama.cpp's `ftype` file made from the (quantized) GGUF `src`, every tensor dequantized and
+    quantized again: written once per machine under ~/.cache/labkit/requantized (through a part file,
+    so an interrupted write is never taken for a file), the source left as it is."""
+    import os
+
+    src = Path(src)
+    dst = Path.home() / ".cache" / "labkit" / "requantized" / f"{src.stem}-{src.stat().st_size}-{ftype}.gguf"
+    if not dst.exists():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        part = dst.with_suffix(f".{os.getpid()}.part")
+        try:
+            quantize(src, part, ftype)
+            part.replace(dst)
+        finally:
+            part.unlink(missing_ok=True)
+    return dst
+
+
 def _main(src: str, dst: str, ftype: str, threads: str) -> int:
     try:
         import llama_cpp
@@ -39,6 +58,7 @@ def _main(src: str, dst: str, ftype: str, threads: str) -> int:
         return 2
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype, params.nthread = code, int(threads)
+    params.allow_requantize = True  # a quantized source (requantized) as well as an F32 one
     return int(llama_cpp.llama_model_quantize(src.encode(), dst.encode(), params))
 
 

@@ -142,3 +142,8 @@ def _grid(cells: list[_Cell], title: str, local: bool) -> DivergenceGrid:
         if first is None and not c.ok:
             first = (i, j)
     return DivergenceGrid(rows, kinds, nmse, thr, passed, names, first, hover, title, local)
+
+
+def kernel_times_title(times) -> str:
+    """A kernel bench's title: what it times, and on which model and engine (always the GPU)."""
+    return f"{times.family} kernels: GPU time of {', '.join(times.kinds)} · {times.model} · gpu"

@@ -1,7 +1,7 @@
 """Figures of captures, in one namespace. Pure presentation: every number comes from a Run.
 
-Interactive (plotly, return a go.Figure): attention_map, divergence, histogram, logit_lens,
-tracked_tokens. Static (matplotlib, take `ax=`/`fig=`, return it): logit_ranking, layer_trajectory,
+Interactive (plotly, return a go.Figure): attention_map, divergence, histogram, kernel_times,
+logit_lens, tracked_tokens. Static (matplotlib, take `ax=`/`fig=`, return it): logit_ranking, layer_trajectory,
 attention_grid; labkit.viz.static has matplotlib versions of every figure. `array_summary` and
 `show` put one capture on a line (stats, histogram, heat map per position), treescope-like."""
 
@@ -20,6 +20,7 @@ from labkit.viz.interactive import (
     divergence,
     expert_load,
     histogram,
+    kernel_times,
     logit_lens,
     router_map,
     tracked_tokens,
@@ -34,6 +35,7 @@ __all__ = [
     "divergence",
     "expert_load",
     "histogram",
+    "kernel_times",
     "layer_trajectory",
     "logit_lens",
     "logit_ranking",

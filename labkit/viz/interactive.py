@@ -14,10 +14,12 @@ import plotly.graph_objects as go
 from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
+from labkit.kernel_trial import KernelTimes
 from labkit.lens import LogitLens
 from labkit.viz import static
 from labkit.viz.common import (
     divergence_grid,
+    kernel_times_title,
     lens_title,
     robust_histogram,
     router_probabilities,
@@ -402,4 +404,30 @@ def expert_load(run: Run, fig=None, row=None, col=None, ax=None):
                                   "(%{customdata:.1%} of the slots)<extra></extra>")  # fmt: skip
     fig.update_yaxes(autorange="reversed", title_text="layer", type="category", row=row, col=col)
     fig.update_xaxes(title_text="expert", type="category", row=row, col=col)
+    return fig
+
+
+def kernel_times(times: KernelTimes, fig=None, row=None, col=None, ax=None):
+    """GPU milliseconds per kernel variant (labkit.kernel_trial.time_kernels) → a go.Figure: a bar at
+    each variant's median, a dot per repeat (hover: the variant, its time, and its ratio to the
+    first variant's). With `ax=`, the matplotlib version draws there."""
+    if ax is not None:
+        return static.kernel_times(times, ax=ax)
+    names = list(times.ms)
+    base = times.median(names[0])
+    fig = _figure(fig, kernel_times_title(times), height=360, width=max(420, 110 * len(names) + 200),
+                  still=lambda: static.kernel_times(times))  # fmt: skip
+    fig.add_bar(x=names, y=[times.median(v) for v in names], marker_color="#4c78a8", row=row, col=col,
+                customdata=[times.median(v) / base for v in names], name="median",
+                hovertemplate="kernel %{x}<br>median %{y:.2f} ms<br>%{customdata:.2f}x the time of "
+                              f"{names[0]}<extra></extra>")  # fmt: skip
+    xs = [v for v in names for _ in times.ms[v]]
+    fig.add_scatter(x=xs, y=[m for v in names for m in times.ms[v]], mode="markers", name="each repeat",
+                    marker=dict(color="#e45756", size=7), row=row, col=col,
+                    hovertemplate="kernel %{x}<br>one repeat %{y:.2f} ms<extra></extra>")  # fmt: skip
+    fig.update_layout(hovermode="x")  # a category's tooltip anywhere above it, a short bar's too
+    spread = max(times.median(v) for v in names) / max(min(times.median(v) for v in names), 1e-9)
+    scale = dict(type="log") if spread > 20 else dict(rangemode="tozero")  # a 100x kernel hides a 1x bar
+    fig.update_yaxes(title_text="GPU ms (sum over layers)", row=row, col=col, **scale)
+    fig.update_xaxes(title_text=f"{times.family} kernel", type="category", row=row, col=col)
     return fig

@@ -10,8 +10,10 @@ import numpy as np
 from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
+from labkit.kernel_trial import KernelTimes
 from labkit.viz.common import (
     divergence_grid,
+    kernel_times_title,
     lens_title,
     robust_histogram,
     router_probabilities,
@@ -234,3 +236,19 @@ def expert_counts(run: Run) -> np.ndarray:
     n = run[f"blk.{layers[0]}.ffn_router_probs"].shape[1] if f"blk.{layers[0]}.ffn_router_probs" in run.captures else 0
     n = max(n, 1 + max(int(np.max(run[f"blk.{L}.ffn_topk"])) for L in layers))
     return np.stack([np.bincount(np.asarray(run[f"blk.{L}.ffn_topk"]).ravel(), minlength=n) for L in layers])
+
+
+def kernel_times(times: KernelTimes, ax=None):
+    """GPU milliseconds per kernel variant, the median as a bar and each repeat as a dot → the Axes."""
+    names = list(times.ms)
+    ax = ax or plt.subplots(figsize=(max(4, 1.1 * len(names) + 1.5), 3))[1]
+    ax.bar(names, [times.median(v) for v in names], color="#4c78a8")
+    for i, v in enumerate(names):
+        ax.plot([i] * len(times.ms[v]), times.ms[v], "o", color="#e45756", markersize=4)
+    medians = [times.median(v) for v in names]
+    if max(medians) > 20 * max(min(medians), 1e-9):
+        ax.set_yscale("log")  # a 100x kernel hides a 1x bar
+    ax.set_title(kernel_times_title(times), fontsize=8)
+    ax.set_ylabel("GPU ms (sum over layers)")
+    ax.set_xlabel(f"{times.family} kernel")
+    return ax

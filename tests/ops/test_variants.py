@@ -397,3 +397,17 @@ def test_a_user_softmax_without_rows_per_wg_gets_a_workgroup_a_row(tiny_model):
     got = labkit.open(path, variants={"softmax": "test_row_a_workgroup"}).run(ids, names=["blk.0.attn_probs"])
     err = float(np.abs(got["blk.0.attn_probs"] - want).max())
     assert err < 1e-6, f"max|diff| {err:.2e}"
+
+
+def test_a_binding_never_used_is_refused_before_its_first_dispatch():
+    """WebGPU's automatic layout drops a binding the kernel never reads, so the family's bind group
+    (every buffer) would fail at the first dispatch with a bare validation error: refused at
+    registration instead, naming the binding."""
+    from labkit.errors import VariantInterfaceError
+
+    src = kernel_source("attn_ctx", "streaming")
+    unread = src.replace("if (P.sinks != 0u) { m = SINKS[h]; l = 1.0; }", "")
+    assert unread != src
+    with pytest.raises(VariantInterfaceError, match=r"@binding\(4\) SINKS declared but never used"):
+        labkit.register_variant("attn_ctx", "test_no_sinks", unread)
+    assert "test_no_sinks" not in labkit.ops.registry.variants()["attn_ctx"]

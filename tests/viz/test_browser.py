@@ -363,8 +363,8 @@ def move_stage_explorer(page, stage: str) -> str:
 @pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
 @pytest.mark.parametrize("name", LESSONS[1:])
 def test_lesson_in_jupyterlab(jupyter, name):
-    """Lessons 02–04 and 06–09: run (or as run), checks pass, a widget moves its explanation and
-    figure, plotly hovers."""
+    """Lessons 02–04 and 06–11: run (or as run), checks pass, a widget moves its explanation and
+    figure, plotly hovers; lesson 11's kernel bench is kept as a screenshot."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -395,6 +395,10 @@ def test_lesson_in_jupyterlab(jupyter, name):
         elif name == "09_mixture_of_experts":  # no widget: the router map hovers a token's expert
             tip = hover_plotly(page, name, "router")
             assert "token" in tip and "expert" in tip and "probability" in tip, tip
+        elif name == "11_write_a_kernel":  # the student's kernels, timed: the bench figure hovers, and is kept
+            tip = hover_plotly(page, name, "ex5-try")
+            assert "kernel" in tip and "ms" in tip, tip
+            cell(page, name, "ex5-try").screenshot(path=str(ARTIFACTS / f"{name}-bench.png"))
         elif name == "10_recurrent_state":  # no widget: the state fault's divergence map hovers
             tip = hover_plotly(page, name, "fault-figure")
             assert "NMSE" in tip and "threshold" in tip, tip
