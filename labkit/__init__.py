@@ -12,6 +12,7 @@ from labkit.model.registry import MODELS
 from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.sampling import Sampler
 from labkit.selection import Capture
+from labkit.sequence import SequenceState
 from labkit.sweeps import reduce_prompt, sweep
 from labkit.top_token import TopToken
 
@@ -25,6 +26,7 @@ __all__ = [
     "LabkitError",
     "Run",
     "Sampler",
+    "SequenceState",
     "Stats",
     "TopToken",
     "WeightsDiff",

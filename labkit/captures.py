@@ -131,6 +131,8 @@ class Run:
     heads: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # names in an imported engine's dumps that match no stage, and why (labkit.dumps)
     unmapped: dict[str, str] = field(default_factory=dict)
+    # how the run was computed: "one-shot", or a serving path ("ubatch=7", "prefix=5", "verify=4", joined by ",")
+    path: str = "one-shot"
 
     def __post_init__(self):
         if not self.precision:

@@ -18,6 +18,7 @@ import numpy as np
 
 from labkit import captures, progress
 from labkit.captures import Run
+from labkit.chunks import chunk_spans, merged_counts, merged_timings, run_chunked
 from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
 from labkit.memory_fit import MemoryFit
 from labkit.model.config import ModelConfig
@@ -30,6 +31,7 @@ from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.model.stage_kinds import role_of
 from labkit.sampling import GREEDY, Sampler
 from labkit.selection import Capture, Positions, select_heads, select_names, select_positions
+from labkit.sequence import SequenceState, path_name, reference_pass
 
 Prompt = str | list[int]
 
@@ -126,24 +128,73 @@ class Lab:
 
     def reference(
         self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
-        route_as: Run | None = None,
+        route_as: Run | None = None, ubatch: int | None = None, state: SequenceState | None = None,
     ) -> Run:  # fmt: skip
         """The whole prompt through the float64 numpy reference; every stage captured that fits the
         memory budget (`names`, globs allowed, and `layers` capture less). `route_as`: a mixture of
         experts routes each token to the experts another run chose (its `ffn_topk` captures), so a
         near-tie that run broke the other way compares as a tie and every later stage compares on
-        the same experts (teacher-forced routing)."""
+        the same experts (teacher-forced routing). `ubatch=N`: the prompt as passes of N tokens, each
+        continuing the cache (captures cover every position, as one pass's). `state`: a reference
+        state from `lab.prefill`, continued (and advanced) by these tokens (`run.n_past` before them)."""
         ids = self.prompt_ids(prompt)
+        if ubatch is not None:
+            chunk_spans(len(ids), ubatch)  # a micro-batch of 0 is refused before any work
+        n_past = self._check_state(state, "reference", len(ids))
         names = select_names(self.graph, names, layers)
-        names = self.fit.capture("reference", len(ids), names)
+        names = self.fit.capture("reference", n_past + len(ids), names)
         t0 = time.perf_counter()
         eng = self.reference_engine
         eng.forced_ids = _routing_of(route_as, self.graph)
+        cache = state.held if state is not None else KVCache()
         try:
-            caps = eng.forward(ids, KVCache(), capture=names)
+            caps = reference_pass(eng, ids, cache, names, ubatch)
         finally:
             eng.forced_ids = None
-        return self._make_run("reference", ids, caps, {"total_s": time.perf_counter() - t0})
+        if state is not None:
+            state.tokens.extend(ids)
+        timings = {"total_s": time.perf_counter() - t0}
+        return self._make_run("reference", ids, caps, timings, n_past=n_past, path=path_name(n_past, ubatch, len(ids)))
+
+    def _check_state(self, state: SequenceState | None, engine: str, n_new: int) -> int:
+        """The positions a continued state holds (0 without one), after refusing one this lab cannot
+        continue (another model, engine or kernel selection, or no room left)."""
+        if state is None:
+            return 0
+        if not isinstance(state, SequenceState):
+            raise InvalidArgumentError(f"state={type(state).__name__}: give a state from lab.prefill")
+        state.check_continues(engine, self.name, dict(self.selected), n_new)
+        return state.n_past
+
+    def prefill(self, prefix: Prompt, engine: str = "gpu", room: int | None = None, ubatch: int | None = None
+                ) -> SequenceState:  # fmt: skip
+        """The prefix computed and kept (a prefix cache): a state that `lab.run(rest, state=...)` (or
+        `lab.reference(rest, state=...)` for engine="reference") continues, with room for `room` more
+        tokens (256, or what the context leaves); `state.fork()` keeps a copy for another continuation."""
+        if room is None:
+            room = max(0, min(256, self.config.context_length - len(self.prompt_ids(prefix))))
+        ids = self.prompt_ids(prefix, extra=room)
+        capacity = len(ids) + room
+        if engine == "reference":
+            state = SequenceState("reference", self.name, [], KVCache(), capacity)
+            self.reference(ids, names=[], ubatch=ubatch, state=state)
+        elif engine == "gpu":
+            ex = self.executor
+            state = SequenceState("gpu", self.name, [], ex.new_state(capacity), capacity, dict(self.selected),
+                                  ex.device)  # fmt: skip
+            self.run(ids, names=[], ubatch=ubatch, state=state, timestamps=False)
+        else:
+            raise InvalidArgumentError(f"prefill engine {engine!r}: use 'gpu' or 'reference'")
+        return state
+
+    def verify(self, draft: Prompt, state: SequenceState, names: list[str] | None = None) -> Run:
+        """A speculative verifier's pass: the k draft tokens in one pass on a copy of `state` (left as it
+        was), each row what a decode step of that token would give after the ones before it."""
+        base = state.fork()
+        engine = state.engine if isinstance(state, SequenceState) else "gpu"
+        run = self.run(draft, names=names, state=base) if engine == "gpu" else self.reference(draft, names, state=base)
+        run.path = path_name(state.n_past, None, len(run.tokens), verify=True)
+        return run
 
     # ----- memory
     def memory(self, tokens: int = 128, capture: Capture | list[str] | str | dict | None = None,
@@ -330,8 +381,15 @@ class Lab:
         heads: list[int] | int | None = None,
         logits: str = "all",
         capture: Capture | list[str] | str | dict | None = None,
+        ubatch: int | None = None,
+        state: SequenceState | None = None,
     ) -> Run:
         """The whole prompt through the GPU; every stage captured by default.
+
+        `ubatch=N` computes the prompt as passes of N tokens, each continuing the KV cache (and the
+        recurrent state), as engines serve a long prompt; its captures cover every position, as one
+        pass's, and `run.path` says how it was computed. `state=` (from `lab.prefill`) continues that
+        sequence: the run's tokens follow its `n_past` positions, and the state advances past them.
 
         Capture less for long prompts: `names` takes stage names or globs ("blk.*.attn_out"),
         `layers` keeps those layers' stages (and embed, output_norm, logits), `positions` ("last",
@@ -353,6 +411,10 @@ class Lab:
 
         cap = self._capture(capture, names=names, layers=layers, positions=positions, heads=heads, logits=logits)
         ids = self.prompt_ids(prompt)
+        if ubatch is not None:
+            chunk_spans(len(ids), ubatch)  # a micro-batch of 0 is refused before any work
+        if state is not None or (ubatch is not None and ubatch < len(ids)):
+            return self._run_path(ids, cap, ubatch, state, debug, timestamps)
         names = select_names(self.graph, cap.names, cap.layers)
         names = self.fit.capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
         self.executor.upload_all()  # the first pass: weights to the GPU, with a bar for a large model
@@ -391,6 +453,36 @@ class Lab:
             positions=res.positions,
             heads=res.heads,
         )
+
+    def _run_path(self, ids: list[int], cap: Capture, ubatch: int | None, state: SequenceState | None,
+                  debug: bool | None, timestamps: bool) -> Run:  # fmt: skip
+        """`run` in micro-batches and/or continuing a kept state: each pass a fresh plan on the
+        sequence's own cache (the kept pass of a re-run is not this sequence's)."""
+        from labkit.gpu.pass_request import PassRequest
+
+        if cap.positions is not None or cap.heads is not None or cap.logits == "last":
+            raise InvalidArgumentError("ubatch= and state= capture every position and head: use names= or layers=")
+        n_past = self._check_state(state, "gpu", len(ids))
+        names = select_names(self.graph, cap.names, cap.layers)
+        names = self.fit.capture("gpu", n_past + len(ids), names)
+        ex = self.executor
+        ex.upload_all()
+        self._last_pass = None
+        held = state.held if state is not None else ex.new_state(len(ids))
+        debug = self.debug if debug is None else debug
+        results = []
+
+        def one_pass(chunk: list[int]) -> dict[str, np.ndarray]:
+            request = PassRequest(chunk, names=names, debug=debug, timestamps=timestamps)
+            results.append(ex.run_pass(request, held))
+            return results[-1].captures
+
+        caps = run_chunked(ids, ubatch or len(ids), one_pass, n_past)
+        if state is not None:
+            state.tokens.extend(ids)
+        timings, unwritten = merged_timings(results), merged_counts([r.unwritten for r in results])
+        return self._make_run("gpu", ids, caps, timings, unwritten=unwritten, variants=dict(self.selected),
+                              n_past=n_past, path=path_name(n_past, ubatch, len(ids)))  # fmt: skip
 
     @staticmethod
     def _capture(capture, **given) -> Capture:

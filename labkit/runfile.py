@@ -27,7 +27,7 @@ def save_run(run: Any, path: str | Path) -> None:
     from safetensors.numpy import save_file
 
     meta = {"format": FORMAT, "model": run.model, "engine": run.engine, "precision": run.precision}
-    meta["n_past"] = str(run.n_past)
+    meta["n_past"], meta["path"] = str(run.n_past), run.path
     for name in _JSON_FIELDS:
         meta[name] = json.dumps(getattr(run, name))
     tensors = {name: np.ascontiguousarray(a) for name, a in run.captures.items()}
@@ -51,7 +51,7 @@ def read_run(path: str | Path) -> dict[str, Any]:
         raise RunFileError(f"{path}: cannot read a saved run: {e}") from None
     fields = _checked_fields(path, meta, captures)
     return dict(model=meta["model"], engine=meta["engine"], captures=captures, precision=meta["precision"],
-                n_past=int(meta["n_past"]), **fields)  # fmt: skip
+                n_past=int(meta["n_past"]), path=meta.get("path", "one-shot"), **fields)  # fmt: skip
 
 
 # each JSON field's container and item type (older files lack some: "heads", "unmapped")

@@ -26,7 +26,7 @@ LAYERS = [
     ["labkit.memory_fit", "labkit.oracle"],
     ["labkit.runfile", "labkit.top_token"],  # a saved run's format; the top tokens of one row of logits
     ["labkit.lens"],  # the logit lens, over a run's captures
-    ["labkit.captures"],  # Run, Stats
+    ["labkit.captures", "labkit.chunks", "labkit.sequence"],  # Run, Stats; a pass in micro-batches, a kept state
     ["labkit.lab", "labkit.compare"],
     ["labkit.attribution", "labkit.dumps", "labkit.lessons", "labkit.bench", "labkit.kernel_trial"],
     ["labkit.viz", "labkit.sweeps"],

@@ -191,3 +191,14 @@ def test_a_run_of_chosen_positions_and_heads_round_trips(tiny_model, tmp_path):
     back = _round_trip(run, tmp_path, model=lab)
     assert back.positions == run.positions and back.heads == run.heads
     assert all(_same_bits(a, back[n]) for n, a in run.captures.items())
+
+
+def test_a_serving_path_run_keeps_its_path_and_position(tiny_model, tmp_path):
+    """A run computed in micro-batches after a kept prefix saves how it was computed (`path`) and
+    where it starts (`n_past`)."""
+    lab = labkit.open(tiny_model("llama"))
+    run = lab.run([5, 9, 33, 2, 8], state=lab.prefill([1, 7]), ubatch=2)
+    assert run.path == "prefix=2,ubatch=2" and run.n_past == 2
+    back = _round_trip(run, tmp_path, model=lab)
+    assert back.path == run.path and back.n_past == 2
+    assert all(_same_bits(a, back[n]) for n, a in run.captures.items())

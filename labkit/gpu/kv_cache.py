@@ -40,3 +40,20 @@ class GpuKVCache:
             for buf in self.states.values():
                 enc.clear_buffer(buf)
             device.queue.submit([enc.finish()])
+
+    def fork(self, device) -> GpuKVCache:
+        """An independent copy in new buffers: the same positions and states (a prefix kept for
+        several continuations, a verifier's base)."""
+        enc = device.create_command_encoder()
+
+        def copied(buf: wgpu.GPUBuffer | None) -> wgpu.GPUBuffer | None:
+            if buf is None:
+                return None
+            new = device.create_buffer(size=buf.size, usage=buf.usage, label=f"{buf.label} (fork)")
+            enc.copy_buffer_to_buffer(buf, 0, new, 0, buf.size)
+            return new
+
+        k, v = [copied(b) for b in self.k], [copied(b) for b in self.v]
+        states = {key: copied(b) for key, b in self.states.items()}
+        device.queue.submit([enc.finish()])
+        return GpuKVCache(self.capacity, k, v, self.n_past, states)
