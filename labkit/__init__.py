@@ -13,6 +13,7 @@ from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.sampling import Sampler
 from labkit.selection import Capture
 from labkit.sequence import SequenceState
+from labkit.serving_paths import paths
 from labkit.sweeps import reduce_prompt, sweep
 from labkit.top_token import TopToken
 
@@ -39,6 +40,7 @@ __all__ = [
     "kernel_source",
     "register_variant",
     "open",
+    "paths",
     "reduce_prompt",
     "sweep",
 ]

@@ -8,94 +8,29 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
 
 from labkit import progress
+from labkit.cli_args import (
+    EXIT_ERROR,
+    CliParser,
+    count_arg,
+    emit,
+    fail,
+    lengths_arg,
+    names_arg,
+    parse_variants,
+    selection,
+    token_list,
+)
 from labkit.errors import (
-    InputFileError,
     InvalidArgumentError,
     LabkitError,
     ToolNotFoundError,
     UnknownStageError,
-    UnknownVariantError,
 )
 
-EXIT_ERROR = 1  # a bad input: a missing, malformed or unsupported file, an unknown name, a usage error
 EXIT_INTERNAL = 3
-
-
-def _one_line(text: str) -> str:
-    """A multi-line message (e.g. a ShaderCompileError's snippet) on one line; caret-only lines
-    (`   | ^`) are dropped, the others joined with ' | '."""
-    lines = [ln.strip() for ln in str(text).splitlines()]
-    return " | ".join(ln for ln in lines if ln and not set(ln) <= set(" |^~-"))
-
-
-def _fail(message: str) -> None:
-    print(f"labkit: error: {_one_line(message)}", file=sys.stderr)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with labkit's error format: one `labkit: error: ...` line, exit 1."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        sub = self.prog.split(" ", 1)[1] if " " in self.prog else ""
-        _fail(f"{sub}: {message}" if sub else message)
-        sys.exit(EXIT_ERROR)
-
-
-def _count(text: str) -> int:
-    """argparse type: an integer >= 0."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
-    return n
-
-
-def _parse_variants(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        if "=" not in item:
-            raise UnknownVariantError(f"--variant wants op=name, got {item!r}")
-        op, name = item.split("=", 1)
-        out[op.strip()] = name.strip()
-    return out
-
-
-def _register_wgsl(items: list[str] | None) -> dict[str, str]:
-    """`--wgsl OP=NAME=FILE`: register each file as variant NAME of OP; {op: name} to select."""
-    import labkit
-
-    out = {}
-    for item in items or []:
-        parts = item.split("=", 2)
-        if len(parts) != 3 or not all(s.strip() for s in parts):
-            raise UnknownVariantError(f"--wgsl wants op=name=file, got {item!r}")
-        op, name, path = (s.strip() for s in parts)
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise InputFileError(f"--wgsl {op}={name}: {path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputFileError(f"--wgsl {op}={name}: cannot read {path}: {e}") from None
-        labkit.register_variant(op, name, text, doc=f"user WGSL from {path}")
-        out[op] = name
-    return out
-
-
-def _selection(args: argparse.Namespace) -> dict[str, str]:
-    """--variant and --wgsl together (--wgsl wins for the same op)."""
-    return {**_parse_variants(args.variant), **_register_wgsl(args.wgsl)}
-
-
-def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
-    print(json.dumps(data, indent=1) if getattr(args, "json", False) else text())
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -114,7 +49,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         }
         for m in MODELS.values()
     ]
-    _emit(
+    emit(
         args,
         data,
         lambda: "\n".join(
@@ -130,7 +65,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     if args.model is None:
         data = describe()
-        _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+        emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
         return 0
     import labkit
 
@@ -145,7 +80,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         lines += [f"{t['name']:32} {t['type']:6} {str(t['shape']):>16}  {t['kernel']}" for t in tensors]
         return "\n".join([*lines, "", plan.table()])
 
-    _emit(args, data, text)
+    emit(args, data, text)
     return 0
 
 
@@ -171,7 +106,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import labkit
     from labkit.sampling import Sampler
 
-    lab = labkit.open(args.model, variants=_selection(args))
+    lab = labkit.open(args.model, variants=selection(args))
     sampler = Sampler(temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed)
     if args.engine == "reference":
         run = lab.reference(args.prompt, names=["logits"])
@@ -200,43 +135,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             lines.append(f"generated: {gen.text!r}")
         return "\n".join(lines)
 
-    _emit(args, data, text)
+    emit(args, data, text)
     return 0
-
-
-def _tokens(text: str) -> list[int]:
-    """--tokens 2,818,2258 → [2, 818, 2258]."""
-    try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
-    except ValueError:
-        raise InvalidArgumentError(f"--tokens wants comma-separated ids, got {text!r}") from None
-
-
-def _names_arg(text: str) -> str | dict[str, str]:
-    """--names PRESET, or a JSON file of {their name or regex: stage}."""
-    if not text.endswith(".json"):
-        return text
-    try:
-        with open(text, encoding="utf-8") as f:
-            mapping = json.load(f)
-    except FileNotFoundError:
-        raise InputFileError(f"--names {text}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise InputFileError(f"--names {text}: not a JSON mapping: {e}") from None
-    if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
-        raise InputFileError(f"--names {text}: want a JSON object {{their name: stage name}}")
-    return mapping
 
 
 def _subject(args: argparse.Namespace):
     """The lab, and the run a compare or repro is about: dumps, the GPU, the reference or llama.cpp."""
     import labkit
 
-    lab = labkit.open(args.model, variants=_selection(args))
+    lab = labkit.open(args.model, variants=selection(args))
     given = args.prompt is not None or args.tokens is not None  # dumps may hold their ids (SGLang, TensorRT-LLM)
-    ids = lab.prompt_ids(args.prompt if args.prompt is not None else _tokens(args.tokens)) if given else None
+    ids = lab.prompt_ids(args.prompt if args.prompt is not None else token_list(args.tokens)) if given else None
     if args.dumps:
-        names = _names_arg(args.names)
+        names = names_arg(args.names)
         return lab, labkit.load_dumps(args.dumps, lab, names=names, layout=args.layout, tokens=ids,
                                       precision=args.precision, step=args.step)  # fmt: skip
     if ids is None:
@@ -263,7 +174,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             out += f"\nunmapped dumps ({len(a.unmapped)}): " + ", ".join(list(a.unmapped)[:8])
         return out
 
-    _emit(args, data, text)
+    emit(args, data, text)
     return 0 if cmp.passed else 1
 
 
@@ -294,9 +205,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     rep = att.repro(stage, args.out)
     data = {"directory": str(rep.directory), "files": list(rep.files), "stage": rep.stage, "guilty": rep.guilty,
             "headline": att.headline()}  # fmt: skip
-    _emit(
-        args, data, lambda: f"{att.headline()}\nreproducer of {rep.stage} in {rep.directory}: " + ", ".join(rep.files)
-    )
+    emit(args, data, lambda: f"{att.headline()}\nreproducer of {rep.stage} in {rep.directory}: " + ", ".join(rep.files))
     return 0
 
 
@@ -304,7 +213,7 @@ def cmd_diff_weights(args: argparse.Namespace) -> int:
     from labkit.model.weights_diff import diff_weights
 
     diff = diff_weights(args.a, args.b)
-    _emit(args, diff.to_dict(), diff.table)
+    emit(args, diff.to_dict(), diff.table)
     return 0 if diff.identical else 1
 
 
@@ -316,7 +225,7 @@ def cmd_cases(args: argparse.Namespace) -> int:
         for c in cases()
     ]
     line = "{name:20} {pm:3}  {model:14} {title}"
-    _emit(args, data, lambda: "\n".join(line.format(pm=d["postmortem"] or "-", **d) for d in data))
+    emit(args, data, lambda: "\n".join(line.format(pm=d["postmortem"] or "-", **d) for d in data))
     return 0
 
 
@@ -328,7 +237,7 @@ def cmd_case(args: argparse.Namespace) -> int:
     if args.name is None:
         raise InvalidArgumentError("give a case name (labkit cases lists them), or --blind")
     report = run_case(args.name)
-    _emit(args, report.to_dict(), report.text)
+    emit(args, report.to_dict(), report.text)
     return 0 if report.passed else 1
 
 
@@ -337,7 +246,7 @@ def _blind(args: argparse.Namespace) -> int:
     from labkit.casebook.blind import blind_case
 
     data, text, right = blind_case(args.model, args.seed).session(args.answer, args.reveal)
-    _emit(args, data, lambda: text)
+    emit(args, data, lambda: text)
     return 0 if right else 1
 
 
@@ -345,12 +254,26 @@ def cmd_variants(args: argparse.Namespace) -> int:
     from labkit.ops.registry import describe, variants
 
     data = {fam: {name: describe(fam, name) for name in names} for fam, names in variants().items()}
-    _emit(
+    emit(
         args,
         data,
         lambda: "\n".join(f"{fam:14} {name:22} {doc}" for fam, vs in data.items() for name, doc in vs.items()),
     )
     return 0
+
+
+def cmd_paths(args: argparse.Namespace) -> int:
+    """The prompt through each serving path, each against the one-shot pass (labkit.serving_paths);
+    exit 1 when a path leaves its band."""
+    import labkit
+    from labkit.serving_paths import paths
+
+    lab = labkit.open(args.model, variants=selection(args))
+    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
+    prompt = args.prompt if args.prompt is not None else token_list(args.tokens)
+    report = paths(lab, prompt, [p for p in args.paths.split(",") if p.strip()], engines=engines)
+    emit(args, report.to_dict(), report.table)
+    return 0 if all(c.in_band for c in report.checks) else EXIT_ERROR
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -361,20 +284,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bad:
         raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp")
     res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines,
-                    memory=args.memory, variants=_parse_variants(args.variant))  # fmt: skip
-    _emit(args, res.to_dict(), res.table)
+                    memory=args.memory, variants=parse_variants(args.variant))  # fmt: skip
+    emit(args, res.to_dict(), res.table)
     return 0
-
-
-def _lengths(text: str) -> tuple[int, ...]:
-    """--lengths 8,128,512: positive token counts."""
-    try:
-        out = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--lengths takes comma-separated token counts, not {text!r}") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"--lengths takes positive token counts, not {text!r}")
-    return out
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -394,19 +306,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         pace = f"{rate['tasks_per_min']:.1f} per minute, {100 * rate['open_share']:.0f}% of task time opening labs"
         return f"{table}\n{int(rate['tasks'])} pass pairs on {int(rate['workers'])} worker(s): {pace}{saved}"
 
-    _emit(args, data, text)
+    emit(args, data, text)
     return 0
 
 
 def cmd_reduce(args: argparse.Namespace) -> int:
     from labkit.sweeps import parse_selection, reduce_prompt
 
-    prompt = _tokens(args.tokens) if args.tokens else args.prompt
+    prompt = token_list(args.tokens) if args.tokens else args.prompt
     if prompt is None:
         raise InvalidArgumentError("give --prompt TEXT or --tokens IDS")
     sel = parse_selection(",".join(args.variant)) if args.variant else {}
     red = reduce_prompt(args.model, prompt, sel, args.against, scheduler=args.scheduler, n_workers=args.workers)
-    _emit(args, {k: v for k, v in vars(red).items()}, red.summary)
+    emit(args, {k: v for k, v in vars(red).items()}, red.summary)
     return 0
 
 
@@ -451,8 +363,8 @@ def _subject_args(s: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="labkit", description="A lab for LLM inference on WebGPU")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    p = CliParser(prog="labkit", description="A lab for LLM inference on WebGPU")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=CliParser)
 
     s = sub.add_parser("models", help="list the registered models")
     s.add_argument("--fetch", action="store_true", help="locate (and assemble) every model file first")
@@ -461,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("info", help="the WebGPU adapter and limits; with MODEL its tensors, kernels and memory plan")
     s.add_argument("model", nargs="?", help="a registered model or a .gguf path")
-    s.add_argument("--tokens", type=_count, default=128, help="tokens of the pass the memory plan is for")
+    s.add_argument("--tokens", type=count_arg, default=128, help="tokens of the pass the memory plan is for")
     s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
@@ -470,10 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model")
     s.add_argument("--prompt", required=True)
     s.add_argument("--engine", choices=["gpu", "reference"], default="gpu")
-    s.add_argument("--top", type=_count, default=5)
-    s.add_argument("--max-new-tokens", type=_count, default=0)
+    s.add_argument("--top", type=count_arg, default=5)
+    s.add_argument("--max-new-tokens", type=count_arg, default=0)
     s.add_argument("--temperature", type=float, default=0.0)
-    s.add_argument("--top-k-sampling", type=_count, default=0)
+    s.add_argument("--top-k-sampling", type=count_arg, default=0)
     s.add_argument("--top-p", type=float, default=1.0)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
@@ -517,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one selection to sweep (repeat for more; commas join ops into one)")  # fmt: skip
     s.add_argument("--against", choices=["reference", "llamacpp", "default"], default="reference")
     s.add_argument("--scheduler", metavar="tcp://HOST:PORT", help="a running Dask scheduler (default: local)")
-    s.add_argument("--workers", type=_count, default=None, help="local worker processes (default: one per core)")
+    s.add_argument("--workers", type=count_arg, default=None, help="local worker processes (default: one per core)")
     s.add_argument("--out", metavar="RESULTS.parquet")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_sweep)
@@ -529,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--variant", action="append", default=[], metavar="OP=NAME[,OP=NAME]")
     s.add_argument("--against", choices=["reference", "llamacpp", "default"], default="reference")
     s.add_argument("--scheduler", metavar="tcp://HOST:PORT")
-    s.add_argument("--workers", type=_count, default=None)
+    s.add_argument("--workers", type=count_arg, default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_reduce)
 
@@ -551,11 +463,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_variants)
 
+    s = sub.add_parser("paths", help="a prompt through serving paths (micro-batches, a prefix cache, a verifier) "
+                       "against the one-shot pass, stage by stage, and which kernels are batch invariant")  # fmt: skip
+    s.add_argument("model")
+    given = s.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt")
+    given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids instead of a prompt")
+    s.add_argument("--paths", default="ubatch=7,prefix=5,verify=4", help="comma-separated ubatch=N, prefix=N, verify=N")
+    s.add_argument("--engines", default="gpu,reference", help="gpu and/or reference")
+    s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
+    s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_paths)
+
     s = sub.add_parser("bench", help="prefill per prompt length, decode, re-run, memory: GPU, reference, llama.cpp")
     s.add_argument("model", nargs="?", default="gemma3-270m")
-    s.add_argument("--lengths", type=_lengths, default=(8, 128), help="prompt lengths in tokens (default 8,128)")
-    s.add_argument("--repeats", type=_count, default=3, help="runs per figure after a warm-up (median)")
-    s.add_argument("--decode-tokens", type=_count, default=32)
+    s.add_argument("--lengths", type=lengths_arg, default=(8, 128), help="prompt lengths in tokens (default 8,128)")
+    s.add_argument("--repeats", type=count_arg, default=3, help="runs per figure after a warm-up (median)")
+    s.add_argument("--decode-tokens", type=count_arg, default=32)
     s.add_argument("--engines", default="gpu,reference,llamacpp", help="which engines to measure")
     s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--variant", action="append", metavar="OP=NAME", help="the GPU engine's kernels: " + VARIANT_HELP)
@@ -585,15 +510,15 @@ def main(argv: list[str] | None = None) -> int:
         with progress.quiet() if _no_bars(args) else nullcontext():
             return args.fn(args)
     except LabkitError as e:
-        _fail(str(e))
+        fail(str(e))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        _fail("interrupted")
+        fail("interrupted")
         return EXIT_ERROR
     except Exception as e:
         if os.environ.get("LABKIT_TRACEBACK") == "1":
             raise
-        _fail(f"internal error: {type(e).__name__}: {e} (set LABKIT_TRACEBACK=1 for the traceback)")
+        fail(f"internal error: {type(e).__name__}: {e} (set LABKIT_TRACEBACK=1 for the traceback)")
         return EXIT_INTERNAL
 
 

@@ -28,11 +28,18 @@ LAYERS = [
     ["labkit.lens"],  # the logit lens, over a run's captures
     ["labkit.captures", "labkit.chunks", "labkit.sequence"],  # Run, Stats; a pass in micro-batches, a kept state
     ["labkit.lab", "labkit.compare"],
-    ["labkit.attribution", "labkit.dumps", "labkit.lessons", "labkit.bench", "labkit.kernel_trial"],
+    [
+        "labkit.attribution",
+        "labkit.dumps",
+        "labkit.lessons",
+        "labkit.bench",
+        "labkit.kernel_trial",
+        "labkit.serving_paths",
+    ],
     ["labkit.viz", "labkit.sweeps"],
     ["labkit.casebook"],
     ["labkit"],  # the public face (labkit/__init__.py)
-    ["labkit.cli"],
+    ["labkit.cli", "labkit.cli_args"],
 ]
 
 

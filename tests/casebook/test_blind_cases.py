@@ -27,6 +27,12 @@ SILENT = {
     ("gemma3-270m", "softmax", "masked_nan"): "no row of a causal prompt pass has every key masked",
     ("smollm2-135m", "attn_scores", "window_off_by_one"): "SmolLM2 has no sliding window",
     ("gemma3-270m", "attn_scores", "window_off_by_one"): "six tokens are far inside Gemma's 512-token window",
+    **{
+        (model, "attn_scores", fault): "a prompt pass and its decode step run their own kernels: only a micro-batch "
+        "after the first shows it (labkit.paths)"
+        for model in ("smollm2-135m", "gemma3-270m")
+        for fault in ("chunk_mask_from_zero", "window_from_chunk_start")
+    },  # fmt: skip
 }
 
 

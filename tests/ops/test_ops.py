@@ -224,6 +224,10 @@ def _attention_case(r, op: str, T, n_past, H, KV, hd, window, cap, sinks: bool =
     shows = {"decode_uses_prefill"} if n_past else set()
     if window and n_past + T > window:  # some query is `window` or more past a key
         shows.add("window_off_by_one")
+    if n_past and T > 1:  # several new tokens after cached ones: the general kernel, a chunk's
+        shows.add("chunk_mask_from_zero")
+        if window and n_past + T > window:  # a query of the chunk is a window or more past a cached key
+            shows.add("window_from_chunk_start")
     shows = frozenset(shows)
     label = f"T{T} past{n_past} H{H}/{KV} hd{hd} win{window} cap{cap}"
     if op == "attn_scores":

@@ -171,6 +171,22 @@ OP = Op(
         ),
         Kernel(
             "attn_scores",
+            "chunk_mask_from_zero",
+            "a micro-batch after the first masks as if it started at position 0: its queries see the oldest "
+            "cached keys, not their own (lablup/mlxcel #885); only a chunked or continued prompt shows it",
+            _paths(PREFILL, DECODE, general=("attn_scores", "attn_mask_chunk_local")),
+            faulty=True,
+        ),
+        Kernel(
+            "attn_scores",
+            "window_from_chunk_start",
+            "a micro-batch after the first applies the sliding window within the chunk only, so its queries see "
+            "every cached key (pytorch/executorch #21857); only a chunked or continued prompt past a window shows it",
+            _paths(PREFILL, DECODE, general=("attn_scores", "attn_mask_window_from_chunk")),
+            faulty=True,
+        ),
+        Kernel(
+            "attn_scores",
             "window_off_by_one",
             "the sliding window keeps one key too many (> where >= was meant): diverges only on prompts "
             "longer than a layer's window, and never on a model without one",

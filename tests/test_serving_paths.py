@@ -1,0 +1,89 @@
+"""`labkit.paths` and `labkit paths`: each serving path against the one-shot pass. A clean model keeps
+every path in its band (the reference's exact, the GPU's f32); a fault that only a path exposes is
+localized at its stage on that path while the one-shot pass shows nothing; the batch-invariance
+table judges a kernel only where its inputs were bitwise equal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import labkit
+from labkit.errors import InvalidArgumentError
+from labkit.serving_paths import parse_path
+
+IDS = [(7 * i + 3) % 200 + 1 for i in range(19)]  # past the tiny gemma3's window of 4 many times
+
+
+@pytest.fixture(scope="module")
+def gemma(tiny_model):
+    return labkit.open(tiny_model("gemma3", "Q8_0"))
+
+
+def test_a_clean_model_keeps_every_path_in_its_band(gemma):
+    report = labkit.paths(gemma, IDS, ["ubatch=7", "prefix=5", "verify=4", "ubatch=1"])
+    assert [(c.path, c.engine) for c in report.checks][:2] == [("ubatch=7", "gpu"), ("ubatch=7", "reference")]
+    assert all(c.in_band for c in report.checks), report.table()
+    ref = [c for c in report.checks if c.engine == "reference"]
+    assert all(c.worst_nmse < 1e-20 for c in ref)  # float64 arithmetic reordered, nothing more
+    text = report.table()
+    assert "inside the exact (1e-12)" in text and "inside the f32 band" in text and "invariant: embed" in text
+    json.dumps(report.to_dict())
+    # a kernel is judged where its inputs were the one-shot pass's bits: the first layer's matmuls were
+    gpu = next(c for c in report.checks if c.engine == "gpu" and c.path == "ubatch=7")
+    q = next(s for s in gpu.stages if s.stage == "blk.0.q")
+    assert q.inputs_bitwise and q.bitwise
+
+
+@pytest.mark.parametrize("fault", ["chunk_mask_from_zero", "window_from_chunk_start"])
+def test_a_chunk_fault_is_localized_on_its_path_and_invisible_one_shot(gemma, fault):
+    gemma.use("attn_scores", fault)
+    try:
+        one_shot = labkit.compare(gemma.run(IDS), gemma.reference(IDS))
+        step = labkit.compare(gemma.decode_step(IDS), gemma.decode_step(IDS, "reference"))
+        report = labkit.paths(gemma, IDS, ["ubatch=7", "prefix=5"], engines=("gpu",))
+    finally:
+        gemma.use("attn_scores", "default")
+    assert one_shot.first_divergence is None and step.first_divergence is None  # the usual checks see nothing
+    for check in report.checks:
+        assert check.first_divergence == "blk.0.attn_scores", (fault, check.path, check.first_divergence)
+
+
+@pytest.mark.parametrize("spec", ["batch=4", "ubatch=0", "prefix", "verify=x", ""])
+def test_an_unknown_path_is_refused(spec):
+    with pytest.raises(InvalidArgumentError, match="unknown path"):
+        parse_path(spec)
+
+
+def test_a_path_longer_than_the_prompt_is_refused_before_any_work(gemma):
+    with pytest.raises(InvalidArgumentError, match="needs more than"):
+        labkit.paths(gemma, IDS[:4], ["prefix=4"])
+    with pytest.raises(InvalidArgumentError, match="engines"):
+        labkit.paths(gemma, IDS, ["ubatch=2"], engines=("llamacpp",))
+
+
+def test_the_cli_prints_the_table_and_exits_1_when_a_path_departs(tiny_model):
+    path = str(tiny_model("gemma3", "Q8_0"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "labkit.cli",
+        "paths",
+        path,
+        "--tokens",
+        ",".join(map(str, IDS)),
+        "--paths",
+        "ubatch=7",
+    ]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0 and "ubatch=7" in ok.stdout and "batch invariance" in ok.stdout, ok.stderr
+    bad = subprocess.run([*cmd, "--variant", "attn_scores=chunk_mask_from_zero", "--json"], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 1, bad.stderr
+    checks = json.loads(bad.stdout)["checks"]
+    assert {c["first_divergence"] for c in checks if c["engine"] == "gpu"} == {"blk.0.attn_scores"}
+    wrong = subprocess.run([*cmd[:-1], "batch=2"], capture_output=True, text=True, timeout=300)
+    assert wrong.returncode == 1 and wrong.stderr.startswith("labkit: error: unknown path")
