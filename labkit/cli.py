@@ -170,6 +170,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     def text() -> str:
         out = cmp.table(only_failed=args.failed)
+        if cmp.logits is not None:
+            out += "\n" + cmp.logits.text()
         if args.dumps and a.unmapped:
             out += f"\nunmapped dumps ({len(a.unmapped)}): " + ", ".join(list(a.unmapped)[:8])
         return out

@@ -28,6 +28,7 @@ from labkit.captures import (  # stage_kind re-exported
     stage_kind,
 )
 from labkit.errors import NoCommonStagesError
+from labkit.logits_agreement import LogitsAgreement, logits_agreement
 from labkit.precision import DEFAULT_THRESHOLD, REFERENCE_THRESHOLDS, looser, thresholds_for
 
 __all__ = ["REFERENCE_THRESHOLDS", "Comparison", "StageComparison", "compare", "compare_arrays", "stage_kind"]
@@ -58,6 +59,7 @@ class Comparison:
     model: str = ""  # the compared runs' model (a's), for titles
     a_variants: dict[str, str] = field(default_factory=dict)  # the kernel variants each run used
     b_variants: dict[str, str] = field(default_factory=dict)
+    logits: LogitsAgreement | None = None  # KL and top-1 agreement per position, where both hold finite logits
 
     @property
     def passed(self) -> bool:
@@ -126,6 +128,10 @@ class Comparison:
             "thresholds": self.thresholds_used,
             "missing": self.missing,
             "stages": [asdict(r) for r in self.rows],
+            "logits": asdict(self.logits)
+            | {"mean_kl": self.logits.mean_kl, "top1_agreement": self.logits.top1_agreement}
+            if self.logits
+            else None,
         }
 
 
@@ -395,6 +401,7 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
     if not common:
         raise _no_common_error(a, b)
     rows, missing = [], []
+    agreement = None
     for name in names:
         if name not in common:
             missing.append(name)
@@ -411,7 +418,9 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
             continue
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
-    return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants))
+        if name == "logits":
+            agreement = logits_agreement(x, y, rows[-1].positions)
+    return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants), agreement)
 
 
 def _set(ids: list[int]) -> str:

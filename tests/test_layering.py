@@ -25,7 +25,7 @@ LAYERS = [
     ["labkit.gpu"],  # the WebGPU engine
     ["labkit.memory_fit", "labkit.oracle"],
     ["labkit.runfile", "labkit.top_token"],  # a saved run's format; the top tokens of one row of logits
-    ["labkit.lens"],  # the logit lens, over a run's captures
+    ["labkit.lens", "labkit.logits_agreement"],  # the logit lens, over a run's captures
     ["labkit.captures", "labkit.chunks", "labkit.sequence"],  # Run, Stats; a pass in micro-batches, a kept state
     ["labkit.lab", "labkit.compare"],
     [
