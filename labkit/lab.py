@@ -274,16 +274,27 @@ class Lab:
         )
 
     # ----- llama.cpp as an oracle (extra "oracle")
-    def oracle(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None) -> Run:
+    def oracle(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
+               ubatch: int | None = None, prefix: int = 0) -> Run:  # fmt: skip
         """llama.cpp's own intermediate tensors for the prompt, under labkit's stage names; `names`
-        (globs allowed) and `layers` keep fewer, as `run` does, so an 8B prompt's tensors fit."""
-        from labkit.oracle.llamacpp import run_llamacpp
+        (globs allowed) and `layers` keep fewer, as `run` does, so an 8B prompt's tensors fit. The
+        serving paths as llama.cpp computes them: `ubatch=N` splits the pass into micro-batches of N
+        tokens (its n_ubatch), `prefix=P` runs the first P tokens first and captures the rest, which
+        continue its cache (`run.n_past` = P)."""
+        from labkit.oracle.llamacpp_run import run_llamacpp
 
         ids = self.prompt_ids(prompt)
+        if ubatch is not None:
+            chunk_spans(len(ids), ubatch)
+        if not isinstance(prefix, int) or not 0 <= prefix < len(ids):
+            raise InvalidArgumentError(f"prefix={prefix!r}: give 0 to {len(ids) - 1} of the prompt's {len(ids)} tokens")
         keep = select_names(self.graph, names, layers)
         t0 = time.perf_counter()
-        captures = run_llamacpp(self.path, self.config, self.graph, ids, None if keep is None else set(keep))
-        return self._make_run("llamacpp", ids, captures, {"total_s": time.perf_counter() - t0})
+        captures = run_llamacpp(self.path, self.config, self.graph, ids, None if keep is None else set(keep), prefix,
+                                ubatch)  # fmt: skip
+        path = path_name(prefix, ubatch, len(ids) - prefix)
+        return self._make_run("llamacpp", ids[prefix:], captures, {"total_s": time.perf_counter() - t0},
+                              n_past=prefix, path=path)  # fmt: skip
 
     def oracle_thresholds(self) -> dict[str, float]:
         """Per-stage-kind NMSE bounds for comparisons against llama.cpp (looser: 8-bit activations).
@@ -523,7 +534,7 @@ class Lab:
             ex.run_pass(PassRequest(ids[:-1], names=(), last_logits_only=True), state)
             caps = ex.run_pass(PassRequest(ids[-1:]), state).captures
         elif engine == "llamacpp":  # llama.cpp's own decode step, on the caches its prompt pass left
-            from labkit.oracle.llamacpp import run_llamacpp
+            from labkit.oracle.llamacpp_run import run_llamacpp
 
             caps = run_llamacpp(self.path, self.config, self.graph, ids, past=len(ids) - 1)
         else:

@@ -1,7 +1,8 @@
 """One prompt through the paths engines serve it by, each against the one-shot pass, stage by stage.
 
-`paths(lab, prompt, ["ubatch=7", "prefix=5", "verify=4"])` runs each path on each engine and asks two
-questions per stage. Against the same engine's one-shot pass: is it bitwise equal (batch
+`paths(lab, prompt, ["ubatch=7", "prefix=5", "verify=4"])` runs each path on each engine (the GPU,
+the float64 reference, and llama.cpp computing the same path where asked) and asks two questions per
+stage. Against the same engine's one-shot pass: is it bitwise equal (batch
 invariance: vLLM's batch-invariant mode tests exactly this), and if not, by how much? And is the path
 inside the band it explains: a reference path must equal the one-shot reference to 1e-12 (it is the
 same arithmetic in float64), a GPU path must pass `compare` against the one-shot reference (the f32
@@ -22,6 +23,7 @@ from labkit.errors import InvalidArgumentError
 from labkit.model.stage_kinds import layout_of
 
 PATH_FORMS = ("ubatch=N", "prefix=N", "verify=N")
+ENGINES = ("gpu", "reference", "llamacpp")  # llamacpp: its own micro-batches and kept prefix (the oracle extra)
 EXACT = 1e-12  # a reference path's largest relative difference from the one-shot reference
 
 
@@ -47,6 +49,8 @@ class PathCheck:
     worst_stage: str | None
     worst_nmse: float
     stages: list[StageDifference] = field(default_factory=list)
+    # a GPU path against llama.cpp computing the same path: its first divergence ("" where llama.cpp did not run)
+    against_llamacpp: str | None = ""
 
     @property
     def in_band(self) -> bool:
@@ -66,8 +70,11 @@ class PathsReport:
         lines.append(f"{'path':12} {'engine':9} {'bitwise to':26} {'worst NMSE':>10}  verdict")
         for c in self.checks:
             same = "every stage" if c.first_difference is None else f"until {c.first_difference}"
-            band = "exact (1e-12)" if c.engine == "reference" else "f32 band"
+            band = {"reference": "exact (1e-12)", "gpu": "f32 band", "llamacpp": "int8 band"}[c.engine]
             verdict = f"inside the {band}" if c.in_band else f"departs at {c.first_divergence}"
+            if c.against_llamacpp != "":
+                verdict += "; as llama.cpp's same path" if c.against_llamacpp is None else (
+                    f"; departs from llama.cpp's same path at {c.against_llamacpp}")  # fmt: skip
             lines.append(f"{c.path:12} {c.engine:9} {same:26} {c.worst_nmse:10.2e}  {verdict}")
         lines.append(self.invariance())
         return "\n".join(lines)
@@ -114,22 +121,34 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     for spec, kind, n in parsed:
         if kind != "ubatch" and n >= len(ids):
             raise InvalidArgumentError(f"{spec}: the prompt has {len(ids)} tokens; the path needs more than {n}")
-    unknown = [e for e in engines if e not in ("gpu", "reference")]
+    unknown = [e for e in engines if e not in ENGINES]
     if unknown:
-        raise InvalidArgumentError(f"engines {unknown}: give gpu and/or reference")
+        raise InvalidArgumentError(f"engines {unknown}: give some of {', '.join(ENGINES)}")
     ref = lab.reference(ids)
-    one_shot = {"reference": ref, "gpu": lab.run(ids) if "gpu" in engines else None}
+    one_shot = {"reference": ref} | {e: _path_run(lab, ids, "one-shot", 0, e) for e in engines if e != "reference"}
     checks = []
     for spec, kind, n in parsed:
-        for engine in engines:
-            run = _path_run(lab, ids, kind, n, engine)
+        runs = {engine: _path_run(lab, ids, kind, n, engine) for engine in engines}
+        for engine, run in runs.items():
             start = len(ids) - len(run.tokens)
-            checks.append(_check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph))
+            check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph)
+            if engine == "gpu" and "llamacpp" in runs:
+                check.against_llamacpp = compare(run, runs["llamacpp"]).first_divergence
+            checks.append(check)
     return PathsReport(lab.name, ids, checks)
 
 
 def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
+    """The prompt through one path on one engine (llama.cpp's own ubatches and kept prefix for "llamacpp")."""
+    if engine == "llamacpp":
+        prefix = {"one-shot": 0, "ubatch": 0, "prefix": n, "verify": len(ids) - n}[kind]
+        run = lab.oracle(ids, ubatch=n if kind == "ubatch" else None, prefix=prefix)
+        if kind == "verify":
+            run.path = f"verify={n}"
+        return run
     go = lab.run if engine == "gpu" else lab.reference
+    if kind == "one-shot":
+        return go(ids)
     if kind == "ubatch":
         return go(ids, ubatch=n)
     if kind == "prefix":

@@ -62,7 +62,7 @@ def test_a_path_longer_than_the_prompt_is_refused_before_any_work(gemma):
     with pytest.raises(InvalidArgumentError, match="needs more than"):
         labkit.paths(gemma, IDS[:4], ["prefix=4"])
     with pytest.raises(InvalidArgumentError, match="engines"):
-        labkit.paths(gemma, IDS, ["ubatch=2"], engines=("llamacpp",))
+        labkit.paths(gemma, IDS, ["ubatch=2"], engines=("vllm",))
 
 
 def test_the_cli_prints_the_table_and_exits_1_when_a_path_departs(tiny_model):
@@ -87,3 +87,27 @@ def test_the_cli_prints_the_table_and_exits_1_when_a_path_departs(tiny_model):
     assert {c["first_divergence"] for c in checks if c["engine"] == "gpu"} == {"blk.0.attn_scores"}
     wrong = subprocess.run([*cmd[:-1], "batch=2"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode == 1 and wrong.stderr.startswith("labkit: error: unknown path")
+
+
+@pytest.mark.oracle
+def test_every_path_agrees_with_llama_cpp_computing_the_same_path():
+    """llama.cpp's own micro-batches and kept prefix (its n_ubatch, its cache) beside labkit's: each
+    GPU path passes against llama.cpp's same path, llama.cpp's path passes against the reference,
+    and a chunk fault departs from llama.cpp's same path where it departs from the reference."""
+    moe = labkit.open("tiny-qwen3moe")  # a file llama.cpp loads: a mixture of experts, and attention
+    report = labkit.paths(moe, IDS, ["ubatch=7", "prefix=5", "verify=4"], engines=("gpu", "llamacpp"))
+    assert all(c.in_band for c in report.checks), report.table()
+    gpu = [c for c in report.checks if c.engine == "gpu"]
+    assert len(gpu) == 3 and all(c.against_llamacpp is None for c in gpu), report.table()
+    assert "as llama.cpp's same path" in report.table()
+    oracle = moe.oracle(IDS, ubatch=7, prefix=5)
+    assert oracle.n_past == 5 and oracle.path == "prefix=5,ubatch=7" and oracle["logits"].shape[0] == len(IDS) - 5
+    for bad_args in (dict(prefix=len(IDS)), dict(prefix=-1), dict(ubatch=0)):
+        with pytest.raises(InvalidArgumentError):
+            moe.oracle(IDS, **bad_args)
+    moe.use("attn_scores", "chunk_mask_from_zero")
+    try:
+        bad = labkit.paths(moe, IDS, ["ubatch=7"], engines=("gpu", "llamacpp"))
+    finally:
+        moe.use("attn_scores", "default")
+    assert next(c for c in bad.checks if c.engine == "gpu").against_llamacpp == "blk.0.attn_scores"

@@ -131,7 +131,7 @@ def op_ids(names: set[str]) -> dict[str, int]:
     try:
         import llama_cpp
 
-        from labkit.oracle.llamacpp import _Ggml
+        from labkit.oracle.llamacpp_run import _Ggml
 
         lib = _Ggml(llama_cpp).lib
     except Exception:

@@ -4,6 +4,7 @@ Importing this package does not import llama_cpp; `run_llamacpp` does, on first 
 raises OracleUnavailableError when it is not installed.
 """
 
-from labkit.oracle.llamacpp import MAPPINGS, NO_COUNTERPART, ORACLE_THRESHOLDS, coverage, run_llamacpp
+from labkit.oracle.llamacpp import MAPPINGS, NO_COUNTERPART, ORACLE_THRESHOLDS, coverage
+from labkit.oracle.llamacpp_run import run_llamacpp
 
 __all__ = ["MAPPINGS", "NO_COUNTERPART", "ORACLE_THRESHOLDS", "coverage", "run_llamacpp"]

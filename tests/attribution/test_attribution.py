@@ -237,7 +237,7 @@ def test_a_small_weight_fault_in_llamacpp_is_named_without_thresholds(smollm, tm
     """blk.15.ffn_up's scales × 1.02 in a copy llama.cpp runs: the stage's own NMSE is about 1e-3,
     under llama.cpp's total-error threshold there, so compare passes and attribute names it."""
     from labkit.model.corrupt import scale_block_scales
-    from labkit.oracle.llamacpp import run_llamacpp
+    from labkit.oracle.llamacpp_run import run_llamacpp
 
     bad = scale_block_scales(smollm.path, tmp_path / "bad.gguf", "blk.15.ffn_up.weight", 1.02)
     ids = smollm.prompt_ids(PROMPTS[1])
