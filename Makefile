@@ -9,7 +9,7 @@ ORACLE_STAMP := $(VENV)/.labkit-oracle
 HF_STAMP := $(VENV)/.labkit-hf
 PYTEST_ARGS ?=
 
-.PHONY: lab test setup bytecode vulkan chromium oracle hf lint format bench golden clean
+.PHONY: lab test setup bytecode vulkan chromium oracle peer-vulkan hf lint format bench golden clean
 
 setup: $(STAMP) vulkan
 
@@ -35,6 +35,12 @@ chromium:
 	@bash scripts/ensure_system.sh chromium
 
 oracle: $(ORACLE_STAMP)
+
+# llama.cpp's own Vulkan backend, the bench peer on the adapter labkit uses (labkit bench --engines
+# ...,llamacpp-vulkan): the prebuilt cyllama-vulkan wheel (llama.cpp's ggml 0.12.0, b64739e), 30 MB.
+# Not in make test's path: nothing is tested against it, it is measured.
+peer-vulkan: $(STAMP)
+	$(BIN)/pip install -q cyllama-vulkan==0.2.18
 
 $(ORACLE_STAMP): $(STAMP) scripts/ensure_oracle.sh
 	@bash scripts/ensure_oracle.sh $(BIN)/pip

@@ -282,9 +282,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from labkit.bench import run_bench
 
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    bad = [e for e in engines if e not in ("gpu", "reference", "llamacpp")]
+    bad = [e for e in engines if e not in ("gpu", "reference", "llamacpp", "llamacpp-vulkan")]
     if bad:
-        raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp")
+        raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp, llamacpp-vulkan")
     res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines,
                     memory=args.memory, variants=parse_variants(args.variant))  # fmt: skip
     emit(args, res.to_dict(), res.table)
@@ -484,7 +484,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--lengths", type=lengths_arg, default=(8, 128), help="prompt lengths in tokens (default 8,128)")
     s.add_argument("--repeats", type=count_arg, default=3, help="runs per figure after a warm-up (median)")
     s.add_argument("--decode-tokens", type=count_arg, default=32)
-    s.add_argument("--engines", default="gpu,reference,llamacpp", help="which engines to measure")
+    s.add_argument(
+        "--engines",
+        default="gpu,reference,llamacpp",
+        help="gpu, reference, llamacpp, llamacpp-vulkan (llama.cpp's Vulkan backend: make peer-vulkan)",
+    )
     s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--variant", action="append", metavar="OP=NAME", help="the GPU engine's kernels: " + VARIANT_HELP)
     s.add_argument("--json", action="store_true")

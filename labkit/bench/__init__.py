@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from labkit import progress as bars
-from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_reference, op_family_times
+from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_llamacpp_vulkan, bench_reference, op_family_times
 from labkit.bench.measure import GOLDEN_DIR, TEXT, cpu_model, n_steps, peak_rss_mb, progress, prompt_of
 from labkit.bench.report import BenchReport, EngineFigures, LengthFigures, OpFamilyTime
 from labkit.gpu.device import get_device
@@ -58,6 +58,10 @@ def run_bench(
                 lc = bench_llamacpp(lab, lengths, repeats, decode_tokens, say)
                 if lc is not None:
                     out["llamacpp"] = lc
+            if "llamacpp-vulkan" in engines:
+                vk = bench_llamacpp_vulkan(lab, lengths, repeats, decode_tokens, say)
+                if vk is not None:
+                    out["llamacpp-vulkan"] = vk
     finally:
         say.close()
     file_mb = lab.path.stat().st_size / 2**20

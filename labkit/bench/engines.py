@@ -207,3 +207,18 @@ def bench_llamacpp(
         rates.append((decode_tokens - 1) / (time.perf_counter() - t0))
     llm.close()
     return EngineFigures("llamacpp", load, figures, float(np.median(rates)), None, None)
+
+
+def bench_llamacpp_vulkan(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> EngineFigures | None:
+    """llama.cpp's Vulkan backend on the adapter labkit uses, every layer offloaded, in its own process
+    (labkit.bench.vulkan_peer); None, said, when it is not installed (make peer-vulkan) or fails."""
+    from labkit.bench.vulkan_peer import run_peer
+
+    say("llama.cpp's Vulkan backend (its own process)")
+    got = run_peer(lab.path, list(lengths), repeats, decode_tokens)
+    if "error" in got:
+        say(got["error"])
+        return None
+    figures = [LengthFigures(n, last_only_s=got["prefill_s"][str(n)]) for n in lengths]
+    detail = f"{got['device']}, {got['llamacpp']}, from {got['wheel']}"
+    return EngineFigures("llamacpp-vulkan", got["load_s"], figures, got["decode_tok_s"], detail=detail)

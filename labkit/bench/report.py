@@ -28,6 +28,7 @@ class EngineFigures:
     host_ms_per_step: float | None = None  # GPU decode: a warm step's host time, start to submit (median)
     dispatches_per_step: float | None = None  # GPU decode: dispatches a warm step records (median)
     recorded_ahead: float | None = None  # GPU decode: share of warm steps recorded while the step before ran
+    detail: str = ""  # what the engine ran on, where it says (llama.cpp's Vulkan peer: device, revision)
 
 
 @dataclass
@@ -69,6 +70,24 @@ class BenchReport:
         for f in gpu.lengths if gpu else []:
             if f.all_stages_s and f.logits_all_s:
                 out[f"gpu all stages / logits only T={f.length}"] = f.all_stages_s / f.logits_all_s
+        return out | self.peer_ratios()
+
+    def peer_ratios(self) -> dict[str, float]:
+        """The GPU engine against llama.cpp's backends: decode rate ratios (> 1: labkit is faster) and
+        prefill time ratios at the figure both measured (< 1: labkit is faster)."""
+        out: dict[str, float] = {}
+        gpu = self.engines.get("gpu")
+        for peer in ("llamacpp", "llamacpp-vulkan"):
+            eng = self.engines.get(peer)
+            if gpu is None or eng is None:
+                continue
+            if gpu.decode_tok_s and eng.decode_tok_s:
+                out[f"gpu/{peer} decode rate"] = gpu.decode_tok_s / eng.decode_tok_s
+            for mine, theirs in zip(gpu.lengths, eng.lengths):
+                for kind in ("logits_all_s", "last_only_s"):
+                    a, b = getattr(mine, kind), getattr(theirs, kind)
+                    if a and b:
+                        out[f"gpu/{peer} prefill T={mine.length} ({kind[:-2].replace('_', ' ')})"] = a / b
         return out
 
     def to_dict(self) -> dict:

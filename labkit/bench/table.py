@@ -28,6 +28,9 @@ def render(report) -> str:
         dec = f"{eng.decode_tok_s:13.2f}" if eng.decode_tok_s else f"{'n/a':>13}"
         lines.append(f"{name:10} {eng.load_s:8.2f} {dec} {_s(eng.rerun_after_switch_s)} {rss}")
     for name, eng in r.engines.items():
+        if eng.detail:
+            lines.append(f"{name}: {eng.detail}")
+    for name, eng in r.engines.items():
         if eng.host_ms_per_step is not None:
             how = "recorded while the step before ran" if eng.recorded_ahead else "recorded at its start"
             lines.append(f"{name} decode: {eng.host_ms_per_step:.2f} ms of host time per warm step (start to "
