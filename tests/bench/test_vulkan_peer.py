@@ -19,8 +19,8 @@ def test_a_missing_peer_is_said_not_raised(monkeypatch, tmp_path):
 def test_the_peer_figures_become_ratios_against_the_gpu_engine():
     gpu = EngineFigures("gpu", 1.0, [LengthFigures(8, logits_all_s=0.2, last_only_s=0.1)], decode_tok_s=10.0)
     cpu = EngineFigures("llamacpp", 0.5, [LengthFigures(8, logits_all_s=0.05)], decode_tok_s=40.0)
-    vk = EngineFigures("llamacpp-vulkan", 0.3, [LengthFigures(8, last_only_s=0.4)], decode_tok_s=2.0,
-                       detail="llvmpipe (LLVM 15.0.6, 256 bits), ggml 0.12.0 (b64739e), from cyllama-vulkan 0.2.18")  # fmt: skip
+    detail = "llvmpipe (LLVM 15.0.6, 256 bits), ggml 0.12.0 (b64739e), from cyllama-vulkan 0.2.18"
+    vk = EngineFigures("llamacpp-vulkan", 0.3, [LengthFigures(8, last_only_s=0.4)], decode_tok_s=2.0, detail=detail)
     report = BenchReport("m", "llvmpipe", 2, {"gpu": gpu, "llamacpp": cpu, "llamacpp-vulkan": vk})
     r = report.ratios()
     assert r["gpu/llamacpp decode rate"] == 0.25 and r["gpu/llamacpp-vulkan decode rate"] == 5.0
