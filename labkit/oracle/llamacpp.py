@@ -1,4 +1,5 @@
-"""llama.cpp as a stage-level oracle: its own intermediate tensors under labkit's stage names.
+"""llama.cpp as a stage-level oracle: which of its graph nodes is which labkit stage (this module),
+and its own intermediate tensors copied out under labkit's stage names (labkit.oracle.llamacpp_run).
 
 The same GGUF file and the same token ids go through llama.cpp (llama-cpp-python's
 low-level API, extra `oracle`). An eval callback (`cb_eval`) sees every node of
