@@ -36,8 +36,8 @@ def merge_chunks(parts: list[dict[str, np.ndarray]], n_keys: int) -> dict[str, n
     """The captures of consecutive passes as one pass's; attention maps widened to `n_keys` keys (the
     positions cached before the first pass and every pass's)."""
     out: dict[str, np.ndarray] = {}
-    for name in parts[0]:
-        arrays = [p[name] for p in parts if name in p]
+    for name in [n for n in parts[0] if all(n in p for p in parts)]:  # a stage every pass captured
+        arrays = [p[name] for p in parts]
         layout = layout_of(stage_kind(name))
         if layout == "state":
             out[name] = arrays[-1]

@@ -419,7 +419,7 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
         rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
         if name == "logits":
-            agreement = logits_agreement(x, y, rows[-1].positions)
+            agreement = logits_agreement(x, y, rows[-1].positions, (a.engine, b.engine))
     return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants), agreement)
 
 

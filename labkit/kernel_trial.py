@@ -13,6 +13,7 @@ from typing import Any
 
 from labkit.attribution import attribute
 from labkit.compare import compare
+from labkit.errors import InvalidArgumentError
 from labkit.gpu.shader import register_variant
 from labkit.ops.registry import check_key
 
@@ -81,11 +82,15 @@ def time_kernels(lab: Any, prompt: Any, family: str, variants: list[str], kinds:
         for v in variants:
             with _using(lab, family, v):
                 stage_ms = lab.run(prompt, names=[]).timings.get("stage_ms", {})
-            times.ms[v].append(sum(ms for stage, ms in stage_ms.items() if stage.rsplit(".", 1)[-1] in kinds))
+            timed = [ms for stage, ms in stage_ms.items() if stage.rsplit(".", 1)[-1] in kinds]
+            if not timed:
+                why = "check the kinds" if stage_ms else "this adapter has no timestamp queries"
+                raise InvalidArgumentError(f"no stage of {', '.join(kinds)} was timed ({why})")
+            times.ms[v].append(sum(timed))
     return times
 
 
-class _using:
+class _using:  # noqa: N801 (a context manager read as a phrase: `with _using(lab, ...)`)
     """`with _using(lab, family, variant):` the variant in every layer, the selection restored after."""
 
     def __init__(self, lab: Any, family: str, variant: str) -> None:

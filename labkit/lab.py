@@ -31,7 +31,7 @@ from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.model.stage_kinds import role_of
 from labkit.sampling import GREEDY, Sampler
 from labkit.selection import Capture, Positions, select_heads, select_names, select_positions
-from labkit.sequence import SequenceState, path_name, reference_pass
+from labkit.sequence import SequenceState, continuing, path_name, reference_pass
 
 Prompt = str | list[int]
 
@@ -140,6 +140,8 @@ class Lab:
         ids = self.prompt_ids(prompt)
         if ubatch is not None:
             chunk_spans(len(ids), ubatch)  # a micro-batch of 0 is refused before any work
+        if route_as is not None and (state is not None or (ubatch or len(ids)) < len(ids)):
+            raise InvalidArgumentError("route_as= routes a one-shot pass: not with ubatch= or state=")
         n_past = self._check_state(state, "reference", len(ids))
         names = select_names(self.graph, names, layers)
         names = self.fit.capture("reference", n_past + len(ids), names)
@@ -148,11 +150,10 @@ class Lab:
         eng.forced_ids = _routing_of(route_as, self.graph)
         cache = state.held if state is not None else KVCache()
         try:
-            caps = reference_pass(eng, ids, cache, names, ubatch)
+            with continuing(state, ids):
+                caps = reference_pass(eng, ids, cache, names, ubatch)
         finally:
             eng.forced_ids = None
-        if state is not None:
-            state.tokens.extend(ids)
         timings = {"total_s": time.perf_counter() - t0}
         return self._make_run("reference", ids, caps, timings, n_past=n_past, path=path_name(n_past, ubatch, len(ids)))
 
@@ -190,9 +191,12 @@ class Lab:
     def verify(self, draft: Prompt, state: SequenceState, names: list[str] | None = None) -> Run:
         """A speculative verifier's pass: the k draft tokens in one pass on a copy of `state` (left as it
         was), each row what a decode step of that token would give after the ones before it."""
+        if state is None:
+            raise InvalidArgumentError("verify needs the state the draft continues (lab.prefill)")
+        self._check_state(state, getattr(state, "engine", "gpu"), len(self.prompt_ids(draft)))
         base = state.fork()
-        engine = state.engine if isinstance(state, SequenceState) else "gpu"
-        run = self.run(draft, names=names, state=base) if engine == "gpu" else self.reference(draft, names, state=base)
+        go = self.run if state.engine == "gpu" else self.reference
+        run = go(draft, names=names, state=base)
         run.path = path_name(state.n_past, None, len(run.tokens), verify=True)
         return run
 
@@ -286,7 +290,7 @@ class Lab:
         ids = self.prompt_ids(prompt)
         if ubatch is not None:
             chunk_spans(len(ids), ubatch)
-        if not isinstance(prefix, int) or not 0 <= prefix < len(ids):
+        if not isinstance(prefix, int) or isinstance(prefix, bool) or not 0 <= prefix < len(ids):
             raise InvalidArgumentError(f"prefix={prefix!r}: give 0 to {len(ids) - 1} of the prompt's {len(ids)} tokens")
         keep = select_names(self.graph, names, layers)
         t0 = time.perf_counter()
@@ -425,7 +429,7 @@ class Lab:
         if ubatch is not None:
             chunk_spans(len(ids), ubatch)  # a micro-batch of 0 is refused before any work
         if state is not None or (ubatch is not None and ubatch < len(ids)):
-            return self._run_path(ids, cap, ubatch, state, debug, timestamps)
+            return self._run_path(ids, cap, ubatch, state, debug, timestamps, patch, stepped)
         names = select_names(self.graph, cap.names, cap.layers)
         names = self.fit.capture("gpu", len(ids), names, cap.logits == "last" or cap.positions == "last")
         self.executor.upload_all()  # the first pass: weights to the GPU, with a bar for a large model
@@ -466,13 +470,15 @@ class Lab:
         )
 
     def _run_path(self, ids: list[int], cap: Capture, ubatch: int | None, state: SequenceState | None,
-                  debug: bool | None, timestamps: bool) -> Run:  # fmt: skip
+                  debug: bool | None, timestamps: bool, patch: dict | None, stepped: bool) -> Run:  # fmt: skip
         """`run` in micro-batches and/or continuing a kept state: each pass a fresh plan on the
         sequence's own cache (the kept pass of a re-run is not this sequence's)."""
         from labkit.gpu.pass_request import PassRequest
 
         if cap.positions is not None or cap.heads is not None or cap.logits == "last":
             raise InvalidArgumentError("ubatch= and state= capture every position and head: use names= or layers=")
+        if patch or stepped:
+            raise InvalidArgumentError("patch= and stepped= run one pass: not with ubatch= or state=")
         n_past = self._check_state(state, "gpu", len(ids))
         names = select_names(self.graph, cap.names, cap.layers)
         names = self.fit.capture("gpu", n_past + len(ids), names)
@@ -488,9 +494,8 @@ class Lab:
             results.append(ex.run_pass(request, held))
             return results[-1].captures
 
-        caps = run_chunked(ids, ubatch or len(ids), one_pass, n_past)
-        if state is not None:
-            state.tokens.extend(ids)
+        with continuing(state, ids):
+            caps = run_chunked(ids, ubatch or len(ids), one_pass, n_past)
         timings, unwritten = merged_timings(results), merged_counts([r.unwritten for r in results])
         return self._make_run("gpu", ids, caps, timings, unwritten=unwritten, variants=dict(self.selected),
                               n_past=n_past, path=path_name(n_past, ubatch, len(ids)))  # fmt: skip

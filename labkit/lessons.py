@@ -223,13 +223,14 @@ def check_kernel(exercise: str, wgsl: Any, lab: Any, prompt: Any, family: str, r
 
 def kernel_bench(lab: Any, prompt: Any, family: str, variants: list[str], kinds: tuple[str, ...],
                  repeats: int = 3) -> KernelTimes:  # fmt: skip
-    """Time the variants registered so far against the first (a student's kernel whose exercise is not
-    done yet is left out, and said so); print each one's GPU time as a multiple of the first's. The
-    times, for `figures.kernel_times`."""
+    """Time the variants registered so far against the first (a student's kernel whose exercise's check
+    has not run yet is left out, and said so; one its check registered is timed, passing or not); print
+    each one's GPU time as a multiple of the first's. The times, for `figures.kernel_times`."""
     from labkit.kernel_trial import time_kernels
+    from labkit.ops.registry import resolve_family
     from labkit.ops.registry import variants as registered
 
-    known = set(registered()[family]) | {"default"}
+    known = set(registered()[resolve_family(family)]) | {"default"}
     missing = [v for v in variants if v not in known]
     if missing:
         print(f"○ not registered yet: {', '.join(missing)} (their exercises' checks register them)")

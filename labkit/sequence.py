@@ -31,6 +31,7 @@ class SequenceState:
     capacity: int  # positions the cache holds at most (the GPU's buffers; the context for the reference)
     variants: dict[str, str] = field(default_factory=dict)  # the kernel selection its GPU cache was made under
     device: Any = field(default=None, repr=False)
+    broken: str = ""  # why it cannot be continued: a continuation failed midway, its cache part-written
 
     @property
     def n_past(self) -> int:
@@ -38,6 +39,8 @@ class SequenceState:
 
     def fork(self) -> SequenceState:
         """An independent copy: continuing one leaves the other as it was."""
+        if self.broken:
+            raise InvalidArgumentError(f"this state cannot be forked ({self.broken}): prefill again")
         if self.engine == "reference":
             held = copy.deepcopy(self.held)
         else:
@@ -47,8 +50,16 @@ class SequenceState:
         return SequenceState(self.engine, self.model, list(self.tokens), held, self.capacity, dict(self.variants),
                              self.device)  # fmt: skip
 
+    @property
+    def cached(self) -> int:
+        """The positions its cache holds (its tokens', unless a continuation failed midway)."""
+        return self.held.n_past
+
     def check_continues(self, engine: str, model: str, variants: dict[str, str], n_new: int) -> None:
         """Refuse a continuation this state cannot give, before any work."""
+        if self.broken or self.cached != self.n_past:
+            why = self.broken or f"its cache holds {self.cached} positions, its tokens {self.n_past}"
+            raise InvalidArgumentError(f"this state cannot be continued ({why}): prefill again, or continue a fork")
         if self.model != model:
             raise InvalidArgumentError(f"this state is {self.model}'s sequence; the lab is {model}")
         if self.engine != engine:
@@ -81,3 +92,22 @@ def path_name(n_past: int, ubatch: int | None, n_tokens: int, verify: bool = Fal
     if ubatch is not None and ubatch < n_tokens:
         parts.append(f"ubatch={ubatch}")
     return ",".join(parts) or "one-shot"
+
+
+class continuing:
+    """`with continuing(state, ids):` a continuation's passes; after them the state holds the new
+    tokens, or, when a pass raised (a Ctrl-C too), says it is broken: its cache is part-written."""
+
+    def __init__(self, state: SequenceState | None, ids: list[int]) -> None:
+        self.state, self.ids = state, ids
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: Any, _tb: Any) -> None:
+        if self.state is None:
+            return
+        if kind is None:
+            self.state.tokens.extend(self.ids)
+        else:
+            self.state.broken = f"a continuation of {len(self.ids)} tokens failed midway: {kind.__name__}"

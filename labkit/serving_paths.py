@@ -118,6 +118,8 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     """Each path of `paths` on each engine, against the one-shot passes of the same prompt."""
     ids = lab.prompt_ids(prompt)
     parsed = [(spec.strip(), *parse_path(spec)) for spec in paths]
+    if not parsed:
+        raise InvalidArgumentError(f"no path given: give some of {', '.join(PATH_FORMS)}")
     for spec, kind, n in parsed:
         if kind != "ubatch" and n >= len(ids):
             raise InvalidArgumentError(f"{spec}: the prompt has {len(ids)} tokens; the path needs more than {n}")
@@ -131,7 +133,7 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
         runs = {engine: _path_run(lab, ids, kind, n, engine) for engine in engines}
         for engine, run in runs.items():
             start = len(ids) - len(run.tokens)
-            check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph)
+            check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph, start)
             if engine == "gpu" and "llamacpp" in runs:
                 check.against_llamacpp = compare(run, runs["llamacpp"]).first_divergence
             checks.append(check)
@@ -156,9 +158,9 @@ def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
     return lab.verify(ids[-n:], state=lab.prefill(ids[:-n], engine=engine))
 
 
-def _check(spec: str, engine: str, run: Run, same_engine: Run, reference: Run, graph: list) -> PathCheck:
+def _check(spec: str, engine: str, run: Run, same_engine: Run, reference: Run, graph: list, start: int) -> PathCheck:
     stages = [_difference(name, run[name], same_engine[name]) for name in same_engine.captures if name in run.captures]
-    stages = _with_inputs(stages, graph)
+    stages = _with_inputs(stages, graph, prefilled=start > 0)
     first_diff = next((s.stage for s in stages if not s.bitwise), None)
     worst = max(stages, key=lambda s: s.nmse, default=None)
     if engine == "reference":
@@ -175,7 +177,9 @@ def _difference(name: str, a: np.ndarray, b: np.ndarray) -> StageDifference:
     if x.shape != y.shape:
         return StageDifference(name, False, float("inf"), float("inf"))
     finite = np.isfinite(x) & np.isfinite(y)
-    same_mask = np.array_equal(np.isfinite(x), np.isfinite(y)) and np.array_equal(x[~finite], y[~finite])
+    same_mask = np.array_equal(np.isfinite(x), np.isfinite(y)) and np.array_equal(
+        x[~finite], y[~finite], equal_nan=True
+    )
     bitwise = same_mask and np.array_equal(np.asarray(a)[finite], np.asarray(b)[finite])
     diff = np.abs(x[finite] - y[finite])
     den = float(np.sum(y[finite] ** 2))
@@ -183,16 +187,19 @@ def _difference(name: str, a: np.ndarray, b: np.ndarray) -> StageDifference:
     return StageDifference(name, bool(bitwise), float(diff.max(initial=0.0)) if same_mask else float("inf"), nmse)
 
 
-def _with_inputs(stages: list[StageDifference], graph: list) -> list[StageDifference]:
+def _with_inputs(stages: list[StageDifference], graph: list, prefilled: bool) -> list[StageDifference]:
     """Each stage marked with whether every input it read was bitwise equal: its input stages, and for
-    attention the stages that wrote the caches it read (this layer's k_rope and v)."""
+    attention the stages that wrote the caches it read (this layer's k_rope and v). After a prefix
+    (`prefilled`) a stage reading a cache or a recurrent state read what the prefix pass wrote, which
+    nothing compared: it is not judged."""
     same = {s.stage: s.bitwise for s in stages}
     by_name = {st.name: st for st in graph}
     writers = {(st.layer, st.kv_write): st.name for st in graph if st.kv_write}
     out = []
     for s in stages:
         st = by_name.get(s.stage)
-        reads = [*st.inputs, *(writers.get((st.layer, kind), "") for kind in st.kv_read)] if st else [""]
+        unseen = st is None or (prefilled and (st.kv_read or getattr(st, "state", None)))
+        reads = [""] if unseen else [*st.inputs, *(writers.get((st.layer, kind), "") for kind in st.kv_read)]
         out.append(StageDifference(s.stage, s.bitwise, s.max_abs, s.nmse, all(same.get(r, False) for r in reads)))
     return out
 

@@ -21,12 +21,12 @@ LAYERS = [
     ["labkit.sampling"],  # the sampler registry
     ["labkit.ops"],  # one package per op: reference, params, plan, kernels (calls neither engine)
     ["labkit.model"],  # the file, config, graph, tokenizer, the float64 reference
-    ["labkit.precision", "labkit.selection"],
+    ["labkit.precision", "labkit.selection", "labkit.chunks"],  # chunks: a pass in micro-batches, merged
     ["labkit.gpu"],  # the WebGPU engine
     ["labkit.memory_fit", "labkit.oracle"],
     ["labkit.runfile", "labkit.top_token"],  # a saved run's format; the top tokens of one row of logits
     ["labkit.lens", "labkit.logits_agreement"],  # the logit lens, over a run's captures
-    ["labkit.captures", "labkit.chunks", "labkit.sequence"],  # Run, Stats; a pass in micro-batches, a kept state
+    ["labkit.captures", "labkit.sequence"],  # Run, Stats; a kept sequence
     ["labkit.lab", "labkit.compare"],
     [
         "labkit.attribution",

@@ -63,7 +63,11 @@ def test_a_fork_continues_alike_and_leaves_its_source(lab):
     first = lab.run(IDS[PREFIX:], state=state, names=["logits"])
     again = lab.run(IDS[PREFIX:], state=kept, names=["logits"])
     assert np.array_equal(first["logits"], again["logits"])  # the same cache, copied bit for bit
-    assert state.n_past == kept.n_past == len(IDS)
+    assert state.n_past == kept.n_past == len(IDS) and state.cached == kept.cached == len(IDS)
+    # its own buffers: continuing the source advanced the source's recurrent states in place, and the
+    # fork still continued from the prefix's (a shared state would have started from the source's end)
+    assert all(a is not b for a, b in zip(state.held.kv.k, kept.held.kv.k, strict=True) if a is not None)
+    assert all(state.held.kv.states[key] is not kept.held.kv.states[key] for key in state.held.kv.states)
     ref_state = lab.prefill(IDS[:PREFIX], engine="reference")
     ref_kept = ref_state.fork()
     lab.reference(IDS[PREFIX:], state=ref_state, names=["logits"])
@@ -73,7 +77,7 @@ def test_a_fork_continues_alike_and_leaves_its_source(lab):
 def test_a_verifier_pass_equals_its_decode_steps(lab):
     base = lab.prefill(IDS[:15])
     verified = lab.verify(IDS[15:], state=base)
-    assert verified.path == "verify=4" and base.n_past == 15  # the base is left for the next draft
+    assert verified.path == "verify=4" and base.n_past == base.cached == 15  # left for the next draft
     steps = lab.run(IDS[15:], ubatch=1, state=base.fork())
     cmp = labkit.compare(verified, steps)
     assert cmp.first_divergence is None, cmp.headline()
@@ -114,3 +118,37 @@ def test_path_names():
     assert path_name(0, None, 9) == "one-shot" and path_name(0, 16, 9) == "one-shot"
     assert path_name(5, None, 9) == "prefix=5" and path_name(5, 2, 9) == "prefix=5,ubatch=2"
     assert path_name(15, None, 4, verify=True) == "verify=4"
+
+
+def test_a_continuation_that_fails_midway_leaves_a_state_that_says_so(lab, monkeypatch):
+    """A pass that raises after others wrote the cache (a Ctrl-C too): the state is refused after,
+    not continued from a part-written cache."""
+    state = lab.prefill(IDS[:PREFIX])
+    real, calls = lab.executor.run_pass, []
+
+    def second_fails(request, held):
+        calls.append(len(request.ids))
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(request, held)
+
+    monkeypatch.setattr(lab.executor, "run_pass", second_fails)
+    with pytest.raises(KeyboardInterrupt):
+        lab.run(IDS[PREFIX:], state=state, ubatch=4)
+    monkeypatch.undo()
+    assert "failed midway" in state.broken and state.n_past == PREFIX
+    with pytest.raises(InvalidArgumentError, match="cannot be continued"):
+        lab.run(IDS[PREFIX:], state=state)
+    with pytest.raises(InvalidArgumentError, match="cannot be forked"):
+        state.fork()
+
+
+def test_one_pass_options_are_refused_on_a_path(lab):
+    state = lab.prefill(IDS[:PREFIX])
+    with pytest.raises(InvalidArgumentError, match="patch= and stepped="):
+        lab.run(IDS[PREFIX:], state=state, stepped=True)
+    with pytest.raises(InvalidArgumentError, match="route_as="):
+        lab.reference(IDS, ubatch=4, route_as=lab.reference(IDS))
+    with pytest.raises(InvalidArgumentError, match="needs the state"):
+        lab.verify(IDS[:3], state=None)
+    assert state.n_past == state.cached == PREFIX

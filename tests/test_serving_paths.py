@@ -58,6 +58,11 @@ def test_an_unknown_path_is_refused(spec):
         parse_path(spec)
 
 
+def test_no_path_is_refused(gemma):
+    with pytest.raises(InvalidArgumentError, match="no path given"):
+        labkit.paths(gemma, IDS, [])
+
+
 def test_a_path_longer_than_the_prompt_is_refused_before_any_work(gemma):
     with pytest.raises(InvalidArgumentError, match="needs more than"):
         labkit.paths(gemma, IDS[:4], ["prefix=4"])

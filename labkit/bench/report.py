@@ -83,8 +83,10 @@ class BenchReport:
                 continue
             if gpu.decode_tok_s and eng.decode_tok_s:
                 out[f"gpu/{peer} decode rate"] = gpu.decode_tok_s / eng.decode_tok_s
-            for mine, theirs in zip(gpu.lengths, eng.lengths):
-                for kind in ("logits_all_s", "last_only_s"):
+            theirs_at = {f.length: f for f in eng.lengths}
+            for mine in gpu.lengths:
+                theirs = theirs_at.get(mine.length)
+                for kind in ("logits_all_s", "last_only_s") if theirs else ():
                     a, b = getattr(mine, kind), getattr(theirs, kind)
                     if a and b:
                         out[f"gpu/{peer} prefill T={mine.length} ({kind[:-2].replace('_', ' ')})"] = a / b

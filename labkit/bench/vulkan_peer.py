@@ -3,10 +3,11 @@ installs it: the prebuilt `cyllama-vulkan` wheel, llama.cpp with ggml-vulkan ins
 
 The fair peer of a WebGPU engine on a GPU is llama.cpp's Vulkan backend on the same card, through
 the same driver; here that is lavapipe, which ggml-vulkan accepts once GGML_VK_VISIBLE_DEVICES
-names it. The peer runs in its own process (`python -m labkit.bench.vulkan_peer FILE ...`): its
-libllama must not meet llama-cpp-python's in one address space. It offloads every layer, prefills
-each length once to warm its pipelines and then times `repeats` prefills (the last position's
-logits, synchronized), and times greedy decode steps on a fixed token, each synchronized. It prints
+names it (device 0 by default: set it to pick another adapter). The peer runs in its own process
+(`python -m labkit.bench.vulkan_peer FILE ...`): its libllama must not meet llama-cpp-python's in
+one address space. It offloads every layer, prefills each length once to warm its pipelines and then
+times `repeats` prefills (the last position's logits, synchronized), and times decode steps, each
+synchronized, on given token ids (nothing is sampled: a step's cost does not depend on its token). It prints
 one JSON object: the device it ran on, llama.cpp's revision, load seconds, prefill seconds per
 length and decode tok/s.
 """
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=16)
     a = ap.parse_args(argv)
+    if a.decode_tokens < 1 or a.repeats < 1:
+        ap.error("--decode-tokens and --repeats take at least 1")
     lengths = [int(x) for x in a.lengths.split(",") if x.strip()]
     print(json.dumps(measure(a.model, lengths, a.repeats, a.decode_tokens)), flush=True)
     return 0

@@ -181,8 +181,10 @@ def _unread_bindings(src: str) -> list[str]:
     """Bindings a source declares and never names again: WebGPU's automatic layout leaves them out,
     so binding the family's buffers to the kernel would fail at its first dispatch."""
     code = re.sub(r"//[^\n]*|/\*.*?\*/", " ", src, flags=re.DOTALL)
-    names = re.findall(r"@binding\(\s*(\d+)\s*\)\s*var\b[^:]*?(\w+)\s*:", code)
-    return [f"@binding({b}) {n}" for b, n in names if len(re.findall(rf"\b{n}\b", code)) == 1]
+    decl = re.compile(r"((?:@\s*\w+\s*(?:\([^)]*\))?\s*)+)\bvar\b\s*(?:<[^>]*>)?\s*(\w+)")
+    binding = re.compile(r"@\s*binding\s*\(\s*(\d+)\s*\)")
+    found = [(binding.search(m.group(1)), m.group(2)) for m in decl.finditer(code)]
+    return [f"@binding({b.group(1)}) {n}" for b, n in found if b and len(re.findall(rf"\b{n}\b", code)) == 1]
 
 
 def check_interface(family: str, name: str, wgsl: str) -> Kernel:

@@ -320,7 +320,7 @@ def run_llamacpp(
     T = len(ids) - past
     if T <= 0:
         raise OracleError("empty prompt")
-    spans = chunk_spans(T, ubatch or T)
+    spans = chunk_spans(T, T if ubatch is None else ubatch)
     by_key, by_reads, scores_of = _wants(cfg, [st for st in graph if names is None or st.name in names])
     with be.lock:
         col = _Collector(be.ggml, by_key, by_reads)
