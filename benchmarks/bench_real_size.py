@@ -6,6 +6,8 @@ each engine in a process of its own so that its peak RSS is its own:
   (blocks for the K-quants) and in the int8 layout (`gpu_int8`);
 - the float64 reference: prefill and peak RSS, with the default budget and with a set one;
 - llama.cpp (the `oracle` extra): prefill and decode;
+- `llamacpp-vulkan`, asked for with --engines (make peer-vulkan): llama.cpp's own Vulkan backend on the
+  adapter labkit uses, every layer offloaded (prefill of the last position's logits, and decode);
 - `compare` of a GPU pass and a reference pass, 16 tokens, in one process (under 10 GB for 8B).
 
 Figures are medians of `--repeats` after a warm-up; ratios are taken within this run, against
@@ -98,6 +100,13 @@ elif engine == "llamacpp":
     f = bench_llamacpp(lab, tuple(lengths), repeats, decode, lambda msg: None)
     out["prefill_s"] = {x.length: x.logits_all_s for x in f.lengths}
     out["decode_tok_s"] = f.decode_tok_s
+elif engine == "llamacpp-vulkan":  # llama.cpp's Vulkan backend on labkit's adapter (make peer-vulkan)
+    from labkit.bench.vulkan_peer import run_peer
+    got = run_peer(lab.path, lengths, repeats, decode)
+    if "error" in got:
+        raise SystemExit(got["error"])
+    out["prefill_s"] = {int(n): s for n, s in got["prefill_s"].items()}
+    out["decode_tok_s"], out["detail"] = got["decode_tok_s"], f"{got['device']}, {got['llamacpp']}"
 elif engine == "compare":
     ids = prompt_of(lab, lengths[0])
     run = lab.run(ids)
@@ -147,6 +156,7 @@ def bench_shape(
         ("reference", None, L, 0, repeats),
         ("reference", plan["ref_memory"], L[-1:], 0, 1),
         ("llamacpp", None, L, dec, repeats),
+        ("llamacpp-vulkan", None, L, dec, repeats),
     ]
     runs.append(("compare", "10GB" if name == "llama-3.1-8b" else None, [16], 0, 0))
     return [one(e, path, *rest) for e, *rest in runs if e in engines]
