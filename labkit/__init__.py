@@ -6,8 +6,9 @@ from labkit.casebook import cases
 from labkit.compare import Comparison, compare
 from labkit.dumps import load_dumps
 from labkit.errors import LabkitError
+from labkit.generation import Generation
 from labkit.gpu.shader import kernel_source, register_variant
-from labkit.lab import Generation, Lab, load_run, open
+from labkit.lab import Lab, load_run, open
 from labkit.model.registry import MODELS
 from labkit.model.weights_diff import WeightsDiff, diff_weights
 from labkit.sampling import Sampler

@@ -9,17 +9,17 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from labkit import captures, progress
+from labkit import captures, generation
 from labkit.captures import Run
 from labkit.chunks import chunk_spans, merged_counts, merged_timings, run_chunked
 from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
+from labkit.generation import Generation
 from labkit.memory_fit import MemoryFit
 from labkit.model.config import ModelConfig
 from labkit.model.gguf_file import GgufFile
@@ -29,21 +29,11 @@ from labkit.model.model_file import open_model_file
 from labkit.model.reference import KVCache, ReferenceEngine
 from labkit.model.registry import DEFAULT_MODEL, resolve_model
 from labkit.model.stage_kinds import role_of
-from labkit.sampling import GREEDY, Sampler
+from labkit.sampling import Sampler
 from labkit.selection import Capture, Positions, select_heads, select_names, select_positions
 from labkit.sequence import SequenceState, continuing, path_name, reference_pass
 
 Prompt = str | list[int]
-
-
-@dataclass
-class Generation:
-    """Greedy or sampled continuation: new ids and their text, plus the prompt ids."""
-
-    prompt_ids: list[int]
-    ids: list[int]
-    text: str
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Lab:
@@ -242,40 +232,7 @@ class Lab:
 
     def generate_reference(self, prompt: Prompt, max_new_tokens: int = 8, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode in the float64 reference (slow; for checking the GPU path)."""
-        cache, engine = KVCache(), self.reference_engine
-
-        def step(ids: list[int]) -> np.ndarray:
-            return engine.forward(ids, cache, capture=["logits"])["logits"][-1]
-
-        return self._decode(prompt, max_new_tokens, sampler or GREEDY, step, desc="generate (reference)")
-
-    def _decode(self, prompt: Prompt, max_new_tokens: int, pick, step, desc: str = "generate") -> Generation:
-        """The one decode loop: `step(ids)` runs a pass and returns the last position's logits,
-        `pick(logits)` chooses the next token; stops at EOS or after max_new_tokens. A bar over the
-        new tokens (labkit.progress) shows the rate and the latest piece."""
-        if max_new_tokens < 0:
-            raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = self.prompt_ids(prompt, extra=max_new_tokens)
-        out: list[int] = []
-        with progress.bar(max_new_tokens, desc, unit="tok") as bar:
-            t0 = time.perf_counter()
-            logits = step(ids)
-            t1 = time.perf_counter()
-            while len(out) < max_new_tokens:
-                out.append(pick(logits))
-                bar.set_postfix_str(repr(self.piece(out[-1])), refresh=False)
-                bar.update(1)
-                if out[-1] == self.config.eos_id or len(out) == max_new_tokens:
-                    break
-                logits = step([out[-1]])
-            t2 = time.perf_counter()
-        n_dec = max(len(out) - 1, 1)
-        return Generation(
-            ids,
-            out,
-            self.detokenize(out),
-            {"prefill_s": t1 - t0, "decode_s": t2 - t1, "decode_tok_s": n_dec / max(t2 - t1, 1e-9)},
-        )
+        return generation.generate_reference(self, prompt, max_new_tokens, sampler)
 
     # ----- llama.cpp as an oracle (extra "oracle")
     def oracle(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
@@ -549,28 +506,7 @@ class Lab:
 
     def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""
-        from labkit.gpu.pass_request import PassRequest
-        from labkit.gpu.reuse import Reuse
-        from labkit.gpu.sampling import GpuSampler
-
-        ex = self.executor
-        state = self._generate_state(
-            len(self.prompt_ids(prompt, extra=max(max_new_tokens, 0))) + max(max_new_tokens, 0)
-        )
-        ex.upload_all()
-        steps: list[dict] = []  # each decode step's timings
-
-        def step(ids: list[int]) -> np.ndarray:
-            # a step runs the state's compiled step (labkit.gpu.compiled_step); the prefill reuses objects
-            reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-            res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=reuse), state)
-            if len(ids) == 1:
-                steps.append(res.timings)
-            return res.captures["logits"][-1]
-
-        gen = self._decode(prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
-        gen.timings.update(step_host_figures(steps))
-        return gen
+        return generation.generate_gpu(self, prompt, max_new_tokens, sampler)
 
     def _generate_state(self, capacity: int):
         """The sequence state a generate runs on: the last generate's, rewound, when it has the same
@@ -634,18 +570,6 @@ def _lazy_piece(model: Lab | str | Path) -> Callable[[int], str]:
         return held["fn"](token_id)
 
     return piece
-
-
-def step_host_figures(steps: list[dict]) -> dict[str, float]:
-    """The host's side of decode: the median of each warm step's time from its start to its submit,
-    and of its dispatch count (the first step, which plans what later ones keep, left out), and the
-    share of warm steps whose encoder the step before recorded while the device ran."""
-    warm = steps[1:] or steps
-    if not warm:
-        return {}
-    return {"host_ms_per_step": 1e3 * float(np.median([t["host_s"] for t in warm])),
-            "dispatches_per_step": float(np.median([t["dispatches"] for t in warm])),
-            "recorded_ahead": float(np.mean([t.get("recorded_ahead", 0.0) for t in warm]))}  # fmt: skip
 
 
 def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:
