@@ -506,10 +506,12 @@ def cases_ssm_scan() -> list[OpCase]:
         P = {"n_head": H, "d_inner": H * hd, "d_state": N, "n_group": G, "channels": H * hd + 2 * G * N}
         st = Stage("blk.0.ssm_scan", "ssm_scan", ("xbc", "dt"), A, params=P, layer=0, state="scan")
         cache = {"scan": r.standard_normal((H, hd, N))}
-        # over tens of tokens a decaying state forgets where it started: the reset shows in short passes
-        # within one chunk a chunk boundary changes nothing; across them the dropped state shows (its decay is
-        # slower than the reset's: every chunk after the first starts from zero)
-        shows = frozenset({"no_softplus", "a_positive"} | ({"state_reset"} if T <= 16 else {"chunk_boundary"}))
+        # over tens of tokens a decaying state forgets where it started: the reset shows in short passes (by
+        # 16 tokens a fast decay, A near -8, left it at NMSE 1.3e-9 on one seed: not a reliable 100x); within one
+        # chunk a chunk boundary changes nothing; across them the dropped state shows (its decay is slower than
+        # the reset's: every chunk after the first starts from zero)
+        reset = {"state_reset"} if T <= 9 else set()
+        shows = frozenset({"no_softplus", "a_positive"} | reset | ({"chunk_boundary"} if T > 16 else set()))
         label = f"T{T} H{H} hd{hd} N{N} G{G}"
         out.append(OpCase(label, st, list(_scan_inputs(r, T, H, hd, N, G)), T, weights=w, cache=cache, exposes=shows))
     return out

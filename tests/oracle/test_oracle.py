@@ -22,7 +22,7 @@ import labkit
 from labkit.compare import REFERENCE_THRESHOLDS, compare, stage_kind
 from labkit.errors import OracleUnavailableError
 from labkit.model.graph import build_graph
-from labkit.oracle import llamacpp
+from labkit.oracle import llamacpp, llamacpp_run
 
 from conftest import _open_cached, needs_llama
 
@@ -78,7 +78,7 @@ def test_missing_llama_cpp_raises_one_line_error(monkeypatch, tiny_model):
     lab = labkit.open(tiny_model("llama"))
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     monkeypatch.setitem(sys.modules, "llama_cpp.llama_cpp", None)
-    monkeypatch.setattr(llamacpp, "_BACKEND", None)
+    monkeypatch.setattr(llamacpp_run, "_BACKEND", None)
     with pytest.raises(OracleUnavailableError, match=r"pip install labkit\[oracle\]") as e:
         lab.oracle([1, 2, 3])
     assert "\n" not in str(e.value)
