@@ -38,18 +38,20 @@ def test_a_clean_model_keeps_every_path_in_its_band(gemma):
     assert q.inputs_bitwise and q.bitwise
 
 
-@pytest.mark.parametrize("fault", ["chunk_mask_from_zero", "window_from_chunk_start"])
-def test_a_chunk_fault_is_localized_on_its_path_and_invisible_one_shot(gemma, fault):
-    gemma.use("attn_scores", fault)
+@pytest.mark.parametrize("family,fault,stage", [("attn_scores", "chunk_mask_from_zero", "blk.0.attn_scores"),
+                                                ("attn_scores", "window_from_chunk_start", "blk.0.attn_scores"),
+                                                ("rope", "positions_restart", "blk.0.q_rope")])  # fmt: skip
+def test_a_chunk_fault_is_localized_on_its_path_and_invisible_one_shot(gemma, family, fault, stage):
+    gemma.use(family, fault)
     try:
         one_shot = labkit.compare(gemma.run(IDS), gemma.reference(IDS))
         step = labkit.compare(gemma.decode_step(IDS), gemma.decode_step(IDS, "reference"))
         report = labkit.paths(gemma, IDS, ["ubatch=7", "prefix=5"], engines=("gpu",))
     finally:
-        gemma.use("attn_scores", "default")
+        gemma.use(family, "default")
     assert one_shot.first_divergence is None and step.first_divergence is None  # the usual checks see nothing
     for check in report.checks:
-        assert check.first_divergence == "blk.0.attn_scores", (fault, check.path, check.first_divergence)
+        assert check.first_divergence == stage, (fault, check.path, check.first_divergence)
 
 
 @pytest.mark.parametrize("spec", ["batch=4", "ubatch=0", "prefix", "verify=x", ""])

@@ -187,7 +187,8 @@ def cases_rope() -> list[OpCase]:
         params = {"n_heads": H, "head_dim": hd, "rope_dim": rope_dim, "base": base, "style": style}
         st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k" if into_cache else None)
         cache = {"k": np.full((n_past + T + 2, H * hd), np.nan)} if into_cache else {}
-        shows = frozenset({"normal_pairs"} if style == "neox" else ())
+        restart = {"positions_restart"} if n_past and T > 1 else set()  # a micro-batch after cached positions
+        shows = frozenset(({"normal_pairs"} if style == "neox" else set()) | restart)
         x = r.standard_normal((T, H * hd))
         out.append(OpCase(f"{style} T{T} pos0 {n_past}", st, [x], T, n_past, cache=cache, exposes=shows))
     # scaled: linear (angles / 4), and YaRN as gpt-oss's files ask it (factor 32 over 4096 positions: dims
@@ -199,7 +200,7 @@ def cases_rope() -> list[OpCase]:
     ):
         params = {"n_heads": 3, "head_dim": 64, "rope_dim": 64, "base": 1.5e5, "style": style, **scaling}
         st = Stage("r", "rope", ("x",), params=params, layer=0)
-        shows = frozenset({"normal_pairs"} if style == "neox" else ())
+        shows = frozenset({"normal_pairs", "positions_restart"} if style == "neox" else {"positions_restart"})
         x = r.standard_normal((4, 3 * 64))
         out.append(OpCase(f"{style} scaled x{1 / scaling['freq_scale']:g} ext {scaling['ext_factor']:g} pos0 {n_past}",
                           st, [x], 4, n_past, exposes=shows))  # fmt: skip
@@ -209,7 +210,8 @@ def cases_rope() -> list[OpCase]:
     params = {"n_heads": 2, "head_dim": 64, "rope_dim": 64, "base": 5e5, "style": "normal", "freq_factors": factors}
     st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k")
     cache = {"k": np.full((40, 2 * 64), np.nan)}
-    out.append(OpCase("normal rope_freqs T3 pos0 30", st, [r.standard_normal((3, 128))], 3, 30, weights=w, cache=cache))
+    out.append(OpCase("normal rope_freqs T3 pos0 30", st, [r.standard_normal((3, 128))], 3, 30, weights=w, cache=cache,
+                      exposes=frozenset({"positions_restart"})))  # fmt: skip
     return out
 
 

@@ -89,9 +89,10 @@ SCALED_FORMULA = (
 )
 
 
-def rope_source(pairing: str) -> str:
-    """The kernel: rope.wgsl with its pairing part (the model's, or a fault's) and the scaling part."""
-    return compose("rope", pairing, "rope_scale")
+def rope_source(pairing: str, position: str = "rope_position") -> str:
+    """The kernel: rope.wgsl with its pairing and position parts (the model's, or a fault's) and the
+    scaling part."""
+    return compose("rope", pairing, position, "rope_scale")
 
 
 def workgroups(n: int) -> int:
@@ -148,6 +149,15 @@ OP = Op(
             "normal_pairs",
             "normal (2i, 2i+1) rope whatever the model's style: wrong on neox models (gemma, qwen, phi3)",
             lambda _: rope_source("rope_normal_pairs"),
+            faulty=True,
+        ),
+        Kernel(
+            "rope",
+            "positions_restart",
+            "a pass of several tokens numbers them from 0, whatever was cached before it: every micro-batch "
+            "after the first is rotated as if it began the sequence (transformers #43082); only a chunked or "
+            "continued prompt shows it",
+            lambda _: rope_source("rope_pairing", "rope_positions_restart"),
             faulty=True,
         ),
     ),

@@ -1,9 +1,9 @@
-// Rotary position embedding. Position of token t is pos0 + t.
+// Rotary position embedding. Position of token t is pos0 + t (position(), in rope_position.wgsl).
 //   neox  (gemma3, qwen2): pairs (i, i + rope_dim/2)
 //   normal (llama):        pairs (2i, 2i + 1)
 // theta_i = pos * base^(-2i / rope_dim) / pair_factor(i), scaled as scaled_angle says (both in
 // rope_scale.wgsl); dims at or past rope_dim pass through. Which pairing: neox_pairs() in
-// rope_pairing.wgsl (the faulty variant replaces that part). Both parts are composed after this file.
+// rope_pairing.wgsl (the faulty variant replaces that part). The parts are composed after this file.
 // Interface: @binding(0) X: array<f32> [T, n_heads*head_dim], @binding(1) Y: array<f32> (same shape),
 //            @binding(2) FACTORS: array<f32> [rope_dim/2], @binding(3) P: Params.
 //            One thread per pair (and per two dims past rope_dim, copied): a pair's angle, cos and
@@ -37,7 +37,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         a = head0 + i;
         b = a + half;
     }
-    let theta_extrap = f32(P.pos0 + t) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim)) / pair_factor(i);
+    let theta_extrap = f32(position(t)) * pow(P.base, -2.0 * f32(i) / f32(P.rope_dim)) / pair_factor(i);
     let scaled = scaled_angle(theta_extrap, i);
     let theta = scaled.x;
     let m = scaled.y;
