@@ -37,6 +37,7 @@ LESSONS = [
     "09_mixture_of_experts",
     "10_recurrent_state",
     "11_write_a_kernel",
+    "12_serving_paths",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,6 +4,7 @@ a histogram that does not let outliers stretch it, and the layers × stage-kinds
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -147,3 +148,24 @@ def _grid(cells: list[_Cell], title: str, local: bool) -> DivergenceGrid:
 def kernel_times_title(times) -> str:
     """A kernel bench's title: what it times, and on which model and engine (always the GPU)."""
     return f"{times.family} kernels: GPU time of {', '.join(times.kinds)} · {times.model} · gpu"
+
+
+def paths_title(report, engine: str) -> str:
+    """A serving-paths figure's title: what it shows, the model and the engine."""
+    return f"serving paths against the one-shot pass · {report.model} · {engine}"
+
+
+def paths_grid(report, engine: str) -> tuple[list[str], list[str], list[list[float]], list[list[str]]]:
+    """(paths, stages, log10 NMSE [path, stage], hover text) of one engine's checks; a bitwise-equal
+    stage sits at the floor (-20), a stage a path did not capture is empty."""
+    checks = [c for c in report.checks if c.engine == engine]
+    stages = list(dict.fromkeys(s.stage for c in checks for s in c.stages))
+    z, text = [], []
+    for c in checks:
+        by = {s.stage: s for s in c.stages}
+        z.append([None if n not in by else -20.0 if by[n].bitwise else max(-20.0, math.log10(max(by[n].nmse, 1e-20)))
+                  for n in stages])  # fmt: skip
+        text.append(
+            ["" if n not in by else "0 (bitwise equal)" if by[n].bitwise else f"{by[n].nmse:.2e}" for n in stages]
+        )
+    return [c.path for c in checks], stages, z, text

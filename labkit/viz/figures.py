@@ -1,9 +1,10 @@
 """Figures of captures, in one namespace. Pure presentation: every number comes from a Run.
 
 Interactive (plotly, return a go.Figure): attention_map, divergence, histogram, kernel_times,
-logit_lens, tracked_tokens. Static (matplotlib, take `ax=`/`fig=`, return it): logit_ranking, layer_trajectory,
-attention_grid; labkit.viz.static has matplotlib versions of every figure. `array_summary` and
-`show` put one capture on a line (stats, histogram, heat map per position), treescope-like."""
+logit_lens, paths_map, tracked_tokens. Static (matplotlib, take `ax=`/`fig=`, return it):
+logit_ranking, layer_trajectory, attention_grid; labkit.viz.static has matplotlib versions of every
+figure. `array_summary` and `show` put one capture on a line (stats, histogram, heat map per
+position), treescope-like."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from labkit.viz.interactive import (
     histogram,
     kernel_times,
     logit_lens,
+    paths_map,
     router_map,
     tracked_tokens,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "layer_trajectory",
     "logit_lens",
     "logit_ranking",
+    "paths_map",
     "router_map",
     "show",
     "tracked_tokens",

@@ -16,11 +16,14 @@ from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
 from labkit.kernel_trial import KernelTimes
 from labkit.lens import LogitLens
+from labkit.serving_paths import PathsReport
 from labkit.viz import static
 from labkit.viz.common import (
     divergence_grid,
     kernel_times_title,
     lens_title,
+    paths_grid,
+    paths_title,
     robust_histogram,
     router_probabilities,
     run_title,
@@ -430,4 +433,23 @@ def kernel_times(times: KernelTimes, fig=None, row=None, col=None, ax=None):
     scale = dict(type="log") if spread > 20 else dict(rangemode="tozero")  # a 100x kernel hides a 1x bar
     fig.update_yaxes(title_text="GPU ms (sum over layers)", row=row, col=col, **scale)
     fig.update_xaxes(title_text=f"{times.family} kernel", type="category", row=row, col=col)
+    return fig
+
+
+def paths_map(report: PathsReport, engine: str = "gpu", fig=None, row=None, col=None, ax=None):
+    """Each serving path's difference from the one-shot pass of the same engine, stage by stage
+    [path, stage] (labkit.serving_paths) → a go.Figure: log10 NMSE, bitwise-equal stages drawn at the
+    floor (hover: the path, the stage, its NMSE and whether it is bitwise equal). With `ax=`, the
+    matplotlib version draws there."""
+    if ax is not None:
+        return static.paths_map(report, engine, ax=ax)
+    rows, stages, z, text = paths_grid(report, engine)
+    width = min(1100, max(600, 9 * len(stages) + 260))  # a few hundred stages: a column each would run off the page
+    fig = _figure(fig, paths_title(report, engine), height=max(260, 40 * len(rows) + 180), width=width,
+                  still=lambda: static.paths_map(report, engine))  # fmt: skip
+    fig.add_heatmap(z=z, x=stages, y=rows, customdata=text, colorscale="Viridis", zmin=-20, zmax=0,
+                    colorbar=dict(title="log10 NMSE"), row=row, col=col,
+                    hovertemplate="path %{y}<br>stage %{x}<br>NMSE %{customdata}<extra></extra>")  # fmt: skip
+    fig.update_xaxes(title_text="stage (graph order)", showticklabels=len(stages) <= 60, row=row, col=col)
+    fig.update_yaxes(title_text="path", autorange="reversed", type="category", row=row, col=col)
     return fig

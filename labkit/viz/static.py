@@ -11,10 +11,13 @@ from labkit.attribution import Attribution
 from labkit.captures import Run, as_f64
 from labkit.compare import Comparison
 from labkit.kernel_trial import KernelTimes
+from labkit.serving_paths import PathsReport
 from labkit.viz.common import (
     divergence_grid,
     kernel_times_title,
     lens_title,
+    paths_grid,
+    paths_title,
     robust_histogram,
     router_probabilities,
     run_title,
@@ -251,4 +254,16 @@ def kernel_times(times: KernelTimes, ax=None):
     ax.set_title(kernel_times_title(times), fontsize=8)
     ax.set_ylabel("GPU ms (sum over layers)")
     ax.set_xlabel(f"{times.family} kernel")
+    return ax
+
+
+def paths_map(report: PathsReport, engine: str = "gpu", ax=None):
+    """Each path's log10 NMSE against the one-shot pass, stage by stage → the Axes."""
+    rows, stages, z, _ = paths_grid(report, engine)
+    ax = ax or plt.subplots(figsize=(max(5, 0.05 * len(stages) + 3), max(2, 0.4 * len(rows) + 1.2)))[1]
+    im = ax.imshow(z, cmap="viridis", vmin=-20, vmax=0, interpolation="nearest", aspect="auto")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="log10 NMSE")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_title(paths_title(report, engine), fontsize=8)
+    ax.set_xlabel(f"stage (graph order, {len(stages)})")
     return ax

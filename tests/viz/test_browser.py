@@ -363,7 +363,7 @@ def move_stage_explorer(page, stage: str) -> str:
 @pytest.mark.skipif(not shutil.which(CHROMIUM), reason="Debian's chromium is not installed (make test installs it)")
 @pytest.mark.parametrize("name", LESSONS[1:])
 def test_lesson_in_jupyterlab(jupyter, name):
-    """Lessons 02–04 and 06–11: run (or as run), checks pass, a widget moves its explanation and
+    """Lessons 02–04 and 06–12: run (or as run), checks pass, a widget moves its explanation and
     figure, plotly hovers; lesson 11's kernel bench is kept as a screenshot."""
     from playwright.sync_api import sync_playwright
 
@@ -399,6 +399,9 @@ def test_lesson_in_jupyterlab(jupyter, name):
             tip = hover_plotly(page, name, "ex5-try")
             assert "kernel" in tip and "ms" in tip, tip
             cell(page, name, "ex5-try").screenshot(path=str(ARTIFACTS / f"{name}-bench.png"))
+        elif name == "12_serving_paths":  # no widget: the paths map hovers a path's stage
+            tip = hover_plotly(page, name, "paths-map")
+            assert "path" in tip and "stage" in tip and "NMSE" in tip, tip
         elif name == "10_recurrent_state":  # no widget: the state fault's divergence map hovers
             tip = hover_plotly(page, name, "fault-figure")
             assert "NMSE" in tip and "threshold" in tip, tip
