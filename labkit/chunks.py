@@ -56,7 +56,7 @@ def _pad_keys(a: np.ndarray, n_keys: int, kind: str) -> np.ndarray:
     return np.concatenate([a, pad], axis=2)
 
 
-def merged_counts(parts: list[dict[str, float]]) -> dict[str, float]:
+def summed_per_stage(parts: list[dict[str, float]]) -> dict[str, float]:
     """Per-stage numbers over the passes, added (debug mode's unwritten elements, GPU milliseconds)."""
     out: dict[str, float] = {}
     for part in parts:
@@ -73,7 +73,7 @@ def merged_timings(results: list) -> dict:
         for key, value in r.timings.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 timings[key] = timings.get(key, 0) + value
-    stage_ms = merged_counts([r.stage_ms or {} for r in results])
+    stage_ms = summed_per_stage([r.stage_ms or {} for r in results])
     if stage_ms:
         timings["stage_ms"] = stage_ms
     return timings

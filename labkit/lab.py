@@ -17,7 +17,7 @@ import numpy as np
 
 from labkit import captures, generation
 from labkit.captures import Run
-from labkit.chunks import chunk_spans, merged_counts, merged_timings, run_chunked
+from labkit.chunks import chunk_spans, merged_timings, run_chunked, summed_per_stage
 from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
 from labkit.generation import Generation
 from labkit.memory_fit import MemoryFit
@@ -453,7 +453,7 @@ class Lab:
 
         with continuing(state, ids):
             caps = run_chunked(ids, ubatch or len(ids), one_pass, n_past)
-        timings, unwritten = merged_timings(results), merged_counts([r.unwritten for r in results])
+        timings, unwritten = merged_timings(results), summed_per_stage([r.unwritten for r in results])
         return self._make_run("gpu", ids, caps, timings, unwritten=unwritten, variants=dict(self.selected),
                               n_past=n_past, path=path_name(n_past, ubatch, len(ids)))  # fmt: skip
 

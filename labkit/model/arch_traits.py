@@ -5,7 +5,7 @@ labkit.model.config reads a file's numbers against it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -162,19 +162,10 @@ ARCHITECTURES: dict[str, ArchTraits] = {
         shexp_gate=True,
         text_mrope=True,
     ),
-    # Qwen3-Next as llama.cpp's qwen3next graph computes it: qwen35moe's layers with plain NeoX rope on a quarter
-    # of each head, b and alpha in one projection interleaved per key head (ssm_ba), and value heads that
-    # repeat their key head in place (h // (n_v / n_k)); the split q/k/v and z projections (a file with the
-    # legacy fused ssm_in is refused)
-    "qwen3next": ArchTraits(
-        "neox",
-        qk_norm=True,
-        mixer="delta",
-        ffn="moe",
-        ffn_norm="post_attention_norm",
-        attn_gate=True,
-        shexp_gate=True,
-        fused_ba=True,
-    ),
 }
+# Qwen3-Next as llama.cpp's qwen3next graph computes it: qwen35moe's layers with plain NeoX rope on a quarter
+# of each head, b and alpha in one projection interleaved per key head (ssm_ba), and value heads that
+# repeat their key head in place (h // (n_v / n_k)); the split q/k/v and z projections (a file with the
+# legacy fused ssm_in is refused)
+ARCHITECTURES["qwen3next"] = replace(ARCHITECTURES["qwen35moe"], text_mrope=False, fused_ba=True)
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)

@@ -12,6 +12,16 @@ import numpy as np
 from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.arch_traits import ARCHITECTURES, ArchTraits
 from labkit.model.gguf_keys import check_key_types
+from labkit.model.metadata_values import (
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    in_range,
+    meta_count,
+    meta_finite,
+    meta_per_layer,
+    meta_positive_float,
+    meta_value,
+)
 from labkit.ops.rope import UNSCALED
 
 
@@ -178,69 +188,17 @@ class ModelConfig:
         return "none" if self.ffn == "none" else "dense"
 
 
-MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: its per-layer arrays hold no more
-MAX_EXPERTS = 512  # llama.cpp's LLAMA_MAX_EXPERTS
-U32_MAX = 2**32 - 1  # llama.cpp reads every count as a uint32
-
-
-def _get(meta: dict[str, Any], key: str, default: Any = ...) -> Any:
-    if key in meta:
-        return meta[key]
-    if default is ...:
-        raise HyperparameterError(f"GGUF metadata lacks required key {key!r}")
-    return default
-
-
-def _count(meta: dict[str, Any], key: str, default: Any = ..., low: int = 1, high: int = U32_MAX) -> int:
-    """An integer hyperparameter (its type checked at open), between `low` and `high` (a uint32's maximum)."""
-    return _in_range(key, int(_get(meta, key, default)), low, high)
-
-
-def _in_range(key: str, value: int, low: int = 1, high: int = U32_MAX) -> int:
-    if not low <= value <= high:
-        raise HyperparameterError(f"{key} is {value}; it must be between {low} and {high}")
-    return value
-
-
-def _per_layer(meta: dict[str, Any], key: str, n_layers: int, default: Any = ..., low: int = 1) -> int:
-    """A count llama.cpp reads as one number or one per layer (get_key_or_arr); labkit runs one."""
-    value = _get(meta, key, default)
-    if not isinstance(value, (np.ndarray, list, tuple)):
-        return _in_range(key, int(value), low)
-    if len(value) != n_layers:
-        raise HyperparameterError(f"{key} has {len(value)} entries for {n_layers} layers")
-    widths = {_in_range(f"{key}[{i}]", int(v), low) for i, v in enumerate(value)}
-    if len(widths) != 1:
-        raise UnsupportedArchitectureError(f"{key} differs between layers ({sorted(widths)}): labkit runs one value")
-    return widths.pop()
-
-
-def _positive_float(meta: dict[str, Any], key: str, default: float, low: float = 0.0) -> float:
-    """A float hyperparameter that is finite and above `low` (a NaN rope base would run as a model)."""
-    value = float(_get(meta, key, default))
-    if not (math.isfinite(value) and value > low):
-        raise HyperparameterError(f"{key} is {value}; it must be a finite number above {low:g}")
-    return value
-
-
-def _finite(meta: dict[str, Any], key: str, default: float) -> float:
-    value = float(_get(meta, key, default))
-    if not math.isfinite(value):
-        raise HyperparameterError(f"{key} is {value}; it must be a finite number")
-    return value
-
-
 def _head_dim(meta: dict[str, Any], p: str, d_model: int, n_heads: int) -> int:
     """The head size: the file's key_length, else d_model / n_heads, which must divide."""
     if p + "attention.key_length" in meta:
-        head_dim = _count(meta, p + "attention.key_length")
+        head_dim = meta_count(meta, p + "attention.key_length")
     elif d_model % n_heads:
         raise HyperparameterError(
             f"{p}embedding_length {d_model} is not a multiple of {p}attention.head_count {n_heads}"
         )
     else:
         head_dim = d_model // n_heads
-    value = _count(meta, p + "attention.value_length", head_dim)
+    value = meta_count(meta, p + "attention.value_length", head_dim)
     if value != head_dim:
         raise UnsupportedArchitectureError(
             f"{p}attention.value_length {value} differs from the key length {head_dim}: labkit's attention reads one"
@@ -249,7 +207,7 @@ def _head_dim(meta: dict[str, Any], p: str, d_model: int, n_heads: int) -> int:
 
 
 def _kv_heads(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> int:
-    n_kv = _per_layer(meta, p + "attention.head_count_kv", n_layers, n_heads)
+    n_kv = meta_per_layer(meta, p + "attention.head_count_kv", n_layers, n_heads)
     if n_heads % n_kv:
         raise HyperparameterError(f"{p}attention.head_count {n_heads} is not a multiple of head_count_kv {n_kv}")
     return n_kv
@@ -259,18 +217,18 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     """Build a ModelConfig the way llama.cpp's llm_load_hparams does for these architectures: every
     key's type checked first (labkit.model.gguf_keys), every count in range, before anything is built."""
     check_key_types(meta)
-    arch = str(_get(meta, "general.architecture"))
+    arch = str(meta_value(meta, "general.architecture"))
     if arch not in ARCHITECTURES:  # read at call time: a family registered later is supported
         raise UnsupportedArchitectureError(
             f"architecture {arch!r} is not supported (supported: {', '.join(ARCHITECTURES)})"
         )
     traits = ARCHITECTURES[arch]
     p = arch + "."
-    n_layers = _count(meta, p + "block_count", high=MAX_LAYERS)
-    d_model = _count(meta, p + "embedding_length")
+    n_layers = meta_count(meta, p + "block_count", high=MAX_LAYERS)
+    d_model = meta_count(meta, p + "embedding_length")
     tokens = meta.get("tokenizer.ggml.tokens")
     swa, window = _sliding_window(meta, p, traits, n_layers)
-    context = _count(meta, p + "context_length", 2048)
+    context = meta_count(meta, p + "context_length", 2048)
     mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names)
     head_dim = mixing["head_dim"]
     nemotron_ff = mixing.pop("d_ff", None)  # Nemotron-H: the FFN layers' width, from the per-layer array
@@ -284,9 +242,9 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         d_model=d_model,
         **mixing,
         d_ff=_ffn_width(meta, p, traits, n_layers, nemotron_ff),
-        vocab_size=_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
+        vocab_size=meta_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
         context_length=context,
-        rms_eps=_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
+        rms_eps=meta_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
         sliding_window=int(window) if window else None,
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
@@ -320,7 +278,7 @@ def _ffn_width(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, 
     """Each layer's FFN width: Nemotron-H's from its per-layer array (layer_widths), else the file's key."""
     if layer_widths is not None:
         return layer_widths
-    return _per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0)
+    return meta_per_layer(meta, p + "feed_forward_length", n_layers, ... if traits.ffn == "dense" else 0, low=0)
 
 
 def _softcaps(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, float]:
@@ -328,8 +286,8 @@ def _softcaps(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, flo
     if not traits.softcaps:
         return {"attn_softcap": 0.0, "final_softcap": 0.0}
     return {
-        "attn_softcap": _positive_float(meta, p + "attn_logit_softcapping", 50.0),
-        "final_softcap": _positive_float(meta, p + "final_logit_softcapping", 30.0),
+        "attn_softcap": meta_positive_float(meta, p + "attn_logit_softcapping", 50.0),
+        "final_softcap": meta_positive_float(meta, p + "final_logit_softcapping", 30.0),
     }
 
 
@@ -341,7 +299,7 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         n_heads = n_kv_heads = head_dim = 0
         rope = _no_rope(traits)
     else:
-        n_heads = _per_layer(meta, p + "attention.head_count", n_layers)
+        n_heads = meta_per_layer(meta, p + "attention.head_count", n_layers)
         head_dim = _head_dim(meta, p, d_model, n_heads)
         if traits.mixer == "hybrid":
             n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
@@ -381,11 +339,11 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
 def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> tuple[int, tuple[str, ...]]:
     """(KV heads, each layer's mixer) of a hybrid, as llama.cpp's granitehybrid reads them: a layer is
     Mamba-2 where its head_count_kv is 0; the attending layers share one KV head count."""
-    value = _get(meta, p + "attention.head_count_kv")
+    value = meta_value(meta, p + "attention.head_count_kv")
     per = [int(v) for v in value] if isinstance(value, (np.ndarray, list, tuple)) else [int(value)] * n_layers
     if len(per) != n_layers:
         raise HyperparameterError(f"{p}attention.head_count_kv has {len(per)} entries for {n_layers} layers")
-    kv = {_in_range(f"{p}attention.head_count_kv[{i}]", v, 0, n_heads) for i, v in enumerate(per)} - {0}
+    kv = {in_range(f"{p}attention.head_count_kv[{i}]", v, 0, n_heads) for i, v in enumerate(per)} - {0}
     if len(kv) > 1:
         raise UnsupportedArchitectureError(f"{p}attention.head_count_kv differs between layers ({sorted(kv)})")
     n_kv = kv.pop() if kv else n_heads
@@ -395,7 +353,7 @@ def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) ->
 
 
 def _per_layer_counts(meta: dict[str, Any], key: str, n_layers: int) -> list[int]:
-    value = _get(meta, key)
+    value = meta_value(meta, key)
     per = [int(v) for v in value] if isinstance(value, (np.ndarray, list, tuple)) else [int(value)] * n_layers
     if len(per) != n_layers:
         raise HyperparameterError(f"{key} has {len(per)} entries for {n_layers} layers")
@@ -410,7 +368,7 @@ def _nemotron_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) 
     ff = _per_layer_counts(meta, p + "feed_forward_length", n_layers)
     mixers = tuple("mamba2" if k == 0 and f == 0 else "attention" if f == 0 else "ffn" for k, f in zip(kv, ff))
     kv_set = {
-        _in_range(f"{p}attention.head_count_kv[{i}]", v, 1, n_heads)
+        in_range(f"{p}attention.head_count_kv[{i}]", v, 1, n_heads)
         for i, v in enumerate(kv)
         if mixers[i] == "attention"
     }
@@ -433,7 +391,7 @@ def _delta_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[str, ...
         if len(flags) < n_layers:
             raise HyperparameterError(f"{key} has {len(flags)} entries for {n_layers} layers")
         return tuple("delta_net" if bool(f) else "attention" for f in flags[:n_layers])
-    step = _count(meta, p + "full_attention_interval", 4, high=MAX_LAYERS)
+    step = meta_count(meta, p + "full_attention_interval", 4, high=MAX_LAYERS)
     return tuple("delta_net" if (L + 1) % step else "attention" for L in range(n_layers))
 
 
@@ -462,7 +420,7 @@ def _mup_scales(meta: dict[str, Any], p: str) -> dict[str, float]:
             "logit": "logit_scale"}  # fmt: skip
     out = {}
     for name, key in keys.items():
-        value = _finite(meta, p + key, 0.0)
+        value = meta_finite(meta, p + key, 0.0)
         if value < 0:
             raise HyperparameterError(f"{p}{key} is {value}; it must be 0 (none) or above 0")
         if value:
@@ -482,11 +440,11 @@ def _ssm_shape(meta: dict[str, Any], p: str, d_model: int, mixer: str = "mamba2"
     the key head's size, time_step_rank the value heads, group_count the key heads; its value heads
     are the key heads' size (ggml_gated_delta_net asserts S_k == S_v)."""
     shape = SsmShape(
-        d_conv=_count(meta, p + "ssm.conv_kernel", high=64),
-        d_inner=_count(meta, p + "ssm.inner_size"),
-        d_state=_count(meta, p + "ssm.state_size", high=4096),
-        n_head=_count(meta, p + "ssm.time_step_rank"),
-        n_group=_count(meta, p + "ssm.group_count", 1),
+        d_conv=meta_count(meta, p + "ssm.conv_kernel", high=64),
+        d_inner=meta_count(meta, p + "ssm.inner_size"),
+        d_state=meta_count(meta, p + "ssm.state_size", high=4096),
+        n_head=meta_count(meta, p + "ssm.time_step_rank"),
+        n_group=meta_count(meta, p + "ssm.group_count", 1),
     )
     for what, n in (("ssm.time_step_rank", shape.n_head), ("ssm.group_count", shape.n_group)):
         if shape.d_inner % n:
@@ -504,13 +462,13 @@ def _ssm_shape(meta: dict[str, Any], p: str, d_model: int, mixer: str = "mamba2"
 def _rope_fields(meta: dict[str, Any], p: str, traits: ArchTraits, head_dim: int, context: int,
                  names: set[str]) -> dict[str, Any]:  # fmt: skip
     """RoPE's numbers: bases (global and sliding-window layers'), style, rotary dims, scaling, factors."""
-    base = _positive_float(meta, p + "rope.freq_base", 10000.0)
-    rope_dim = _count(meta, p + "rope.dimension_count", head_dim, low=2, high=head_dim)
+    base = meta_positive_float(meta, p + "rope.freq_base", 10000.0)
+    rope_dim = meta_count(meta, p + "rope.dimension_count", head_dim, low=2, high=head_dim)
     if rope_dim % 2:
         raise HyperparameterError(f"{p}rope.dimension_count is {rope_dim}; RoPE rotates pairs, so it must be even")
     return {
         "rope_base": base,
-        "rope_base_local": traits.local_rope_base or _positive_float(meta, p + "rope.freq_base_swa", base),
+        "rope_base_local": traits.local_rope_base or meta_positive_float(meta, p + "rope.freq_base_swa", base),
         "rope_style": traits.rope_style,
         "rope_dim": rope_dim,
         "rope_scaling": rope_scaling_from_metadata(meta, p, context),
@@ -525,10 +483,10 @@ def _sliding_window(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: 
     n = traits.swa_pattern
     if not n:
         return (False,) * n_layers, None
-    n = _count(meta, p + "attention.sliding_window_pattern", n)
+    n = meta_count(meta, p + "attention.sliding_window_pattern", n)
     swa = tuple(layer % n < n - 1 for layer in range(n_layers))
     window = meta.get(p + "attention.sliding_window", traits.default_window)
-    return swa, None if window is None else _in_range(p + "attention.sliding_window", int(window))
+    return swa, None if window is None else in_range(p + "attention.sliding_window", int(window))
 
 
 def _is_layer0_bias(name: str) -> bool:
@@ -544,16 +502,16 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
     """A mixture of experts' numbers, as llama.cpp's load_hparams reads them (only the kind of FFN otherwise)."""
     if traits.ffn != "moe":
         return {"ffn": traits.ffn}
-    n_expert = _count(meta, p + "expert_count", high=MAX_EXPERTS)
+    n_expert = meta_count(meta, p + "expert_count", high=MAX_EXPERTS)
     return {
         "ffn": "moe",
         "n_expert": n_expert,
-        "n_expert_used": _count(meta, p + "expert_used_count", high=n_expert),
-        "d_ff_expert": _per_layer(meta, p + traits.expert_width_key, n_layers),
+        "n_expert_used": meta_count(meta, p + "expert_used_count", high=n_expert),
+        "d_ff_expert": meta_per_layer(meta, p + traits.expert_width_key, n_layers),
         "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
         "expert_gating": traits.expert_gating,
         "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
-        "d_ff_shexp": _count(meta, p + "expert_shared_feed_forward_length", 0, low=0),
+        "d_ff_shexp": meta_count(meta, p + "expert_shared_feed_forward_length", 0, low=0),
         "expert_selection_bias": traits.expert_selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
     }
 
@@ -561,8 +519,8 @@ def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int,
 def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, as llama.cpp's ernie4_5-moe graph decides it: past the leading dense
     layers, every interleave_moe_layer_step-th one."""
-    lead = _count(meta, p + "leading_dense_block_count", 0, low=0, high=n_layers)
-    step = _count(meta, p + "interleave_moe_layer_step")  # llama.cpp requires at least 1
+    lead = meta_count(meta, p + "leading_dense_block_count", 0, low=0, high=n_layers)
+    step = meta_count(meta, p + "interleave_moe_layer_step")  # llama.cpp requires at least 1
     layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
     if not all(layers) and p + "feed_forward_length" not in meta:
         raise HyperparameterError(f"GGUF metadata lacks {p}feed_forward_length, the width of its dense layers")
@@ -594,7 +552,7 @@ def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> Ro
     attn = 1.0
     if ext:
         f = 1.0 / freq_scale
-        log_mul = _finite(meta, p + "rope.scaling.yarn_log_multiplier", 0.0)
+        log_mul = meta_finite(meta, p + "rope.scaling.yarn_log_multiplier", 0.0)
         if _mscale(f, log_mul) <= 0:
             raise HyperparameterError(
                 f"{p}rope.scaling.yarn_log_multiplier {log_mul} makes YaRN's magnitude {_mscale(f, log_mul):g}: "
@@ -602,8 +560,8 @@ def rope_scaling_from_metadata(meta: dict[str, Any], p: str, context: int) -> Ro
             )
         attn = _mscale(f, 1.0) / _mscale(f, log_mul) if log_mul else _mscale(f, 1.0)
         attn /= 1.0 + 0.1 * math.log(f)
-    attn *= _positive_float(meta, p + "rope.scaling.attn_factor", 1.0)  # whatever the type, as llama.cpp does
-    n_ctx_orig = _count(meta, p + "rope.scaling.original_context_length", context)
+    attn *= meta_positive_float(meta, p + "rope.scaling.attn_factor", 1.0)  # whatever the type, as llama.cpp does
+    n_ctx_orig = meta_count(meta, p + "rope.scaling.original_context_length", context)
     return RopeScaling(kind, freq_scale, ext, attn, n_ctx_orig)
 
 
