@@ -116,6 +116,11 @@ INT64_MAX = 2**63 - 1
 # the longest string array read: 64 times the largest vocabulary (262 144), so a crafted file cannot make
 # tens of millions of Python strings (about 50 bytes each) out of a few bytes apiece
 MAX_STRINGS = 1 << 24
+# the longest key name and string value read (llama.cpp allows 1 GiB): real keys are under 100 bytes and
+# the longest real value, a chat template, tens of KiB; a misread length would otherwise copy and decode
+# megabytes (the fuzzer saw a 64 MiB key name reach 2.3 GB of peak RSS through backslash escapes)
+MAX_KEY = 1 << 16
+MAX_STRING = 1 << 24
 # the smallest entry of each table: a key of one byte, its type and a one-byte value; a tensor of a
 # name (even an empty one), one dimension, its type and offset. The header's counts are bounded by these.
 MIN_KV_BYTES = 8 + 1 + 4 + 1
@@ -152,7 +157,11 @@ class _Cursor:
 
     def string(self) -> str:
         n = self.unpack("<Q")
-        return bytes(self.take(n)).decode("utf-8", errors="replace")
+        if n > MAX_STRING:
+            raise GgufFormatError(
+                f"{self.path}: {self.what} is a string of {n} bytes; labkit reads strings of at most {MAX_STRING}"
+            )
+        return str(self.take(n), "utf-8", "replace")
 
     def name(self, limit: int | None = None) -> tuple[str, int]:
         """A key or tensor name and its length in bytes; invalid UTF-8 kept apart as escapes, so two
@@ -206,6 +215,8 @@ def _read_strings(cur: _Cursor, count: int) -> StringArray:
         pos += 8
         if pos + n > end:
             raise TruncatedFileError(f"{cur.path}: truncated GGUF header inside {cur.what}, a string array")
+        if n > MAX_STRING:
+            raise GgufFormatError(f"{cur.path}: {cur.what} holds a string of {n} bytes; labkit reads at most {MAX_STRING}")
         out.append(str(buf[pos : pos + n], "utf-8", "replace"))
         pos += n
     cur.pos = pos
@@ -259,7 +270,12 @@ def _read_metadata(cur: _Cursor, n_kv: int) -> dict[str, Any]:
     for i in range(n_kv):
         at = cur.pos
         cur.what = f"metadata key {i}"
-        key, _ = cur.name()
+        key, n_bytes = cur.name(limit=MAX_KEY)
+        if n_bytes >= MAX_KEY:
+            raise MetadataKeyError(
+                f"{cur.path}: metadata key {i}'s name {key[:80]!r} is {n_bytes} bytes; labkit reads key names "
+                f"of fewer than {MAX_KEY} (a misread length?)"
+            )
         if not key:
             raise MetadataKeyError(f"{cur.path}: metadata key {i} (byte {at}) is empty")
         if key in metadata:

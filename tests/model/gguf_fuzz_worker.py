@@ -174,12 +174,16 @@ def fuzz_source(kind: str, src: Path, n: int, seconds: float, rng: np.random.Gen
             if kind == "header":
                 f.truncate(size)  # the data, as a sparse tail: the header is what is mutated
         header_changed = case[: len(header)] != header
+        before = peak_rss_kb()
         try:  # every tiny mutant that opens with another header runs; of data-only ones, the first ten
             outcome = try_case(path, run=kind == "tiny" and (header_changed or runs < 10))
         except Exception as e:  # noqa: BLE001 (the point: nothing else may escape)
             outcome = "ESCAPED"
             outcomes[f"escaped: {label} case {i} of {src.name}: {type(e).__name__}: {str(e)[:200]}"] += 1
         runs += outcome == "ran" and not header_changed
+        grew = peak_rss_kb() - before
+        if grew > 100 << 10:  # a case that raised the peak by over 100 MB: named in the report
+            outcomes[f"grew: {grew >> 10} MB, {label} case {i} of {src.name} ({outcome})"] += 1
         outcomes[outcome] += 1
         outcomes["structure-level" if label != "bytes" else "byte-level"] += 1
         path.unlink()

@@ -415,27 +415,39 @@ def test_the_valid_file_opens_as_written(tmp_path, valid):
     assert lab.config.n_layers == 2 and len(lab.gguf.tensors) == len(valid[1].tensors)
 
 
-def test_a_name_length_spanning_the_file_is_refused_without_copying_it(tmp_path, valid):
-    """A misread length can reach the file's end: the name is refused from its length, and at most its
-    first bytes are read (the fuzzer saw 200 MB names copied and decoded, 600 MB of peak RSS)."""
+def _length_at(data: bytes, text: bytes) -> int:
+    """Where the u64 length before `text` (a key name or string value) sits in the file."""
+    return data.index(struct.pack("<Q", len(text)) + text)
+
+
+@pytest.mark.parametrize(
+    "where, cls, fragment",
+    [("tensor name", TensorTableError, "ggml allows 63"), ("key name", MetadataKeyError, "key names of fewer"),
+     ("string value", GgufFormatError, "strings of at most")],
+)  # fmt: skip
+def test_a_length_spanning_the_file_is_refused_without_copying_it(tmp_path, valid, where, cls, fragment):
+    """A misread length can reach the file's end: the name or string is refused from its length, and
+    at most its first bytes are read (the fuzzer saw a 64 MiB key name reach 2.3 GB of peak RSS)."""
     import tracemalloc
 
     data, _, tensor_8 = valid
+    at = {"tensor name": tensor_8, "key name": _length_at(data, b"general.architecture"),
+          "string value": _length_at(data, b"llama")}[where]  # fmt: skip
     tail = 32 << 20
     b = bytearray(data)
-    struct.pack_into("<Q", b, tensor_8, len(data) + tail - tensor_8 - 64)
+    struct.pack_into("<Q", b, at, len(data) + tail - at - 64)
     path = tmp_path / "long_name.gguf"
     with open(path, "wb") as f:
         f.write(b)
         f.truncate(len(data) + tail)
     tracemalloc.start()
     try:
-        with pytest.raises(TensorTableError, match="ggml allows 63"):
+        with pytest.raises(cls, match=fragment):
             labkit.open(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < tail // 4, f"{peak / 2**20:.1f} MiB allocated to refuse one name"
+    assert peak < tail // 4, f"{peak / 2**20:.1f} MiB allocated to refuse one {where}"
 
 
 def test_names_of_invalid_utf8_stay_apart(tmp_path, valid):
