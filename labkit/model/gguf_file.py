@@ -216,7 +216,9 @@ def _read_strings(cur: _Cursor, count: int) -> StringArray:
         if pos + n > end:
             raise TruncatedFileError(f"{cur.path}: truncated GGUF header inside {cur.what}, a string array")
         if n > MAX_STRING:
-            raise GgufFormatError(f"{cur.path}: {cur.what} holds a string of {n} bytes; labkit reads at most {MAX_STRING}")
+            raise GgufFormatError(
+                f"{cur.path}: {cur.what} holds a string of {n} bytes; labkit reads strings of at most {MAX_STRING}"
+            )
         out.append(str(buf[pos : pos + n], "utf-8", "replace"))
         pos += n
     cur.pos = pos
