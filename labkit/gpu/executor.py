@@ -219,7 +219,7 @@ class GpuExecutor(StageHost):
         attends = set(cfg.attention_layers)
 
         def kv(kind: str) -> list:
-            n = capacity * cfg.kv_dim
+            n = capacity * cfg.cache_dims[kind == "v"]
             return [self.buffer(n, f"cache.{kind}.{L}", fresh) if L in attends else None for L in range(cfg.n_layers)]
 
         states = {}

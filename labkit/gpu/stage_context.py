@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import wgpu
 
 from labkit.gpu.allocator import Allocator
@@ -125,6 +126,11 @@ class StageContext:
         z = self.ex.region(ep.stage, shape, self.shape, self.objects, self.scope.scratch)
         self.also_writes[ep.stage.name] = z
         return ep, self.regions[ep.other], z
+
+    def head_ids(self, heads: int) -> Region:
+        """[T, heads] u32: slot h of every token is h (a per-head matmul run as the experts' matmul)."""
+        ids = np.tile(np.arange(heads, dtype=np.uint32), max(self.T, 1))
+        return Region(self.objects.data(ids.tobytes(), wgpu.BufferUsage.STORAGE, "head ids"), 0, (self.T, heads))
 
     def temp(self, shape: tuple[int, ...], what: str) -> Region:
         """A region of this stage's own that is not its output (a matmul's product before its bias)."""

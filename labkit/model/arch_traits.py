@@ -76,6 +76,11 @@ class ArchTraits:
     # delta: b and alpha in one projection, interleaved per key head (Qwen3-Next's ssm_ba: for each key head its
     # value heads' b, then their alpha), and a value head reads key head h // (n_v / n_k) rather than h mod n_k
     fused_ba: bool = False
+    # moe: the file's leading_dense_block_count is followed by an interleave_moe_layer_step (ERNIE 4.5); without
+    # it every later layer is a mixture (DeepSeek)
+    moe_step_key: bool = True
+    # moe: the shared experts' width is expert_shared_count times an expert's (DeepSeek), not a key of its own
+    shared_expert_count: bool = False
 
 
 GPT_OSS_EXPERT_BIASES = ("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
@@ -168,4 +173,18 @@ ARCHITECTURES: dict[str, ArchTraits] = {
 # repeat their key head in place (h // (n_v / n_k)); the split q/k/v and z projections (a file with the
 # legacy fused ssm_in is refused)
 ARCHITECTURES["qwen3next"] = replace(ARCHITECTURES["qwen35moe"], text_mrope=False, fused_ba=True)
+# DeepSeek-V2/V3 (and Kimi K2) as llama.cpp's deepseek2 graph computes them: multi-head latent attention
+# (mixer "mla": labkit.model.latent_attention) in its absorbed form, rope on adjacent pairs; leading dense
+# layers, then mixtures routed by the file's gating function (sigmoid for V3), a selection-only bias, expert
+# groups and a routed scaling factor, beside shared experts
+ARCHITECTURES["deepseek2"] = ArchTraits(
+    "normal",
+    mixer="mla",
+    ffn="moe",
+    expert_selection_bias=True,
+    moe_layout_keys=True,
+    moe_step_key=False,
+    shared_expert_count=True,
+    expert_weights_norm=False,
+)
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)

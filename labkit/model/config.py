@@ -12,8 +12,9 @@ import numpy as np
 from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.arch_traits import ARCHITECTURES, ArchTraits
 from labkit.model.gguf_keys import check_key_types
+from labkit.model.latent_attention import MlaShape, mla_head, mla_rope_attn_factor, mla_shape
+from labkit.model.moe_config import moe_fields
 from labkit.model.metadata_values import (
-    MAX_EXPERTS,
     MAX_LAYERS,
     in_range,
     meta_count,
@@ -122,7 +123,12 @@ class ModelConfig:
     n_expert_used: int = 0  # moe: experts each token is routed to (top-k)
     d_ff_expert: int = 0  # moe: one expert's feed-forward width
     expert_weights_norm: bool = False  # moe: the k selected weights renormalized to sum to 1
-    expert_gating: str = "softmax"  # moe: "softmax" or "softmax_weight" (ArchTraits.expert_gating)
+    expert_gating: str = "softmax"  # moe: "softmax", "sigmoid" or "softmax_weight" (ArchTraits.expert_gating)
+    # moe: DeepSeek-V3's group-limited routing: experts in `expert_groups` equal groups, each token's top k taken
+    # from the `expert_groups_used` groups whose two best scores sum highest (0: no groups)
+    expert_groups: int = 0
+    expert_groups_used: int = 0
+    expert_weights_scale: float = 1.0  # moe: the selected weights times it (DeepSeek's routed_scaling_factor)
     attn_sinks: bool = False  # gpt-oss: `attn_sinks.weight`, a per-head logit in the softmax
     # the matrices the file gives a bias (`blk.0.<matrix>.bias`: qwen2's q/k/v; gpt-oss's q/k/v, output,
     # router and experts, the experts' added by ggml's add_id)
@@ -137,6 +143,7 @@ class ModelConfig:
     expert_selection_bias: bool = False  # moe: `exp_probs_b` added to the probabilities for the top k only
     mixer: str = "attention"  # ArchTraits.mixer: "attention", "mamba2", "hybrid", "delta" or "nemotron"
     ssm: SsmShape | None = None  # the recurrent mixer's sizes (Mamba-2's, or the gated delta net's)
+    mla: MlaShape | None = None  # a latent attention's sizes (deepseek2: labkit.model.latent_attention)
     # a hybrid's mixer per layer: "attention", "mamba2", "delta_net", or "ffn" (a Nemotron-H layer that is its FFN)
     mixers: tuple[str, ...] = ()
     attn_gate: bool = False  # ArchTraits.attn_gate: q_full holds each head's query and output gate
@@ -153,6 +160,14 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:
         return self.n_kv_heads * self.head_dim
+
+    @property
+    def cache_dims(self) -> tuple[int, int]:
+        """What the K and V caches hold a token: K and V of every KV head, or a latent attention's
+        latent and rotary key (K) and its latent again (V, which the kernels read as values)."""
+        if self.mla is not None:
+            return self.mla.cached, self.mla.kv_lora
+        return self.kv_dim, self.kv_dim
 
     def layer_rope_base(self, layer: int) -> float:
         return self.rope_base_local if self.swa_layers[layer] else self.rope_base
@@ -249,7 +264,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         swa_layers=swa,
         tied_embeddings="output.weight" not in tensor_names or traits.always_tied,
         embed_scale=mup.get("embed", math.sqrt(d_model) if traits.embed_scale else 1.0),
-        attn_scale=mup.get("attention", 1.0 / math.sqrt(head_dim) if head_dim else 1.0),
+        attn_scale=_attn_scale(mup, head_dim, mixing["mla"]),
         qk_norm=traits.qk_norm,
         sandwich_norms=traits.sandwich_norms,
         ffn_act=traits.ffn_act,
@@ -263,7 +278,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         bos_id=_opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         eos_id=_opt_int(meta.get("tokenizer.ggml.eos_token_id")),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", arch != "llama")),
-        **_moe_fields(meta, p, traits, n_layers, tensor_names),
+        **moe_fields(meta, p, traits, n_layers, tensor_names),
         sub_norms=traits.sub_norms,
         weight_scales="blk.0.attn_q.scale" in tensor_names,
         residual_scale=mup.get("residual", 1.0),
@@ -272,6 +287,13 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         shexp_gate=traits.shexp_gate,
         fused_ba=traits.fused_ba,
     )
+
+
+def _attn_scale(mup: dict[str, float], head_dim: int, mla: MlaShape | None) -> float:
+    """The softmax scale: Granite's from the file, a latent attention's (YaRN's mscale in it), else 1/sqrt(head)."""
+    if mla is not None:
+        return mla.kq_scale
+    return mup.get("attention", 1.0 / math.sqrt(head_dim) if head_dim else 1.0)
 
 
 def _ffn_width(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, layer_widths) -> Any:
@@ -295,12 +317,13 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
                    names: set[str]) -> dict[str, Any]:  # fmt: skip
     """What mixes the positions: the attention's heads and rope, each layer's mixer, the Mamba-2 sizes."""
     mixers: tuple[str, ...] = ()
+    mla = None
     if traits.mixer == "mamba2":  # no layer attends: llama.cpp's mamba2 files say head_count 0
         n_heads = n_kv_heads = head_dim = 0
         rope = _no_rope(traits)
     else:
         n_heads = meta_per_layer(meta, p + "attention.head_count", n_layers)
-        head_dim = _head_dim(meta, p, d_model, n_heads)
+        head_dim = _head_dim(meta, p, d_model, n_heads) if traits.mixer != "mla" else mla_head(meta, p)
         if traits.mixer == "hybrid":
             n_kv_heads, mixers = _hybrid_layers(meta, p, n_heads, n_layers)
         elif traits.mixer == "nemotron":
@@ -310,11 +333,15 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
                     "labkit runs its dense layers"
                 )
             n_kv_heads, mixers, d_ff = _nemotron_layers(meta, p, n_heads, n_layers)
+        elif traits.mixer == "mla":  # the multi-head form's numbers: each head a key of nope + rope values
+            n_kv_heads = n_heads
         else:
             n_kv_heads = _kv_heads(meta, p, n_heads, n_layers)
         if traits.mixer == "delta":
             mixers = _delta_layers(meta, p, n_layers)
         rope = _rope_fields(meta, p, traits, head_dim, context, names)
+        if traits.mixer == "mla":
+            rope, mla = _mla(meta, p, n_layers, rope)
         if traits.text_mrope:
             _check_text_sections(meta, p, rope["rope_dim"])
         if traits.fused_ba and "blk.0.ssm_in.weight" in names:
@@ -331,9 +358,18 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
         **rope,
         "mixer": traits.mixer,
         "mixers": mixers,
-        "ssm": _ssm_shape(meta, p, d_model, traits.mixer) if traits.mixer != "attention" else None,
+        "ssm": _ssm_shape(meta, p, d_model, traits.mixer) if traits.mixer not in ("attention", "mla") else None,
+        "mla": mla,
         "rope": bool(meta.get(p + "rope.scaling.finetuned", True)) if traits.rope_switch else traits.rotary,
     }
+
+
+def _mla(meta: dict[str, Any], p: str, n_layers: int, rope: dict[str, Any]) -> tuple[dict[str, Any], MlaShape]:
+    """A latent attention's sizes, and its rope's attention factor as llama.cpp's deepseek2 sets it."""
+    tokens = meta.get("tokenizer.ggml.tokens")
+    n_vocab = int(meta.get(p + "vocab_size", len(tokens) if tokens is not None else 0) or 0)
+    scaling = replace(rope["rope_scaling"], attn_factor=mla_rope_attn_factor(meta, p, rope["rope_scaling"]))
+    return {**rope, "rope_scaling": scaling}, mla_shape(meta, p, n_layers, n_vocab, rope["rope_dim"], scaling)
 
 
 def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> tuple[int, tuple[str, ...]]:
@@ -496,35 +532,6 @@ def _is_layer0_bias(name: str) -> bool:
 def _bias_matrices(names: set[str]) -> frozenset[str]:
     """The matrices any layer gives a bias (`blk.L.<matrix>.bias`): a hybrid's layer 0 may lack its FFN's."""
     return frozenset(n.split(".", 2)[2][: -len(".bias")] for n in names if n.startswith("blk.") and n.endswith(".bias"))
-
-
-def _moe_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, names: set[str]) -> dict[str, Any]:
-    """A mixture of experts' numbers, as llama.cpp's load_hparams reads them (only the kind of FFN otherwise)."""
-    if traits.ffn != "moe":
-        return {"ffn": traits.ffn}
-    n_expert = meta_count(meta, p + "expert_count", high=MAX_EXPERTS)
-    return {
-        "ffn": "moe",
-        "n_expert": n_expert,
-        "n_expert_used": meta_count(meta, p + "expert_used_count", high=n_expert),
-        "d_ff_expert": meta_per_layer(meta, p + traits.expert_width_key, n_layers),
-        "expert_weights_norm": bool(meta.get(p + "expert_weights_norm", traits.expert_weights_norm)),
-        "expert_gating": traits.expert_gating,
-        "moe_layers": _moe_layers(meta, p, n_layers) if traits.moe_layout_keys else (),
-        "d_ff_shexp": meta_count(meta, p + "expert_shared_feed_forward_length", 0, low=0),
-        "expert_selection_bias": traits.expert_selection_bias and any(n.endswith(".exp_probs_b.bias") for n in names),
-    }
-
-
-def _moe_layers(meta: dict[str, Any], p: str, n_layers: int) -> tuple[bool, ...]:
-    """Which layers are MoE, as llama.cpp's ernie4_5-moe graph decides it: past the leading dense
-    layers, every interleave_moe_layer_step-th one."""
-    lead = meta_count(meta, p + "leading_dense_block_count", 0, low=0, high=n_layers)
-    step = meta_count(meta, p + "interleave_moe_layer_step")  # llama.cpp requires at least 1
-    layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
-    if not all(layers) and p + "feed_forward_length" not in meta:
-        raise HyperparameterError(f"GGUF metadata lacks {p}feed_forward_length, the width of its dense layers")
-    return layers
 
 
 MIN_ROPE_FACTOR = 1e-6  # a factor past its reciprocal's range would scale every angle to inf or 0

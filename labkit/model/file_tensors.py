@@ -56,6 +56,8 @@ def _tensor(cfg: ModelConfig, st: Stage, role: str, name: str) -> FileTensor:
         return FileTensor(name, _MIXER_TENSORS[st.op](P), _MIXER_KINDS[st.op])
     if st.op == "moe_matmul":
         return FileTensor(name, (cfg.n_expert, P["out"], P["in"]), "experts")
+    if st.op == "head_matmul":  # DeepSeek's attn_k_b and attn_v_b: a matrix a head
+        return FileTensor(name, (P["heads"], P["out"], P["in"]), "matrix")
     rows = st.weight_rows[1] if st.weight_rows else P["out"]
     # a router and the shared expert's gate are kept in F32, as llama.cpp's quantizer keeps them
     router = st.kind in ("ffn_router", "ffn_shexp_logit")

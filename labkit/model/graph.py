@@ -122,6 +122,8 @@ def _qkv(b: _Builder) -> None:
 
 def _attention(b: _Builder, x: str) -> str:
     cfg, L = b.cfg, b.layer
+    if cfg.mla is not None:
+        return _latent_attention(b, x)
     b.norm("attn_norm", x, "attn_norm")
     _qkv(b)
     q, k = "q", "k"
@@ -145,6 +147,46 @@ def _attention(b: _Builder, x: str) -> str:
     bias = b.bias("attn_output")
     out = b.linear("attn_out", ctx, "attn_output", cfg.q_dim, cfg.d_model, bias=bias)
     return b.norm("post_attn_norm", out, "post_attention_norm") if cfg.sandwich_norms else out
+
+
+def _latent_attention(b: _Builder, x: str) -> str:
+    """llama.cpp's deepseek2 attention in its absorbed form (labkit.model.latent_attention): the query
+    (through a low rank where the file has one), each token's latent and rotary key out of one projection,
+    the heads' unrotated queries taken into the latent's space by attn_k_b, attention over the cached
+    [latent; rotary key] as one shared key head, and each head's latent context up-projected by attn_v_b."""
+    cfg, m, H = b.cfg, b.cfg.mla, b.cfg.n_heads
+    d, qk = cfg.d_model, m.k_head
+    b.norm("attn_norm", x, "attn_norm")
+    if m.q_lora:
+        b.linear("q_a", "attn_norm", "attn_q_a", d, m.q_lora)
+        b.norm("q_a_norm", "q_a", "attn_q_a_norm", group=m.q_lora, width=m.q_lora)
+        b.linear("q", "q_a_norm", "attn_q_b", m.q_lora, H * qk)
+    else:
+        b.linear("q", "attn_norm", "attn_q", d, H * qk)
+    b.linear("kv_a", "attn_norm", "attn_kv_a_mqa", d, m.cached)
+    b.add("kv_latent", "columns", ("kv_a",), groups=1, width=m.kv_lora, step=m.cached, offset=0, **{"in": m.cached})
+    b.norm("kv_latent_norm", "kv_latent", "attn_kv_a_norm", group=m.kv_lora, width=m.kv_lora)
+    b.add("k_pe", "columns", ("kv_a",), groups=1, width=m.rope, step=m.cached, offset=m.kv_lora, **{"in": m.cached})
+    heads = {"groups": H, "step": qk, "in": H * qk}
+    b.add("q_nope", "columns", ("q",), width=m.nope, offset=0, **heads)
+    b.add("q_pe", "columns", ("q",), width=m.rope, offset=m.nope, **heads)
+    rope = {"base": cfg.layer_rope_base(b.layer), "style": cfg.rope_style, "head_dim": m.rope, "rope_dim": m.rope}
+    rope |= _rope_scaling(cfg, b.layer, rope["base"])
+    b.add("q_pe_rope", "rope", ("q_pe",), n_heads=H, **rope)
+    b.add("k_pe_rope", "rope", ("k_pe",), n_heads=1, **rope)
+    b.add("q_absorbed", "head_matmul", ("q_nope",), "attn_k_b", heads=H, out=m.kv_lora, **{"in": m.nope})
+    b.add("q_mla", "concat", ("q_absorbed", "q_pe_rope"), groups=H, widths=(m.kv_lora, m.rope))
+    # the K cache's row: the normed latent, then the rotary key; the V cache's: the latent again (the values)
+    b.add("k_mla", "concat", ("kv_latent_norm", "k_pe_rope"), groups=1, widths=(m.kv_lora, m.rope), kv_write="k")
+    b.add("v_mla", "columns", ("kv_latent_norm",), groups=1, width=m.kv_lora, step=m.kv_lora, offset=0,
+          kv_write="v", **{"in": m.kv_lora})  # fmt: skip
+    attn = {"scale": cfg.attn_scale, "window": None, "softcap": 0.0, "n_heads": H, "n_kv_heads": 1}
+    b.add("attn_scores", "attn_scores", ("q_mla", "k_mla"), kv_read=("k",), head_dim=m.cached, **attn)
+    b.add("attn_probs", "softmax", ("attn_scores",), n_heads=H)
+    b.add("attn_ctx_latent", "attn_ctx", ("attn_probs", "v_mla", "q_mla"), kv_read=("k", "v"), head_dim=m.kv_lora,
+          **attn)  # fmt: skip
+    b.add("attn_ctx", "head_matmul", ("attn_ctx_latent",), "attn_v_b", heads=H, out=m.v_head, **{"in": m.kv_lora})
+    return b.linear("attn_out", "attn_ctx", "attn_output", H * m.v_head, d)
 
 
 def _rope(b: _Builder, q: str, k: str) -> tuple[str, str]:
@@ -209,8 +251,12 @@ def _moe_ffn(b: _Builder, x: str) -> str:
     b.norm("ffn_norm", x, cfg.ffn_norm_tensor)
     b.linear("ffn_router", "ffn_norm", "ffn_gate_inp", d, n, bias=b.bias("ffn_gate_inp"))
     route = {"n_expert": n, "k": k, "norm": cfg.expert_weights_norm, "gating": cfg.expert_gating}
+    if cfg.expert_groups:  # DeepSeek-V3's group-limited routing
+        route |= {"groups": cfg.expert_groups, "groups_used": cfg.expert_groups_used}
+    if cfg.expert_weights_scale != 1.0:  # DeepSeek's routed scaling factor
+        route |= {"w_scale": cfg.expert_weights_scale}
     scores = "ffn_router"
-    if cfg.expert_gating == "softmax":
+    if cfg.expert_gating in ("softmax", "sigmoid"):
         scores = b.add("ffn_router_probs", "moe_router", ("ffn_router",), out="probs", **route)
     # a selection-only bias (exp_probs_b): the top k rank the probabilities plus it; the weights stage
     # binds it too, for the fault that adds it to the weights as well (moe_router=bias_in_weights)

@@ -208,9 +208,10 @@ def peak_live_bytes(graph: list[Stage], T: int, itemsize: int, kept=frozenset())
     return peak
 
 
-def kv_bytes(n_layers: int, kv_dim: int, positions: int, itemsize: int) -> int:
-    """K and V of `positions` for `n_layers` attending layers: it grows with the sequence."""
-    return 2 * n_layers * positions * kv_dim * itemsize
+def kv_bytes(cfg, positions: int, itemsize: int) -> int:
+    """K and V of `positions` for the attending layers (ModelConfig.cache_dims a token): it grows with the
+    sequence."""
+    return len(cfg.attention_layers) * positions * sum(cfg.cache_dims) * itemsize
 
 
 def state_bytes(cfg, itemsize: int) -> int:
@@ -268,7 +269,7 @@ def reference_parts(gguf, graph: list[Stage], cfg, T: int, names, weight_itemsiz
         MemoryPart("reference", "weight cache", held, f"{how} (float{8 * weight_itemsize})"),
         MemoryPart("reference", "working set", WORKING_SET, "a widened row chunk and dequantization temporaries"),
         MemoryPart("reference", "activations", peak_live_bytes(graph, T, 8, kept), "float64, freed after last reader"),
-        MemoryPart("reference", "kv cache", kv_bytes(len(cfg.attention_layers), cfg.kv_dim, T, 8), "float64"),
+        MemoryPart("reference", "kv cache", kv_bytes(cfg, T, 8), "float64"),
         *state_part("reference", cfg, 8),
         MemoryPart("reference", "captures", captures, f"{len(kept)} stages, float64", CAPTURE_HINT),
     ]

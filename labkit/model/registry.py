@@ -139,6 +139,13 @@ MODELS: dict[str, ModelEntry] = {
         "token) beside a shared expert weighed by its sigmoid gate, 512 placeholder tokens",
         _written("tiny-qwen35moe"),
     ),
+    "tiny-deepseek2": ModelEntry(
+        "tiny-deepseek2",
+        "labkit (written on first use)",
+        "a random-weight DeepSeek-V3 (deepseek2), Q8_0, 3 layers: multi-head latent attention (q-LoRA, a 64-wide "
+        "latent), a leading dense layer, then 8 experts in 4 groups under sigmoid routing beside a shared expert",
+        _written("tiny-deepseek2"),
+    ),
 }
 DEFAULT_MODEL = "gemma3-270m"
 

@@ -62,6 +62,24 @@ ROLES: dict[str, str] = {
         "Qwen3.5's query projection: each head's query and, beside it, the gate its attention output will be "
         "multiplied by"
     ),
+    "q_a": "DeepSeek's low-rank query: the normed stream projected down to q_lora_rank values",
+    "q_a_norm": "the low-rank query normalized before it is projected up to every head's query",
+    "kv_a": "DeepSeek's one key-value projection a token: the compressed latent, then the rotary key",
+    "kv_latent": "the compressed latent (kv_lora_rank values), before its norm: every head's keys and values come from it",
+    "kv_latent_norm": "the latent normalized: what the cache holds for every head, in place of per-head K and V",
+    "k_pe": "the rotary key before rotation: rope_dim values a token, shared by every head",
+    "k_pe_rope": "the rotary key after rotation (adjacent pairs): cached beside the latent",
+    "q_nope": "each head's query part that meets the latent, unrotated",
+    "q_pe": "each head's query part that meets the rotary key, before rotation",
+    "q_pe_rope": "each head's rotary query part after rotation",
+    "q_absorbed": (
+        "each head's unrotated query taken into the latent's space by its slice of attn_k_b (absorption: "
+        "q·(W_kb c) = (W_kbᵀ q)·c, so the keys never need to be up-projected)"
+    ),
+    "q_mla": "each head's full query against the cache: its absorbed part, then its rotated part",
+    "k_mla": "the cache row the queries score against: the normed latent, then the rotated key (one shared head)",
+    "v_mla": "the values the heads mix: the normed latent itself (each head's up-projection comes after the mix)",
+    "attn_ctx_latent": "each head's context in the latent's space: the probability-weighted sum of the cached latents",
     "q_norm": "normalizes each head's query (Gemma 3, Qwen 3), keeping the attention scores in range",
     "k_norm": "normalizes each head's key (Gemma 3, Qwen 3)",
     "q_rope": (
@@ -218,6 +236,21 @@ LLAMACPP_NODES: dict[str, str] = {
     "q": "Qcur-{L}:MUL_MAT",
     "k": "Kcur-{L}:MUL_MAT",
     "v": "Vcur-{L}:MUL_MAT",
+    "q_a": "",
+    "q_a_norm": "q-{L}:MUL",
+    "kv_a": "kv_cmpr_pe-{L}:MUL_MAT",
+    "kv_latent": "kv_cmpr-{L}:VIEW",
+    "kv_latent_norm": "kv_cmpr-{L}:MUL",
+    "k_pe": "k_pe-{L}:VIEW",
+    "k_pe_rope": "k_pe-{L}:ROPE",
+    "q_nope": "q_nope-{L}:VIEW",
+    "q_pe": "q_pe-{L}:VIEW",
+    "q_pe_rope": "q_pe-{L}:ROPE",
+    "q_absorbed": "q_nope_absorbed_perm-{L}:PERMUTE",
+    "q_mla": "Qcur-{L}:CONCAT",
+    "k_mla": "Kcur-{L}:CONCAT",
+    "v_mla": "Vcur-{L}:RESHAPE",
+    "attn_ctx_latent": "",
     "q_norm": "Qcur_normed-{L}:MUL",
     "k_norm": "Kcur_normed-{L}:MUL",
     "q_rope": "Qcur-{L}:ROPE",
@@ -287,6 +320,9 @@ def K(name: str, *columns: float, **kw) -> StageKind:
 STAGE_KINDS: tuple[StageKind, ...] = (
     K("embed", 1e-10, 1e-10, 2e-07, 2e-05, top_level=True),  # 8.4e-16: exact dequantization on both sides
     K("attn_norm", 1e-06, 2e-02, 2e-04, 5e-03),  # 3.0e-3
+    # DeepSeek's latent attention (deepseek2): projections as q, the latent's norm as q_norm, copies as their source
+    K("q_a", 5e-04, 1e-02, 5e-04, 5e-03),
+    K("q_a_norm", 1e-05, 2e-02, 2e-05, 1e-03),
     K("q", 5e-04, 1e-02, 5e-04, 5e-03),  # 1.9e-3
     K("k", 5e-04, 2e-02, 5e-04, 5e-03),  # 3.1e-3
     K("v", 5e-04, 5e-02, 5e-04, 2e-02),  # 8.0e-3
@@ -295,8 +331,21 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("k_norm", 1e-05, 2e-02, 1e-05, 2e-03),  # 4.8e-3
     K("q_rope", 1e-05, 2e-02, 5e-05, 5e-03),  # 3.4e-3
     K("k_rope", 1e-05, 2e-02, 5e-05, 5e-03),  # 4.8e-3
+    K("kv_a", 5e-04, 2e-02, 5e-04, 5e-03),
+    K("kv_latent", 5e-04, 2e-02, 5e-04, 5e-03),
+    K("kv_latent_norm", 1e-05, 2e-02, 2e-05, 2e-03),
+    K("k_pe", 5e-04, 2e-02, 5e-04, 5e-03),
+    K("q_nope", 5e-04, 1e-02, 5e-04, 5e-03),
+    K("q_pe", 5e-04, 1e-02, 5e-04, 5e-03),
+    K("q_pe_rope", 1e-05, 2e-02, 5e-05, 5e-03),
+    K("k_pe_rope", 1e-05, 2e-02, 5e-05, 5e-03),
+    K("q_absorbed", 5e-04, 2e-02, 5e-04, 5e-03),
+    K("q_mla", 5e-04, 2e-02, 5e-04, 5e-03),
+    K("k_mla", 1e-05, 2e-02, 5e-05, 5e-03),
+    K("v_mla", 1e-05, 2e-02, 5e-05, 5e-03),
     K("attn_scores", 1e-05, 1e-02, 1e-04, 2e-02, layout="heads"),  # 2.0e-3
     K("attn_probs", 1e-05, 1e-02, 2e-04, 1e-02, layout="heads"),  # 1.6e-3
+    K("attn_ctx_latent", 1e-05, 5e-02, 2e-04, 2e-02),  # deepseek2: as attn_ctx
     K("attn_ctx", 1e-05, 5e-02, 2e-04, 2e-02),  # 8.2e-3
     K("attn_sub_norm", 1e-05, 5e-02, 1e-05, 5e-03),  # bitnet: as post_attn_norm
     K("attn_gated", 1e-05, 5e-02, 2e-04, 2e-02),  # qwen35: as attn_ctx

@@ -72,6 +72,14 @@ class TinySpec:
     # value heads the same size), and every full_attention_interval-th layer attends
     ssm_n_v_heads: int = 8
     full_attention_interval: int = 4
+    # deepseek2 only: the latent attention's sizes (head_dim is a head's key: nope + rope), and DeepSeek-V3's
+    # routing: sigmoid gating, expert groups, a routed scaling factor; n_dense_lead leading dense layers
+    mla_q_lora: int = 64
+    mla_kv_lora: int = 64
+    mla_rope: int = 32
+    mla_v_head: int = 32
+    expert_groups: tuple[int, int] = (4, 2)  # (groups, groups used); (0, 0): none
+    expert_weights_scale: float = 2.5
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -146,6 +154,12 @@ TINY_MODELS = {
     # Nemotron-H at tiny size: a Mamba-2 layer, an FFN (relu², no gate), an attention layer without rope, then
     # Mamba-2 and an FFN again, as Nemotron-H interleaves them
     "tiny-nemotron_h": TinySpec(arch="nemotron_h", weight_type="Q8_0", n_layers=5, layer_pattern="MFAMF", seed=19),
+    # DeepSeek-V3 at tiny size: latent attention with a low-rank query (heads of 32 unrotated + 32 rotated values,
+    # a latent of 64), a leading dense layer, then two mixtures of 8 experts in 4 groups (2 groups, 2 experts a
+    # token) under sigmoid gating with a selection bias and a routed scale, beside a shared expert
+    "tiny-deepseek2": TinySpec(
+        arch="deepseek2", weight_type="Q8_0", n_layers=3, n_dense_lead=1, d_ff_shexp=256, seed=23
+    ),  # fmt: skip
     # Qwen3.5's MoE at tiny size: tiny-qwen35's layers, every FFN 8 experts (2 a token) beside a gated shared one
     "tiny-qwen35moe": TinySpec(
         arch="qwen35moe",
@@ -233,6 +247,8 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         _delta_metadata(w, spec)
     if traits.mixer == "nemotron":
         _nemotron_metadata(w, spec)
+    if traits.mixer == "mla":
+        _mla_metadata(w, spec)
     if spec.rope_scaling:
         kind, factor, n_ctx_orig = spec.rope_scaling
         w.add_string(f"{a}.rope.scaling.type", kind)
@@ -248,8 +264,9 @@ def write_metadata(w: GGUFWriter, spec: TinySpec, name: str | None = None, merge
         w.add_expert_feed_forward_length(spec.d_ff_expert)
     if traits.moe_layout_keys:
         w.add_leading_dense_block_count(spec.n_dense_lead)
+    if traits.moe_step_key and traits.moe_layout_keys:
         w.add_interleave_moe_layer_step(1)
-    if traits.moe_layout_keys or traits.shexp_gate:
+    if (traits.moe_layout_keys or traits.shexp_gate) and not traits.shared_expert_count:
         w.add_expert_shared_feed_forward_length(spec.d_ff_shexp)
     if traits.softcaps:
         w.add_float32(f"{a}.attn_logit_softcapping", spec.attn_softcap)
@@ -268,13 +285,36 @@ def _attention_metadata(w: GGUFWriter, spec: TinySpec, traits) -> None:
     if traits.mixer != "nemotron":  # Nemotron-H's is per layer (_nemotron_metadata)
         w.add_feed_forward_length(spec.d_ff_expert if hybrid and spec.n_expert_used else spec.d_ff)
     w.add_head_count(spec.n_heads)
+    w.add_rope_freq_base(1e6 if spec.arch == "gemma3" else 1e4)
+    if traits.mixer == "mla":  # its own key and value lengths, one KV head, its rotary width
+        return
     if not per_layer:  # a hybrid's is per layer (_hybrid_metadata, _nemotron_metadata)
         w.add_head_count_kv(spec.n_kv_heads)
     w.add_key_length(spec.head_dim)
     w.add_value_length(spec.head_dim)
-    w.add_rope_freq_base(1e6 if spec.arch == "gemma3" else 1e4)
     # Qwen3.5 rotates a quarter of each head (partial_rotary_factor 0.25)
     w.add_rope_dimension_count(spec.head_dim // 4 if traits.mixer == "delta" else spec.head_dim)
+
+
+def _mla_metadata(w: GGUFWriter, spec: TinySpec) -> None:
+    """deepseek2's keys as its converter writes them: the MLA sizes (key_length the cached row, value_length
+    the latent), one KV head, and DeepSeek-V3's routing (sigmoid gating, groups, a routed scaling factor)."""
+    a = spec.arch
+    w.add_q_lora_rank(spec.mla_q_lora)
+    w.add_kv_lora_rank(spec.mla_kv_lora)
+    w.add_uint32(f"{a}.attention.key_length_mla", spec.head_dim)
+    w.add_uint32(f"{a}.attention.value_length_mla", spec.mla_v_head)
+    w.add_uint32(f"{a}.attention.key_length", spec.mla_kv_lora + spec.mla_rope)
+    w.add_uint32(f"{a}.attention.value_length", spec.mla_kv_lora)
+    w.add_uint32(f"{a}.attention.head_count_kv", 1)
+    w.add_uint32(f"{a}.rope.dimension_count", spec.mla_rope)
+    w.add_uint32(f"{a}.expert_shared_count", 1 if spec.d_ff_shexp else 0)
+    w.add_float32(f"{a}.expert_weights_scale", spec.expert_weights_scale)
+    w.add_bool(f"{a}.expert_weights_norm", True)
+    w.add_uint32(f"{a}.expert_gating_func", 2)
+    if spec.expert_groups[0]:
+        w.add_uint32(f"{a}.expert_group_count", spec.expert_groups[0])
+        w.add_uint32(f"{a}.expert_group_used_count", spec.expert_groups[1])
 
 
 def _ssm_metadata(w: GGUFWriter, spec: TinySpec) -> None:

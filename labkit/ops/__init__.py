@@ -10,12 +10,14 @@ from labkit.ops import (
     attn_gate,
     attn_scores,
     columns,
+    concat,
     delta_decay,
     delta_net,
     embed,
     gated_add,
     gated_norm,
     glu,
+    head_matmul,
     l2norm,
     matmul,
     moe_matmul,
@@ -68,6 +70,8 @@ OPS: dict[str, Op] = {
         delta_net,
         gated_add,
         relu_sqr,
+        concat,
+        head_matmul,
     )
 }
 

@@ -106,6 +106,10 @@ MOE_KINDS = (
     *("ffn_router", "ffn_router_probs", "ffn_topk", "ffn_expert_weights", "ffn_moe_gate", "ffn_moe_up"),
     *("ffn_moe_act", "ffn_moe_down", "ffn_moe_out"),
 )
+MLA_KINDS = (
+    *("q_a_norm", "kv_a", "kv_latent", "kv_latent_norm", "k_pe", "k_pe_rope", "q_nope", "q_pe", "q_pe_rope"),
+    *("q_absorbed", "q_mla", "k_mla", "v_mla"),
+)
 SHARED_EXPERT_KINDS = ("ffn_shexp_gate", "ffn_shexp_up", "ffn_shexp_act", "ffn_shexp_down", "ffn_out")
 
 
@@ -230,6 +234,21 @@ MAPPINGS: dict[str, dict[str, Pick]] = {
         "ffn_moe_gate": Pick("ffn_moe_gate_biased-{L}", "ADD_ID", layout="slots", note="each expert's bias added"),
         "ffn_moe_up": Pick("ffn_moe_up_biased-{L}", "ADD_ID", layout="slots"),
         "ffn_moe_down": Pick("ffn_moe_down_biased-{L}", "ADD_ID", layout="slots"),
+    },
+    # llama.cpp's deepseek2 graph, MLA absorbed (models/deepseek2.cpp): three nodes named q-L (found by
+    # weight and op), the latent's view and its norm both kv_cmpr-L, attention over the cache as one key
+    # head (kq-L, kqv-L in the latent's space, kqv_out-L after attn_v_b); leading dense layers named as
+    # llama's; the MoE's sigmoid probabilities and scaled weights; shared experts through build_ffn
+    "deepseek2": {
+        "embed": default_pick("embed"),
+        **_common("ffn_inp-{L}", "ffn_swiglu-{L}", "unnamed node_N: the MUL_MAT reading kqv_out-L"),
+        **_defaults(MLA_KINDS),
+        "q_a": Pick("", "MUL_MAT", reads="blk.{L}.attn_q_a.weight", src=0, note="named q-L; found by its weight"),
+        "q": Pick("", "MUL_MAT", reads="blk.{L}.attn_q_b.weight", src=0, note="named q-L; found by its weight"),
+        "attn_ctx_latent": Pick("kqv-{L}", "MUL_MAT", layout="heads_first", note="ne [kv_lora, T, heads]"),
+        **_moe("ffn_moe_weights_scaled-{L}", "SCALE", "ffn_moe_swiglu-{L}"),
+        "ffn_router_probs": Pick("ffn_moe_probs-{L}", "UNARY", note="sigmoid of the logits"),
+        **_defaults(SHARED_EXPERT_KINDS),
     },
     "qwen2": {
         "embed": default_pick("embed"),
@@ -396,6 +415,7 @@ NO_COUNTERPART: dict[str, dict[str, str]] = {
     "qwen35moe": {},
     "nemotron_h": {},
     "qwen3next": {},
+    "deepseek2": {},
     "phi3": {"resid_mid": "the attention residual ADD is unnamed, and reads no named tensor"},
 }
 for _kind in NO_COUNTERPART["phi3"]:

@@ -266,6 +266,8 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
         return flat[flat.size - stage.params["size"] :].reshape(1, -1)
     if pick.layout == "state":
         return raw.reshape(1, -1)
+    if pick.layout == "heads_first":  # ne [features, T, heads] -> numpy [heads, T, features] -> [T, heads * features]
+        return raw.reshape(raw.shape[-3], T, -1).transpose(1, 0, 2).reshape(T, -1)
     if pick.layout == "vec":
         if raw.size % T:
             raise OracleError(f"{stage.name}: llama.cpp tensor of shape {raw.shape} does not split into {T} positions")

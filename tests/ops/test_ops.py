@@ -65,6 +65,9 @@ NMSE = {
     "delta_net": 1e-9,  # f32 memory over tens of tokens
     "gated_add": 1e-12,
     "relu_sqr": 1e-12,
+    # DeepSeek's latent attention: per-head matrices (the experts' kernels), rows joined per head
+    "head_matmul": 1e-9,
+    "concat": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -362,6 +365,7 @@ def cases_moe_router() -> list[OpCase]:
             shows = {"no_renormalize"} if norm else {"softmax_after_topk"}
             out.append(OpCase(f"weights T{T} n{n} k{k} norm={norm}", st, [probs, ids], T, exposes=frozenset(shows)))
         out += _biased_router_cases(r, T, n, k, probs)
+        out += _deepseek_router_cases(r, T, n, k, logits) if n % 8 == 0 else []
         # gpt-oss's softmax_weight gating: the top k of the logits, a softmax over the k selected
         oss = {**route, "norm": False, "gating": "softmax_weight"}
         st = Stage("blk.0.ffn_topk", "moe_router", ("l",), params={**oss, "out": "ids"}, layer=0)
@@ -390,6 +394,34 @@ def _biased_router_cases(r, T: int, n: int, k: int, probs: np.ndarray) -> list[O
     plain = np.argsort(-probs, axis=1, kind="stable")[:, :k]
     assert not np.array_equal(plain, ids) or T == 1, "the bias moves no token's experts: a case that cannot tell"
     return [ids_case, OpCase(f"biased weights T{T} n{n} k{k}", st, [probs, ids], T, weights=w, exposes=shows)]
+
+
+def _deepseek_router_cases(r, T: int, n: int, k: int, logits: np.ndarray) -> list[OpCase]:
+    """DeepSeek-V3's routing: sigmoid probabilities; the top k with a selection bias from the best half of 4
+    groups (each group scored by its two best); the weights renormalized and times a routed scale."""
+    w: dict = {}
+    bias = r.standard_normal(n) * 0.05
+    sel = _vector(w, "blk.0.exp_probs_b.bias", bias)
+    route = {"n_expert": n, "k": k, "norm": True, "gating": "sigmoid", "groups": 4, "groups_used": 2, "w_scale": 2.5}
+    st = Stage("blk.0.ffn_router_probs", "moe_router", ("l",), params={**route, "out": "probs"}, layer=0)
+    cases = [OpCase(f"sigmoid probs T{T} n{n}", st, [logits], T)]
+    probs = 1.0 / (1.0 + np.exp(-logits))
+    st = Stage("blk.0.ffn_topk", "moe_router", ("p",), bias=sel, params={**route, "out": "ids"}, layer=0)
+    cases.append(OpCase(f"grouped ids T{T} n{n} k{k}", st, [probs], T, weights=w,
+                        exposes=frozenset({"expert_index_off_by_one"})))  # fmt: skip
+    scores = probs + bias
+    g = scores.reshape(T, 4, n // 4)
+    best = np.argsort(-np.sort(g, axis=-1)[..., -2:].sum(-1), axis=1, kind="stable")[:, :2]
+    keep = np.zeros((T, 4), bool)
+    np.put_along_axis(keep, best, True, axis=1)
+    masked = np.where(keep[..., None], g, -np.inf).reshape(T, n)
+    ids = np.argsort(-masked, axis=1, kind="stable")[:, :k].astype(np.int32)
+    plain = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    assert not np.array_equal(np.sort(plain, 1), np.sort(ids, 1)) or T == 1, "the groups change no token's experts"
+    st = Stage("blk.0.ffn_expert_weights", "moe_router", ("p", "i"), bias=sel, params={**route, "out": "weights"},
+               layer=0)  # fmt: skip
+    shows = frozenset({"bias_in_weights", "no_renormalize"})
+    return [*cases, OpCase(f"scaled weights T{T} n{n} k{k}", st, [probs, ids], T, weights=w, exposes=shows)]
 
 
 def cases_moe_matmul() -> list[OpCase]:
@@ -567,6 +599,29 @@ def cases_columns() -> list[OpCase]:
     return out
 
 
+def cases_concat() -> list[OpCase]:
+    """Each head's absorbed query and rotated part (4 heads), and a token's latent and rotary key at odd widths."""
+    r, out = _rng("concat"), []
+    for T, g, wa, wb in ((1, 4, 64, 32), (7, 1, 37, 11), (5, 3, 20, 6)):
+        st = Stage("blk.0.q_mla", "concat", ("a", "b"), params={"groups": g, "widths": (wa, wb)}, layer=0)
+        xs = [r.standard_normal((T, g * wa)), r.standard_normal((T, g * wb))]
+        out.append(OpCase(f"T{T} {g}x({wa}+{wb})", st, xs, T))
+    return out
+
+
+def cases_head_matmul() -> list[OpCase]:
+    """Each head's slice times its own matrix (attn_k_b, attn_v_b): a decode step and a prefill (the slots
+    gathered per head), an odd row count, in the formats DeepSeek files carry them in and a K-quant."""
+    r, out = _rng("head_matmul"), []
+    for type_name, K in (("F32", 64), ("F16", 64), ("Q8_0", 96), ("Q4_K", 256)):
+        for T, H, N in ((1, 4, 67), (9, 3, 130)):
+            w: dict = {}
+            name = _weight(r, w, "blk.0.attn_k_b.weight", H * N, K, type_name)
+            st = Stage("blk.0.q_absorbed", "head_matmul", ("x",), name, layer=0, params={"heads": H, "out": N, "in": K})
+            out.append(OpCase(f"{type_name} T{T} H{H} N{N} K{K}", st, [r.standard_normal((T, H * K))], T, weights=w))
+    return out
+
+
 def cases_attn_gate() -> list[OpCase]:
     r, out = _rng("attn_gate"), []
     for T, H, d in ((1, 4, 64), (7, 3, 37)):
@@ -727,9 +782,12 @@ def error(got: np.ndarray, want: np.ndarray) -> tuple[float, str]:
 
 
 # ----------------------------------------------------------------- the parametrization
+KERNELS_OF = {"head_matmul": "moe_matmul"}  # an op that runs another op's kernels: a head is an expert
+
+
 def _variants(op: str) -> list[tuple[str, str, str]]:
-    """(family, variant, kind) of every kernel and policy the op declares."""
-    out = [(k.family, k.name, "kernel") for k in OPS[op].kernels]
+    """(family, variant, kind) of every kernel and policy the op declares (or runs: KERNELS_OF)."""
+    out = [(k.family, k.name, "kernel") for k in OPS[KERNELS_OF.get(op, op)].kernels]
     return out + [(p.family, p.name, "policy") for p in OPS[op].policies]
 
 

@@ -3,7 +3,9 @@
 Qwen3.5's gated attention projects each head's query and its output gate side by side
 (attn_q's rows: head 0's query, head 0's gate, head 1's query, ...); llama.cpp views the
 queries out (`Qcur_reshaped`), and its q norm reads that view. Here the view is a stage:
-group g of a row is X[offset + g·step : ... + width]."""
+group g of a row is X[offset + g·step : ... + width]. DeepSeek's latent attention takes a token's
+latent and rotary key out of one projection, and each head's query parts, the same way; and copies
+the latent into the V cache (the output then a cache row at the pass's first position)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 
 from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
 
-PARAMS = Params(n="u32", width="u32", groups="u32", stride="u32", step="u32", offset="u32")
+PARAMS = Params(n="u32", width="u32", groups="u32", stride="u32", step="u32", offset="u32", x_offset="u32",
+                y_offset="u32")  # fmt: skip
 
 
 def reference(stage, ref) -> np.ndarray:
@@ -27,7 +30,7 @@ def plan(stage, gpu):
     x = gpu.input(0)
     out = gpu.output((gpu.T, P["groups"] * P["width"]))
     values = {"n": out.size, "width": P["width"], "groups": P["groups"], "stride": x.shape[-1], "step": P["step"],
-              "offset": P["offset"]}  # fmt: skip
+              "offset": P["offset"], "x_offset": x.offset, "y_offset": out.offset}  # fmt: skip
     gpu.dispatch([x.buffer, out.buffer], values, ceil_div(out.size, 64))
     return out
 
@@ -46,5 +49,6 @@ OP = Op(
     reference=reference,
     plan=plan,
     shapes=shapes,
+    step_fields=("y_offset",),  # a KV writer's (DeepSeek's K and V cache rows) position in the cache
     kernels=(Kernel("columns", "default", "the correct kernel", from_file("columns")),),
 )

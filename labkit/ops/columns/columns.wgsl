@@ -1,5 +1,6 @@
-// Y[t, g * width + i] = X[t * stride + offset + g * step + i], one thread an output element.
-struct Params { n: u32, width: u32, groups: u32, stride: u32, step: u32, offset: u32, _p0: u32, _p1: u32 }
+// Y[t, g * width + i] = X[t * stride + offset + g * step + i], one thread an output element (each buffer
+// from its region's offset).
+struct Params { n: u32, width: u32, groups: u32, stride: u32, step: u32, offset: u32, x_offset: u32, y_offset: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read_write> Y: array<f32>;
 @group(0) @binding(2) var<uniform> P: Params;
@@ -12,5 +13,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let t = k / row;
     let g = (k % row) / P.width;
     let i = k % P.width;
-    Y[k] = X[t * P.stride + P.offset + g * P.step + i];
+    Y[P.y_offset + k] = X[P.x_offset + t * P.stride + P.offset + g * P.step + i];
 }

@@ -62,16 +62,24 @@ def check_gather_turns(stage_name: str, T: int, k: int, cap: int | None) -> None
 
 
 def plan(stage, gpu):
+    ids = gpu.input(1)
+    T, k = ids.shape
+    out = gpu.output((T, k, stage.params["out"]))
+    dispatch(stage, gpu, gpu.input(0), ids, out, stage.params["per_slot"])
+    return out
+
+
+def dispatch(stage, gpu, x, ids, out, per_slot: bool) -> None:
+    """The dispatches of y[t, s] = W[ids[t, s]] · x[t, (s)] into `out` ([T, k, N]): the experts' windows
+    (a prefill's slots first gathered per expert), then each slot's expert bias where there is one."""
     P = stage.params
-    x, ids = gpu.input(0), gpu.input(1)
     T, k = ids.shape
     N, K = P["out"], P["in"]
-    out = gpu.output((T, k, N))
     y = gpu.temp((T, k, N), "product") if stage.bias else out  # the product, before the experts' biases
     w = gpu.experts(stage.weight, N)
     n_expert = w.n_rows // N
-    values = {"K": K, "rows": N, "T": T, "k": k, "x_offset": x.offset, "x_tok": K * k if P["per_slot"] else K,
-              "x_slot": K if P["per_slot"] else 0, "ids_offset": ids.offset, "y_offset": y.offset,
+    values = {"K": K, "rows": N, "T": T, "k": k, "x_offset": x.offset, "x_tok": K * k if per_slot else K,
+              "x_slot": K if per_slot else 0, "ids_offset": ids.offset, "y_offset": y.offset,
               "n_expert": n_expert, "mode": 1}  # fmt: skip
     tile = wgsl_const(gpu.kernel.source(gpu.shape), "GATHER_TILE", 0)
     if tile:  # the slots listed per expert first: LIST[e * (T + 1)] holds expert e's count, then its slots
@@ -91,7 +99,6 @@ def plan(stage, gpu):
         values = {"total": y.size, "n": N, "ids_offset": ids.offset, "y_offset": out.offset}
         operands = [y.buffer, gpu.vector(stage.bias), out.buffer, ids.buffer]
         gpu.dispatch_op("add_id", operands, values, ceil_div(y.size, 64))
-    return out
 
 
 def shapes(stage) -> tuple[list[str], str]:

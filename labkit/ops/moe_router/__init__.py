@@ -21,9 +21,9 @@ import numpy as np
 from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(T="u32", n_expert="u32", k="u32", what="u32", norm="u32", x_offset="u32", ids_offset="u32",
-                gating="u32", has_bias="u32")  # fmt: skip
+                gating="u32", has_bias="u32", groups="u32", groups_used="u32", w_scale="f32")  # fmt: skip
 WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `out` param)
-GATING = {"softmax": 0, "softmax_weight": 1}  # llama.cpp's expert gating functions labkit computes
+GATING = {"softmax": 0, "softmax_weight": 1, "sigmoid": 2}  # llama.cpp's expert gating functions labkit computes
 MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
 SUM_FLOOR = 6.103515625e-5  # llama.cpp clamps the weights' sum to f16's smallest normal before dividing
 PARTS = ("select", "score", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
@@ -37,6 +37,17 @@ def softmax_rows(z: np.ndarray) -> np.ndarray:
 def top_k(probs: np.ndarray, k: int) -> np.ndarray:
     """The k largest per row, largest first; a tie goes to the lower expert index."""
     return np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+
+
+def group_limited(scores: np.ndarray, groups: int, used: int) -> np.ndarray:
+    """DeepSeek-V3's group-limited routing, as llama.cpp's build_moe_ffn does it: each group's score is
+    the sum of its two best scores; experts outside the `used` best groups get -inf."""
+    T, n = scores.shape
+    g = scores.reshape(T, groups, n // groups)
+    best2 = -np.sort(-g, axis=-1)[..., :2].sum(axis=-1)
+    keep = np.zeros((T, groups), bool)
+    np.put_along_axis(keep, top_k(best2, used), True, axis=-1)
+    return np.where(keep[..., None], g, -np.inf).reshape(T, n)
 
 
 def expert_weights(scores: np.ndarray, ids: np.ndarray, norm: bool, gating: str = "softmax") -> np.ndarray:
@@ -54,14 +65,17 @@ def reference(stage, ref) -> np.ndarray:
     shows as a tie at `ffn_topk`, and every later stage compares on the same experts."""
     P = stage.params
     if P["out"] == "probs":
-        return softmax_rows(ref.x[0])
+        return 1.0 / (1.0 + np.exp(-ref.x[0])) if P.get("gating") == "sigmoid" else softmax_rows(ref.x[0])
     if P["out"] == "weights":
-        return expert_weights(ref.x[0], ref.x[1], P["norm"], P.get("gating", "softmax"))
+        return expert_weights(ref.x[0], ref.x[1], P["norm"], P.get("gating", "softmax")) * P.get("w_scale", 1.0)
     forced = getattr(ref, "forced_ids", None) or {}
     if stage.layer in forced:
         return np.asarray(forced[stage.layer], np.int32)
     bias = ref.weight(stage.bias) if stage.bias else 0.0  # ranks the experts, never weighs them
-    return top_k(ref.x[0] + bias, P["k"]).astype(np.int32)
+    scores = ref.x[0] + bias
+    if P.get("groups", 0) > 1:
+        scores = group_limited(scores, P["groups"], P["groups_used"])
+    return top_k(scores, P["k"]).astype(np.int32)
 
 
 def plan(stage, gpu):
@@ -81,6 +95,9 @@ def plan(stage, gpu):
         "ids_offset": ids.offset,
         "gating": GATING[P.get("gating", "softmax")],
         "has_bias": int(bool(stage.bias)),
+        "groups": P.get("groups", 0),
+        "groups_used": P.get("groups_used", 0),
+        "w_scale": P.get("w_scale", 1.0),
     }
     gpu.dispatch([x.buffer, ids.buffer, out.buffer, bias], values, ceil_div(T, 64))
     return out
@@ -142,9 +159,17 @@ SOFTMAX_WEIGHT_FORMULA = "ids = topk(logits, k); w = softmax(logits[ids])   (sof
 SELECTION_BIAS_FORMULA = "p = softmax(logits); ids = topk(p + b, k); w = p[ids] / Σ p[ids]  (b ranks only: exp_probs_b)"
 
 
+DEEPSEEK_FORMULA = (
+    "p = sigmoid(logits); ids = topk(p + b, k) within the best groups (each group's two best "
+    "p + b summed); w = p[ids] (/ Σ p[ids] where the model renormalizes) · routed scale"
+)
+
+
 def formula_of(stage) -> str:
     if stage.params.get("gating") == "softmax_weight":
         return SOFTMAX_WEIGHT_FORMULA
+    if stage.params.get("gating") == "sigmoid":
+        return DEEPSEEK_FORMULA
     return SELECTION_BIAS_FORMULA if stage.bias else OP.formula
 
 

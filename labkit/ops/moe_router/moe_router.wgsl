@@ -6,14 +6,18 @@
 //   2  weights: Y[t, k] = X[t, IDS[t, j]], renormalized to sum to 1 where P.norm
 //                                                               X: the probabilities, IDS: the ids
 // P.gating 0 is softmax gating (the scores are probabilities); 1 is softmax_weight gating (gpt-oss:
-// the scores are the logits, and the weights are a softmax over the k selected logits).
+// the scores are the logits, and the weights are a softmax over the k selected logits); 2 is sigmoid
+// gating (DeepSeek-V3: each probability the sigmoid of its logit, what 0 does after that).
+// DeepSeek-V3's group-limited routing, where P.groups > 1: the experts are P.groups equal groups, a
+// group's score is its best two selection scores' sum, and the top k come from the P.groups_used best
+// groups only. The weights are multiplied by P.w_scale (DeepSeek's routed scaling factor, else 1).
 // Composed after its parts, each a function a faulty variant replaces:
 //   moe_router_select.wgsl     expert_id(e): the id stored for selected expert e
 //   moe_router_score.wgsl      weight_score(t, j): the score selected expert j's weight starts from
 //   moe_router_weigh.wgsl      gate_weight(t, v): a selected expert's weight from its score v
 //   moe_router_normalize.wgsl  normalized(w, total): the weight after renormalization
 struct Params { T: u32, n_expert: u32, k: u32, what: u32, norm: u32, x_offset: u32, ids_offset: u32, gating: u32,
-                has_bias: u32 }
+                has_bias: u32, groups: u32, groups_used: u32, w_scale: f32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
 @group(0) @binding(1) var<storage, read> IDS: array<u32>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
@@ -36,23 +40,67 @@ fn ranks_before(p: f32, e: u32, bp: f32, be: u32) -> bool {
 }
 
 fn softmax_row(t: u32) {
+    if (P.gating == 2u) {
+        for (var e = 0u; e < P.n_expert; e++) { Y[t * P.n_expert + e] = 1.0 / (1.0 + exp(-x_at(t, e))); }
+        return;
+    }
     let m = row_max(t);
     let s = row_exp_sum(t, m);
     for (var e = 0u; e < P.n_expert; e++) { Y[t * P.n_expert + e] = exp(x_at(t, e) - m) / s; }
 }
 
+fn selection_score(t: u32, e: u32) -> f32 {
+    return x_at(t, e) + selection_bias(e);
+}
+
+// a group's score: the sum of its two best selection scores
+fn group_score(t: u32, g: u32) -> f32 {
+    let size = P.n_expert / P.groups;
+    let neg_inf = bitcast<f32>(0xff800000u);
+    var b1 = neg_inf;
+    var b2 = neg_inf;
+    for (var e = g * size; e < (g + 1u) * size; e++) {
+        let s = selection_score(t, e);
+        if (s > b1) { b2 = b1; b1 = s; } else if (s > b2) { b2 = s; }
+    }
+    return b1 + b2;
+}
+
+// the groups the top k may come from, as bits: all, or the P.groups_used best (a tie to the lower group)
+fn allowed_groups(t: u32) -> u32 {
+    if (P.groups <= 1u) { return 0xffffffffu; }
+    var mask = 0u;
+    for (var j = 0u; j < P.groups_used; j++) {
+        var bs = bitcast<f32>(0xff800000u);
+        var bg = P.groups;
+        for (var g = 0u; g < P.groups; g++) {
+            let s = group_score(t, g);
+            if ((mask & (1u << g)) == 0u && (bg == P.groups || s > bs)) { bs = s; bg = g; }
+        }
+        mask |= 1u << bg;
+    }
+    return mask;
+}
+
+fn expert_allowed(e: u32, mask: u32) -> bool {
+    if (P.groups <= 1u) { return true; }
+    return (mask & (1u << (e / (P.n_expert / P.groups)))) != 0u;
+}
+
 // the k best by repeated scans: each pick is the best that ranks after the previous pick
 fn select_top_k(t: u32) {
     let neg_inf = bitcast<f32>(0xff800000u);
+    let mask = allowed_groups(t);
     var prev_p = 0.0;
     var prev_e = 0u;
     for (var j = 0u; j < P.k; j++) {
         var bp = neg_inf;
         var be = P.n_expert;
         for (var e = 0u; e < P.n_expert; e++) {
-            let p = x_at(t, e) + selection_bias(e);
+            let p = selection_score(t, e);
             let after_prev = j == 0u || ranks_before(prev_p, prev_e, p, e);
-            if (after_prev && (be == P.n_expert || ranks_before(p, e, bp, be))) { bp = p; be = e; }
+            let ok = after_prev && expert_allowed(e, mask);
+            if (ok && (be == P.n_expert || ranks_before(p, e, bp, be))) { bp = p; be = e; }
         }
         Y[t * P.k + j] = bitcast<f32>(expert_id(be));
         prev_p = bp;
@@ -102,7 +150,9 @@ fn row_exp_sum(t: u32, m: f32) -> f32 {
 fn weigh_selected(t: u32) {
     var total = 0.0;
     for (var j = 0u; j < P.k; j++) { total += gate_weight(t, weight_score(t, j)); }
-    for (var j = 0u; j < P.k; j++) { Y[t * P.k + j] = normalized(gate_weight(t, weight_score(t, j)), total); }
+    for (var j = 0u; j < P.k; j++) {
+        Y[t * P.k + j] = normalized(gate_weight(t, weight_score(t, j)), total) * P.w_scale;
+    }
 }
 
 @compute @workgroup_size(64)

@@ -2,7 +2,7 @@
 // Softmax gating: v is its probability under the softmax over ALL experts, as it is. Softmax_weight
 // gating (gpt-oss): v is its logit, and the softmax is over the k selected logits.
 fn gate_weight(t: u32, v: f32) -> f32 {
-    if (P.gating == 0u) { return v; }
+    if (P.gating != 1u) { return v; }
     let m = selected_max(t);
     return exp(v - m) / selected_exp_sum(t, m);
 }

@@ -2,7 +2,7 @@
 // experts' logits, gathered at the selected ones: the same experts, weights that sum to less than 1.
 // (Under softmax gating that is the model's own order.)
 fn gate_weight(t: u32, v: f32) -> f32 {
-    if (P.gating == 0u) { return v; }
+    if (P.gating != 1u) { return v; }
     let m = row_max(t);
     return exp(v - m) / row_exp_sum(t, m);
 }
