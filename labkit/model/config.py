@@ -13,7 +13,6 @@ from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.arch_traits import ARCHITECTURES, ArchTraits
 from labkit.model.gguf_keys import check_key_types
 from labkit.model.latent_attention import MlaShape, mla_head, mla_rope_attn_factor, mla_shape
-from labkit.model.moe_config import moe_fields
 from labkit.model.metadata_values import (
     MAX_LAYERS,
     in_range,
@@ -23,6 +22,7 @@ from labkit.model.metadata_values import (
     meta_positive_float,
     meta_value,
 )
+from labkit.model.moe_config import moe_fields
 from labkit.ops.rope import UNSCALED
 
 

@@ -65,7 +65,9 @@ ROLES: dict[str, str] = {
     "q_a": "DeepSeek's low-rank query: the normed stream projected down to q_lora_rank values",
     "q_a_norm": "the low-rank query normalized before it is projected up to every head's query",
     "kv_a": "DeepSeek's one key-value projection a token: the compressed latent, then the rotary key",
-    "kv_latent": "the compressed latent (kv_lora_rank values), before its norm: every head's keys and values come from it",
+    "kv_latent": (
+        "the compressed latent (kv_lora_rank values), before its norm: every head's keys and values come from it"
+    ),
     "kv_latent_norm": "the latent normalized: what the cache holds for every head, in place of per-head K and V",
     "k_pe": "the rotary key before rotation: rope_dim values a token, shared by every head",
     "k_pe_rope": "the rotary key after rotation (adjacent pairs): cached beside the latent",

@@ -128,7 +128,7 @@ def test_greedy_continuations_equal_llamacpps(ds):
 
 def _meta_file(tmp_path, drop: str = "", **changes):
     """tiny-deepseek2's file with a key dropped or changed (the struct-level writer keeps the rest)."""
-    from gguf_struct import read_layout, scalar, U32
+    from gguf_struct import U32, read_layout, scalar
 
     data = labkit.open("tiny-deepseek2").path.read_bytes()
     layout, _ = read_layout(data)
