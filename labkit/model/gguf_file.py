@@ -157,11 +157,12 @@ class _Cursor:
 
     def string(self) -> str:
         n = self.unpack("<Q")
+        raw = self.take(n)  # a view: a length past the file's end is a truncated file first
         if n > MAX_STRING:
             raise GgufFormatError(
                 f"{self.path}: {self.what} is a string of {n} bytes; labkit reads strings of at most {MAX_STRING}"
             )
-        return str(self.take(n), "utf-8", "replace")
+        return str(raw, "utf-8", "replace")
 
     def name(self, limit: int | None = None) -> tuple[str, int]:
         """A key or tensor name and its length in bytes; invalid UTF-8 kept apart as escapes, so two

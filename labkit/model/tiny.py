@@ -155,11 +155,18 @@ TINY_MODELS = {
     # Mamba-2 and an FFN again, as Nemotron-H interleaves them
     "tiny-nemotron_h": TinySpec(arch="nemotron_h", weight_type="Q8_0", n_layers=5, layer_pattern="MFAMF", seed=19),
     # DeepSeek-V3 at tiny size: latent attention with a low-rank query (heads of 32 unrotated + 32 rotated values,
-    # a latent of 64), a leading dense layer, then two mixtures of 8 experts in 4 groups (2 groups, 2 experts a
-    # token) under sigmoid gating with a selection bias and a routed scale, beside a shared expert
+    # a latent of 64) under YaRN (factor 4 from 64 positions, DeepSeek-V2's log multiplier), a leading dense layer,
+    # then two mixtures of 8 experts in 4 groups (2 groups, 2 experts a token) under sigmoid gating with a
+    # selection bias and a routed scale, beside a shared expert
     "tiny-deepseek2": TinySpec(
-        arch="deepseek2", weight_type="Q8_0", n_layers=3, n_dense_lead=1, d_ff_shexp=256, seed=23
-    ),  # fmt: skip
+        arch="deepseek2",
+        weight_type="Q8_0",
+        n_layers=3,
+        n_dense_lead=1,
+        d_ff_shexp=256,
+        rope_scaling=("yarn", 4.0, 64),
+        seed=23,
+    ),
     # Qwen3.5's MoE at tiny size: tiny-qwen35's layers, every FFN 8 experts (2 a token) beside a gated shared one
     "tiny-qwen35moe": TinySpec(
         arch="qwen35moe",
@@ -312,6 +319,8 @@ def _mla_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_float32(f"{a}.expert_weights_scale", spec.expert_weights_scale)
     w.add_bool(f"{a}.expert_weights_norm", True)
     w.add_uint32(f"{a}.expert_gating_func", 2)
+    if spec.rope_scaling:  # as DeepSeek-V2's converter writes mscale_all_dim 0.707: times 0.1
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.0707)
     if spec.expert_groups[0]:
         w.add_uint32(f"{a}.expert_group_count", spec.expert_groups[0])
         w.add_uint32(f"{a}.expert_group_used_count", spec.expert_groups[1])

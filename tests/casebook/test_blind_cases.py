@@ -20,6 +20,11 @@ pytestmark = pytest.mark.slow
 # faults that cannot show on the blind prompt, and why (each checked below to show nothing)
 SILENT = {
     ("smollm2-135m", "rope", "normal_pairs"): "SmolLM2 is a llama: its rope already pairs (2i, 2i+1)",
+    ("gemma3-270m", "rope", "neox_pairs"): "Gemma 3 is neox-style: its rope already pairs halves (i, i + d/2)",
+    **{
+        (model, "rope", "yarn_uncancelled"): "no YaRN scaling: the rotation's magnitude is 1 either way"
+        for model in ("smollm2-135m", "gemma3-270m")
+    },
     ("smollm2-135m", "rmsnorm", "eps_outside"): "eps is small beside SmolLM2's mean squares (norm-cascade's C)",
     ("smollm2-135m", "softmax", "no_max_sub"): "the scores of six tokens are far from exp's overflow",
     ("smollm2-135m", "softmax", "masked_nan"): "no row of a causal prompt pass has every key masked",

@@ -45,7 +45,10 @@ def test_the_graph_is_deepseeks():
     assert cfg.moe_layers == (False, True, True) and cfg.d_ff_shexp == 256
     assert (cfg.expert_gating, cfg.expert_groups, cfg.expert_groups_used, cfg.expert_weights_scale) == (
         "sigmoid", 4, 2, 2.5)  # fmt: skip
-    assert cfg.attn_scale == pytest.approx(1 / 8)  # 1/sqrt(nope + rope), no YaRN
+    # YaRN: the rotation's magnitude cancelled, mscale² in the softmax scale (llama.cpp's deepseek2)
+    mscale = 1 + 0.1 * 0.707 * np.log(4.0)
+    assert cfg.attn_scale == pytest.approx(mscale**2 / 8, rel=1e-6)
+    assert cfg.rope_scaling.attn_factor * (1 + 0.1 * np.log(4.0)) == pytest.approx(1.0)
     for kind in ("q_a", "q_a_norm", "kv_latent", "kv_latent_norm", "q_absorbed", "k_mla", "attn_ctx_latent"):
         assert kind in kinds
     k_mla = next(s for s in lab.graph if s.name == "blk.1.k_mla")
@@ -151,3 +154,32 @@ def _meta_file(tmp_path, drop: str = "", **changes):
 def test_a_deepseek_file_labkit_cannot_run_is_refused_by_name(tmp_path, drop, changes, error, fragment):
     with pytest.raises(error, match=fragment):
         labkit.open(_meta_file(tmp_path, drop, **changes))
+
+
+@pytest.mark.parametrize("variant, first", [
+    ("rope=neox_pairs", "blk.1.q_pe_rope"),
+    ("rope=yarn_uncancelled", "blk.1.q_pe_rope"),
+    ("moe_router=groups_ignored", "blk.2.ffn_topk"),
+    ("moe_router=no_routed_scale", "blk.1.ffn_expert_weights"),
+    ("moe_router=routed_scale_twice", "blk.2.ffn_expert_weights"),
+])  # fmt: skip
+def test_a_deepseek_fault_bound_to_one_layer_is_localized_there(ds, variant, first):
+    """On one prompt pass, at the faulty layer's stage and nowhere before it."""
+    family, name = variant.split("=")
+    layer = first.split(".")[1]
+    ds.use(f"blk.{layer}.{family}", name)
+    try:
+        c = compare(ds.run(IDS), ds.reference(IDS))
+    finally:
+        ds.use(f"blk.{layer}.{family}", "default")
+    assert c.first_divergence == first, c
+
+
+def test_blind_cases_draw_from_the_deepseek_faults(ds):
+    from labkit.casebook.blind import blind_case_of, candidates
+
+    drawn = set(candidates(ds))
+    assert {("moe_router", "groups_ignored"), ("moe_router", "no_routed_scale"), ("rope", "yarn_uncancelled"),
+            ("rope", "neox_pairs")} <= drawn  # fmt: skip
+    answer = blind_case_of(ds, "moe_router", "no_routed_scale").reveal()
+    assert (answer.stage, answer.family) == ("blk.1.ffn_expert_weights", "moe_router")

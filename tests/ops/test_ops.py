@@ -191,7 +191,7 @@ def cases_rope() -> list[OpCase]:
         st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k" if into_cache else None)
         cache = {"k": np.full((n_past + T + 2, H * hd), np.nan)} if into_cache else {}
         restart = {"positions_restart"} if n_past and T > 1 else set()  # a micro-batch after cached positions
-        shows = frozenset(({"normal_pairs"} if style == "neox" else set()) | restart)
+        shows = frozenset(({"normal_pairs"} if style == "neox" else {"neox_pairs"}) | restart)
         x = r.standard_normal((T, H * hd))
         out.append(OpCase(f"{style} T{T} pos0 {n_past}", st, [x], T, n_past, cache=cache, exposes=shows))
     # scaled: linear (angles / 4), and YaRN as gpt-oss's files ask it (factor 32 over 4096 positions: dims
@@ -203,7 +203,8 @@ def cases_rope() -> list[OpCase]:
     ):
         params = {"n_heads": 3, "head_dim": 64, "rope_dim": 64, "base": 1.5e5, "style": style, **scaling}
         st = Stage("r", "rope", ("x",), params=params, layer=0)
-        shows = frozenset({"normal_pairs", "positions_restart"} if style == "neox" else {"positions_restart"})
+        shows = {"normal_pairs", "positions_restart"} if style == "neox" else {"neox_pairs", "positions_restart"}
+        shows = frozenset(shows | ({"yarn_uncancelled"} if scaling["ext_factor"] else set()))
         x = r.standard_normal((4, 3 * 64))
         out.append(OpCase(f"{style} scaled x{1 / scaling['freq_scale']:g} ext {scaling['ext_factor']:g} pos0 {n_past}",
                           st, [x], 4, n_past, exposes=shows))  # fmt: skip
@@ -214,7 +215,7 @@ def cases_rope() -> list[OpCase]:
     st = Stage("r", "rope", ("x",), params=params, layer=0, kv_write="k")
     cache = {"k": np.full((40, 2 * 64), np.nan)}
     out.append(OpCase("normal rope_freqs T3 pos0 30", st, [r.standard_normal((3, 128))], 3, 30, weights=w, cache=cache,
-                      exposes=frozenset({"positions_restart"})))  # fmt: skip
+                      exposes=frozenset({"positions_restart", "neox_pairs"})))  # fmt: skip
     return out
 
 
@@ -407,8 +408,6 @@ def _deepseek_router_cases(r, T: int, n: int, k: int, logits: np.ndarray) -> lis
     cases = [OpCase(f"sigmoid probs T{T} n{n}", st, [logits], T)]
     probs = 1.0 / (1.0 + np.exp(-logits))
     st = Stage("blk.0.ffn_topk", "moe_router", ("p",), bias=sel, params={**route, "out": "ids"}, layer=0)
-    cases.append(OpCase(f"grouped ids T{T} n{n} k{k}", st, [probs], T, weights=w,
-                        exposes=frozenset({"expert_index_off_by_one"})))  # fmt: skip
     scores = probs + bias
     g = scores.reshape(T, 4, n // 4)
     best = np.argsort(-np.sort(g, axis=-1)[..., -2:].sum(-1), axis=1, kind="stable")[:, :2]
@@ -417,10 +416,13 @@ def _deepseek_router_cases(r, T: int, n: int, k: int, logits: np.ndarray) -> lis
     masked = np.where(keep[..., None], g, -np.inf).reshape(T, n)
     ids = np.argsort(-masked, axis=1, kind="stable")[:, :k].astype(np.int32)
     plain = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    assert not np.array_equal(np.sort(plain, 1), np.sort(ids, 1)) or T == 1, "the groups change no token's experts"
+    grouped = not np.array_equal(np.sort(plain, 1), np.sort(ids, 1))
+    assert grouped or T == 1, "the groups change no token's experts: a case that cannot tell"
+    shows = {"expert_index_off_by_one"} | ({"groups_ignored"} if grouped else set())
+    cases.append(OpCase(f"grouped ids T{T} n{n} k{k}", st, [probs], T, weights=w, exposes=frozenset(shows)))
     st = Stage("blk.0.ffn_expert_weights", "moe_router", ("p", "i"), bias=sel, params={**route, "out": "weights"},
                layer=0)  # fmt: skip
-    shows = frozenset({"bias_in_weights", "no_renormalize"})
+    shows = frozenset({"bias_in_weights", "no_renormalize", "no_routed_scale", "routed_scale_twice"})
     return [*cases, OpCase(f"scaled weights T{T} n{n} k{k}", st, [probs, ids], T, weights=w, exposes=shows)]
 
 

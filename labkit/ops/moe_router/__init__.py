@@ -26,7 +26,8 @@ WHAT = {"probs": 0, "ids": 1, "weights": 2}  # which result a stage keeps (its `
 GATING = {"softmax": 0, "softmax_weight": 1, "sigmoid": 2}  # llama.cpp's expert gating functions labkit computes
 MAX_K = 32  # experts per token the kernel holds (Qwen3-30B-A3B: 8 of 128; gpt-oss: 4 of 32)
 SUM_FLOOR = 6.103515625e-5  # llama.cpp clamps the weights' sum to f16's smallest normal before dividing
-PARTS = ("select", "score", "weigh", "normalize")  # moe_router_<part>.wgsl, each a function the kernel calls
+# moe_router_<part>.wgsl, each a function (or two) the kernel calls
+PARTS = ("select", "score", "weigh", "normalize", "groups", "scale")
 
 
 def softmax_rows(z: np.ndarray) -> np.ndarray:
@@ -147,6 +148,21 @@ FAULTS = (
      "(norm_topk_prob): every expert's output scaled down by the k probabilities' sum. pytorch/torchtitan#1448 "
      "(DeepSeek-V3's router without norm_topk_prob: a converted Moonlight checkpoint trained with a huge grad "
      "norm), sgl-project/sglang#35160 (the renormalize flag's other arm returned raw logits as weights)"),
+    ("groups_ignored", "groups",
+     "DeepSeek-V3's group-limited routing skipped: the top k over every expert, not only those of the best "
+     "groups (each scored by its two best). Tokens reach experts the model never routes them to. "
+     "vllm-project/vllm#13474 (grouped top k scored groups by their best expert and masked the others with 0, "
+     "not -inf, so masked groups' experts could still be picked), EricLBuehler/mistral.rs#1278 (the group-limited "
+     "greedy top k of DeepSeek V2/V3)"),
+    ("no_routed_scale", "scale",
+     "the routed scaling factor (routed_scaling_factor, 2.5 on DeepSeek-V3) never applied: the routed experts' "
+     "sum too small beside the shared expert's. vllm-project/vllm#32437 (the TRT-LLM INT4 MoE path passed "
+     "routed_scaling_factor=None), sgl-project/sglang-jax#1282 (the factor applied only when the weights were "
+     "renormalized)"),
+    ("routed_scale_twice", "scale",
+     "the routed scaling factor applied twice (in the router and after the experts): the routed share scaled by "
+     "its square. vllm-project/vllm#24119 (DeepSeek-R1's GSM8K from 0.95 to 0.66 after #23123 moved the factor "
+     "into grouped top k), sgl-project/sglang#35152 (two-batch overlap's epilogue multiplied again)"),
     ("bias_in_weights", "score",
      "the selection bias (exp_probs_b, DeepSeek-V3's e_score_correction_bias) added to the weights too, "
      "where it only ranks the experts: the same experts, weights that lean towards the biased ones. "

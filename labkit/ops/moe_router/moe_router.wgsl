@@ -16,6 +16,8 @@
 //   moe_router_score.wgsl      weight_score(t, j): the score selected expert j's weight starts from
 //   moe_router_weigh.wgsl      gate_weight(t, v): a selected expert's weight from its score v
 //   moe_router_normalize.wgsl  normalized(w, total): the weight after renormalization
+//   moe_router_groups.wgsl     allowed_groups(t): the expert groups the top k may come from, as bits
+//   moe_router_scale.wgsl      routed_scale(): what the weights are multiplied by at the end
 struct Params { T: u32, n_expert: u32, k: u32, what: u32, norm: u32, x_offset: u32, ids_offset: u32, gating: u32,
                 has_bias: u32, groups: u32, groups_used: u32, w_scale: f32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;
@@ -51,35 +53,6 @@ fn softmax_row(t: u32) {
 
 fn selection_score(t: u32, e: u32) -> f32 {
     return x_at(t, e) + selection_bias(e);
-}
-
-// a group's score: the sum of its two best selection scores
-fn group_score(t: u32, g: u32) -> f32 {
-    let size = P.n_expert / P.groups;
-    let neg_inf = bitcast<f32>(0xff800000u);
-    var b1 = neg_inf;
-    var b2 = neg_inf;
-    for (var e = g * size; e < (g + 1u) * size; e++) {
-        let s = selection_score(t, e);
-        if (s > b1) { b2 = b1; b1 = s; } else if (s > b2) { b2 = s; }
-    }
-    return b1 + b2;
-}
-
-// the groups the top k may come from, as bits: all, or the P.groups_used best (a tie to the lower group)
-fn allowed_groups(t: u32) -> u32 {
-    if (P.groups <= 1u) { return 0xffffffffu; }
-    var mask = 0u;
-    for (var j = 0u; j < P.groups_used; j++) {
-        var bs = bitcast<f32>(0xff800000u);
-        var bg = P.groups;
-        for (var g = 0u; g < P.groups; g++) {
-            let s = group_score(t, g);
-            if ((mask & (1u << g)) == 0u && (bg == P.groups || s > bs)) { bs = s; bg = g; }
-        }
-        mask |= 1u << bg;
-    }
-    return mask;
 }
 
 fn expert_allowed(e: u32, mask: u32) -> bool {
@@ -151,7 +124,7 @@ fn weigh_selected(t: u32) {
     var total = 0.0;
     for (var j = 0u; j < P.k; j++) { total += gate_weight(t, weight_score(t, j)); }
     for (var j = 0u; j < P.k; j++) {
-        Y[t * P.k + j] = normalized(gate_weight(t, weight_score(t, j)), total) * P.w_scale;
+        Y[t * P.k + j] = normalized(gate_weight(t, weight_score(t, j)), total) * routed_scale();
     }
 }
 

@@ -89,10 +89,9 @@ SCALED_FORMULA = (
 )
 
 
-def rope_source(pairing: str, position: str = "rope_position") -> str:
-    """The kernel: rope.wgsl with its pairing and position parts (the model's, or a fault's) and the
-    scaling part."""
-    return compose("rope", pairing, position, "rope_scale")
+def rope_source(pairing: str, position: str = "rope_position", scale: str = "rope_scale") -> str:
+    """The kernel: rope.wgsl with its pairing, position and scaling parts (the model's, or a fault's)."""
+    return compose("rope", pairing, position, scale)
 
 
 def workgroups(n: int) -> int:
@@ -149,6 +148,25 @@ OP = Op(
             "normal_pairs",
             "normal (2i, 2i+1) rope whatever the model's style: wrong on neox models (gemma, qwen, phi3)",
             lambda _: rope_source("rope_normal_pairs"),
+            faulty=True,
+        ),
+        Kernel(
+            "rope",
+            "neox_pairs",
+            "rotation in halves (i, i + d/2) whatever the model's style: wrong on adjacent-pair models (llama, "
+            "DeepSeek's rotary parts, whose converted weights are de-interleaved for it or not: "
+            "HabanaAI/vllm-fork#2042, huggingface/transformers#39687)",
+            lambda _: rope_source("rope_neox_pairs"),
+            faulty=True,
+        ),
+        Kernel(
+            "rope",
+            "yarn_uncancelled",
+            "YaRN's magnitude 1 + 0.1·ln(factor) kept in the rotation where the model cancels it to put mscale² in "
+            "the softmax scale (DeepSeek): the rotary part of every score scaled by it twice more. llama.cpp before "
+            "#17945 (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX), huggingface/transformers#47435 and onnxruntime/mobius#548 "
+            "(the mscale correction placed in one of its two homes only)",
+            lambda _: rope_source("rope_pairing", scale="rope_yarn_uncancelled"),
             faulty=True,
         ),
         Kernel(
