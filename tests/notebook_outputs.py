@@ -38,6 +38,7 @@ LESSONS = [
     "10_recurrent_state",
     "11_write_a_kernel",
     "12_serving_paths",
+    "13_latent_attention",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]

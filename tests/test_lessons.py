@@ -91,7 +91,7 @@ def test_lesson_figures_are_interactive_with_a_still(lesson):
         data = o["data"]
         assert "image/png" in data and len(data["image/png"]) > 1000, "a plotly figure without its still PNG"
         title = data[PLOTLY]["layout"]["title"]["text"]
-        models = "gemma3-270m|smollm2-135m|tiny-gemma3|tiny-qwen3moe|tiny-mamba2"
+        models = "gemma3-270m|smollm2-135m|tiny-gemma3|tiny-qwen3moe|tiny-mamba2|tiny-deepseek2"
         assert re.search(rf"· ({models}) · (gpu|reference)", title), title
 
 

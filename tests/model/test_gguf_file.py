@@ -43,7 +43,9 @@ def test_real_header_does_not_touch_weights(name):
     last = max(f.tensors.values(), key=lambda t: t.offset)
     assert last.offset + last.nbytes <= path.stat().st_size
     # the tiny ones labkit writes: 4 layers, Nemotron-H's 5 (its FFNs are layers of their own)
-    assert cfg.n_layers == {"gemma3-270m": 18, "smollm2-135m": 30, "tiny-nemotron_h": 5}.get(name, 4)
+    assert cfg.n_layers == {"gemma3-270m": 18, "smollm2-135m": 30, "tiny-nemotron_h": 5, "tiny-deepseek2": 3}.get(
+        name, 4
+    )
 
 
 def test_gemma_config(gemma):

@@ -399,6 +399,9 @@ def test_lesson_in_jupyterlab(jupyter, name):
             tip = hover_plotly(page, name, "ex5-try")
             assert "kernel" in tip and "ms" in tip, tip
             cell(page, name, "ex5-try").screenshot(path=str(ARTIFACTS / f"{name}-bench.png"))
+        elif name == "13_latent_attention":  # no widget: the absorbed attention's map hovers a query and key
+            tip = hover_plotly(page, name, "attn-map")
+            assert "query" in tip and "key" in tip and "probability" in tip, tip
         elif name == "12_serving_paths":  # no widget: the paths map hovers a path's stage
             tip = hover_plotly(page, name, "paths-map")
             assert "path" in tip and "stage" in tip and "NMSE" in tip, tip
