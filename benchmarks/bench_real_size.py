@@ -45,6 +45,9 @@ PLANS = {
     "qwen3.5-35b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 4, "no_int8": True},
     # Qwen3-Next-80B-A3B: 4 of its 48 layers, 512 experts of which 10 per token
     "qwen3-next-80b-a3b": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 4, "no_int8": True},
+    # DeepSeek-V3: 2 of its 61 layers (both dense: its first 3 are), latent attention at full width (128 heads, a
+    # 512 latent, YaRN x40), a 129k vocabulary
+    "deepseek-v3": {"lengths": [16, 64], "ref_memory": "3GB", "decode": 8, "layers": 2, "no_int8": True},
     # gpt-oss-20b: 2 of its 24 layers as OpenAI ships it (MXFP4 experts, Q8_0 elsewhere), 32 experts, 4 per token
     "gpt-oss-20b": {
         "lengths": [16, 64],

@@ -70,7 +70,7 @@ def _groups(meta: dict[str, Any], p: str, n_expert: int) -> dict[str, int]:
 def _moe_layers(meta: dict[str, Any], p: str, n_layers: int, traits: ArchTraits) -> tuple[bool, ...]:
     """Which layers are MoE: past the leading dense layers, every interleave_moe_layer_step-th one (ERNIE
     4.5), or every one (DeepSeek, whose files have no step)."""
-    lead = meta_count(meta, p + "leading_dense_block_count", 0, low=0, high=n_layers)
+    lead = meta_count(meta, p + "leading_dense_block_count", 0, low=0)  # past the last layer: all dense, as llama.cpp
     step = meta_count(meta, p + "interleave_moe_layer_step") if traits.moe_step_key else 1
     layers = tuple(L >= lead and (L + 1) % step == 0 for L in range(n_layers))
     if not all(layers) and p + "feed_forward_length" not in meta:

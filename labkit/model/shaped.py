@@ -56,6 +56,15 @@ class Shape:
     # full_attention_interval-th layer attends
     ssm_n_v_heads: int = 0
     full_attention_interval: int = 4
+    # deepseek2: the latent attention's (q_lora, kv_lora, rope, v_head) (head_dim is a key's nope + rope), leading
+    # dense layers, expert groups (count, used), the routed scale, the gating function (1 softmax, 2 sigmoid),
+    # YaRN (factor, original context, mscale_all_dim)
+    mla: tuple[int, int, int, int] = ()
+    n_dense_lead: int = 0
+    expert_groups: tuple[int, int] = (0, 0)
+    expert_weights_scale: float = 1.0
+    expert_gating_func: int = 2
+    yarn: tuple[float, int, float] = ()
 
 
 SHAPES = {
@@ -119,6 +128,27 @@ SHAPES["qwen3-next-80b-a3b"] = Shape(
     "qwen3next", 48, 2048, 16, 2, 256, 0, 151936, tied=False, n_expert=512, n_expert_used=10, d_ff_expert=512,
     d_ff_shexp=512, **_QWEN35,
 )  # fmt: skip
+# DeepSeek's as published (config.json): heads of 128 unrotated + 64 rotated values, values of 128, a latent of 512.
+# V2-Lite: 27 layers of 2048 (no low-rank query: llama.cpp reads 26 or 27 layers as "lite"), 16 heads, 64 experts of
+# 1408 (6 a token, softmax) beside 2 shared, 1 dense layer of 10944. V3 (and R1): 61 layers of 7168, 128 heads, a
+# query of rank 1536, 256 experts of 2048 (8 a token from 4 of 8 groups, sigmoid, x2.5) beside 1 shared, 3 dense
+# layers of 18432. Kimi K2: V3's widths with 64 heads, 384 experts, no groups, x2.827, 1 dense layer, a 164k vocabulary
+_DEEPSEEK = {"head_dim": 192, "tied": False, "d_ff_expert": 2048, "context": 163840}
+SHAPES["deepseek-v2-lite"] = Shape(
+    "deepseek2", 27, 2048, 16, 16, d_ff=10944, vocab=102400, n_expert=64, n_expert_used=6, d_ff_shexp=2 * 1408,
+    mla=(0, 512, 64, 128), n_dense_lead=1, expert_gating_func=1, yarn=(40.0, 4096, 0.707),
+    **{**_DEEPSEEK, "d_ff_expert": 1408},
+)  # fmt: skip
+SHAPES["deepseek-v3"] = Shape(
+    "deepseek2", 61, 7168, 128, 128, d_ff=18432, vocab=129280, n_expert=256, n_expert_used=8, d_ff_shexp=2048,
+    mla=(1536, 512, 64, 128), n_dense_lead=3, expert_groups=(8, 4), expert_weights_scale=2.5, yarn=(40.0, 4096, 1.0),
+    **_DEEPSEEK,
+)  # fmt: skip
+SHAPES["kimi-k2"] = Shape(
+    "deepseek2", 61, 7168, 64, 64, d_ff=18432, vocab=163840, n_expert=384, n_expert_used=8, d_ff_shexp=2048,
+    mla=(1536, 512, 64, 128), n_dense_lead=1, expert_weights_scale=2.827, yarn=(32.0, 4096, 1.0),
+    **{**_DEEPSEEK, "context": 131072},
+)  # fmt: skip
 MOE_BODY = {"ffn_gate_exps": Q.Q4_K, "ffn_up_exps": Q.Q4_K, "ffn_down_exps": Q.Q6_K}  # the router stays F32
 # llama.cpp's MXFP4_MOE, as OpenAI ships gpt-oss: MXFP4 experts, Q8_0 for every other matrix
 MXFP4_MOE = {n: Q.Q8_0 for n in ("attn_q", "attn_k", "attn_v", "attn_output")} | dict.fromkeys(MOE_BODY, Q.MXFP4)
@@ -132,8 +162,14 @@ def tensor_types(shape: Shape, mix: str = "Q4_K_M") -> dict[str, GGMLQuantizatio
     body = {n: Q.Q4_K for n in ("attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up", "ssm_in", "ssm_out",
                                 "attn_qkv", "attn_gate")}  # fmt: skip
     body |= {"attn_v": Q.Q6_K, "ffn_down": Q.Q6_K}
-    if shape.n_expert:
+    if shape.mla:  # DeepSeek's attention; the per-head k_b and v_b (rows of 128 and 512) in Q8_0
+        body = {n: t for n, t in body.items() if not n.startswith("attn_")} | {
+            "attn_q": Q.Q4_K, "attn_q_a": Q.Q4_K, "attn_q_b": Q.Q4_K, "attn_kv_a_mqa": Q.Q4_K, "attn_k_b": Q.Q8_0,
+            "attn_v_b": Q.Q8_0, "attn_output": Q.Q4_K}  # fmt: skip
+    if shape.n_expert and not shape.n_dense_lead:
         body = {n: t for n, t in body.items() if not n.startswith("ffn_")} | MOE_BODY
+    elif shape.n_expert:  # leading dense layers keep their FFN's types beside the experts'
+        body |= MOE_BODY
     if shape.d_ff_shexp:
         body |= {"ffn_gate_shexp": Q.Q4_K, "ffn_up_shexp": Q.Q4_K, "ffn_down_shexp": Q.Q6_K}
     if mix == "MXFP4_MOE":
@@ -168,7 +204,19 @@ def shape_spec(shape: Shape) -> TinySpec:
                     sliding_window=shape.sliding_window or 4096, weight_scales=False, d_ff_shexp=shape.d_ff_shexp,
                     layer_pattern=shape.layer_pattern, ssm_d_state=shape.ssm_d_state,
                     ssm_head_dim=shape.ssm_head_dim, ssm_n_group=shape.ssm_n_group, ssm_n_v_heads=shape.ssm_n_v_heads,
-                    full_attention_interval=shape.full_attention_interval)  # fmt: skip
+                    full_attention_interval=shape.full_attention_interval, **_mla_spec(shape))  # fmt: skip
+
+
+def _mla_spec(shape: Shape) -> dict:
+    """A DeepSeek shape's TinySpec fields (none for another family)."""
+    if not shape.mla:
+        return {}
+    q_lora, kv_lora, rope, v_head = shape.mla
+    factor, n_ctx_orig, mscale_all_dim = shape.yarn
+    return {"mla_q_lora": q_lora, "mla_kv_lora": kv_lora, "mla_rope": rope, "mla_v_head": v_head,
+            "n_dense_lead": shape.n_dense_lead, "expert_groups": shape.expert_groups,
+            "expert_weights_scale": shape.expert_weights_scale, "expert_gating_func": shape.expert_gating_func,
+            "rope_scaling": ("yarn", factor, n_ctx_orig), "yarn_log_mul": 0.1 * mscale_all_dim}  # fmt: skip
 
 
 def storage_type(qtype: GGMLQuantizationType, n_cols: int) -> GGMLQuantizationType:

@@ -80,6 +80,8 @@ class TinySpec:
     mla_v_head: int = 32
     expert_groups: tuple[int, int] = (4, 2)  # (groups, groups used); (0, 0): none
     expert_weights_scale: float = 2.5
+    expert_gating_func: int = 2  # llama.cpp's: 1 softmax (DeepSeek-V2), 2 sigmoid (V3)
+    yarn_log_mul: float = 0.0707  # rope.scaling.yarn_log_multiplier: 0.1 x mscale_all_dim (V2's 0.707)
 
 
 def encode_tensor(rng: np.random.Generator, values: np.ndarray, type_name: str) -> tuple[np.ndarray, Q]:
@@ -315,12 +317,12 @@ def _mla_metadata(w: GGUFWriter, spec: TinySpec) -> None:
     w.add_uint32(f"{a}.attention.value_length", spec.mla_kv_lora)
     w.add_uint32(f"{a}.attention.head_count_kv", 1)
     w.add_uint32(f"{a}.rope.dimension_count", spec.mla_rope)
-    w.add_uint32(f"{a}.expert_shared_count", 1 if spec.d_ff_shexp else 0)
+    w.add_uint32(f"{a}.expert_shared_count", spec.d_ff_shexp // spec.d_ff_expert)
     w.add_float32(f"{a}.expert_weights_scale", spec.expert_weights_scale)
-    w.add_bool(f"{a}.expert_weights_norm", True)
-    w.add_uint32(f"{a}.expert_gating_func", 2)
-    if spec.rope_scaling:  # as DeepSeek-V2's converter writes mscale_all_dim 0.707: times 0.1
-        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", 0.0707)
+    w.add_bool(f"{a}.expert_weights_norm", spec.expert_gating_func == 2)  # V3 renormalizes, V2 does not
+    w.add_uint32(f"{a}.expert_gating_func", spec.expert_gating_func)
+    if spec.rope_scaling:  # as DeepSeek's converter writes it: 0.1 x mscale_all_dim
+        w.add_float32(f"{a}.rope.scaling.yarn_log_multiplier", spec.yarn_log_mul)
     if spec.expert_groups[0]:
         w.add_uint32(f"{a}.expert_group_count", spec.expert_groups[0])
         w.add_uint32(f"{a}.expert_group_used_count", spec.expert_groups[1])

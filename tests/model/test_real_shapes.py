@@ -30,7 +30,12 @@ BUDGETS = {"llama-3.1-8b": "2GB", "qwen3.5-4b": "2GB", "qwen3.5-35b-a3b": "2GB"}
 # and its parts are proven on tiny-granitehybrid (tests/model/test_recurrent.py)
 # Qwen3-Next-80B-A3B's 2 layers hold 1024 experts of 2048 x 512 (a 2 GB file): the bench runs 4 of its layers, and
 # Qwen3.5-35B-A3B (the same widths, 256 experts) is tested here; Qwen3.5-9B is Qwen3.5-4B wider (the bench runs it)
-SKIPPED = ("gpt-oss-20b", "granite-4.0-h-tiny", "qwen3-next-80b-a3b", "qwen3.5-9b")
+# DeepSeek's: V2-Lite cut to 2 layers is no longer "lite" to llama.cpp (which tells it by its 27 layers) and needs a
+# low-rank query it lacks; V3's and Kimi K2's first layers are 2 GB (V3: 2 dense layers of 7168 and a 129k
+# vocabulary) and 12 GB (K2: 384 experts of 2048 x 7168): the bench runs V3's 2, their parts are proven on
+# tiny-deepseek2 (tests/model/test_latent_attention.py), and their shapes below
+SKIPPED = ("gpt-oss-20b", "granite-4.0-h-tiny", "qwen3-next-80b-a3b", "qwen3.5-9b", "deepseek-v2-lite", "deepseek-v3",
+           "kimi-k2")  # fmt: skip
 TESTED = [name for name in SHAPES if name not in SKIPPED]
 
 
@@ -125,3 +130,41 @@ def test_gpu_reference_and_llamacpp_agree_at_real_width(shaped, name):
     if name in BUDGETS:  # the 2.1 GB output weight was streamed in row chunks, never held whole
         assert "output.weight" not in got["held"] and got["cache_bytes"] <= got["budget"], got
         assert got["ref_peak_mb"] * 2**20 < 1.1 * got["budget"], got["ref_peak_mb"]  # the whole process
+
+
+@pytest.mark.parametrize("name, params, layers", [
+    ("deepseek-v2-lite", 15.7e9, 27), ("deepseek-v3", 671.0e9, 61), ("kimi-k2", 1026.4e9, 61),
+])  # fmt: skip
+def test_deepseek_shapes_are_the_published_ones(name, params, layers):
+    """The parameter counts DeepSeek and Moonshot publish (15.7B, 671B, 1T), each tensor at its public shape, and
+    the cache row labkit plans (the latent and the rotary key; the latent again as the values)."""
+    from labkit.model.shaped import shape_spec, tensor_shapes
+    from labkit.model.tiny import tiny_config
+
+    shape = SHAPES[name]
+    shapes = tensor_shapes(shape)
+    assert sum(int(np.prod(v)) for v in shapes.values()) == pytest.approx(params, rel=2e-3)
+    cfg = tiny_config(shape_spec(shape))
+    q_lora, kv_lora, rope, v_head = shape.mla
+    assert cfg.n_layers == layers and cfg.mla.q_lora == q_lora and cfg.cache_dims == (kv_lora + rope, kv_lora)
+    H, lead = shape.n_heads, shape.n_dense_lead
+    assert shapes["blk.0.attn_kv_a_mqa.weight"] == (kv_lora + rope, shape.d_model)
+    assert shapes["blk.0.attn_k_b.weight"] == (H, kv_lora, 128) and shapes["blk.0.attn_v_b.weight"] == (
+        H,
+        v_head,
+        kv_lora,
+    )
+    assert shapes["blk.0.attn_output.weight"] == (shape.d_model, H * v_head)
+    assert shapes[f"blk.{lead}.ffn_up_exps.weight"] == (shape.n_expert, shape.d_ff_expert, shape.d_model)
+    assert f"blk.{lead - 1}.ffn_up.weight" in shapes and f"blk.{lead}.ffn_up.weight" not in shapes
+
+
+def test_a_lite_model_cut_below_its_layer_count_is_refused_as_llamacpp_refuses_it(tmp_path):
+    """llama.cpp tells DeepSeek-V2-Lite (no low-rank query) by its 26 or 27 layers: at 2 layers the same file
+    asks for attention.q_lora_rank, which it lacks."""
+    from labkit.errors import HyperparameterError
+    from labkit.model.shaped import shape_spec
+    from labkit.model.tiny import tiny_config
+
+    with pytest.raises(HyperparameterError, match="q_lora_rank"):
+        tiny_config(shape_spec(replace(SHAPES["deepseek-v2-lite"], n_layers=2)))
