@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from labkit.model.memory import CAPTURE_HINT, MemoryPart, kv_bytes, peak_live_bytes, stage_bytes, state_part
+from labkit.model.memory import CAPTURE_HINT, MemoryPart, kv_bytes, kv_detail, peak_live_bytes, stage_bytes, state_part
 from labkit.ops import OPS
 
 
@@ -59,7 +59,7 @@ def gpu_parts(ex, T: int, names, last_logits_only: bool, capacity: int | None = 
         how = "captured stages' regions and scratch"
     return [
         MemoryPart("gpu", "weights", wbytes, layout),
-        MemoryPart("gpu", "kv cache", kv_bytes(cfg, capacity or T, 4), "float32"),
+        MemoryPart("gpu", "kv cache", kv_bytes(cfg, capacity or T, 4), kv_detail(cfg, "float32")),
         *state_part("gpu", cfg, 4),
         MemoryPart("gpu", "pass regions", regions, how, CAPTURE_HINT),
         MemoryPart("gpu", "captures", captures, f"{len(kept)} stages, float32 on the host", CAPTURE_HINT),

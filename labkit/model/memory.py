@@ -214,6 +214,17 @@ def kv_bytes(cfg, positions: int, itemsize: int) -> int:
     return len(cfg.attention_layers) * positions * sum(cfg.cache_dims) * itemsize
 
 
+def kv_detail(cfg, dtype: str) -> str:
+    """The cache line's detail: its dtype, and for a latent attention what its row holds against every
+    head's K and V (what MLA saves)."""
+    if cfg.mla is None:
+        return dtype
+    k, v = cfg.cache_dims
+    heads = cfg.n_heads * (cfg.mla.k_head + cfg.mla.v_head)
+    return (f"{dtype}; a token and layer: the latent and rotary key ({k}) and the latent ({v}), where every head's "
+            f"K and V would be {heads} ({heads / (k + v):.1f}x more)")  # fmt: skip
+
+
 def state_bytes(cfg, itemsize: int) -> int:
     """Every recurrent layer's states (its conv state, and Mamba-2's scan state or the delta net's memory): one
     size at any length."""
@@ -269,7 +280,7 @@ def reference_parts(gguf, graph: list[Stage], cfg, T: int, names, weight_itemsiz
         MemoryPart("reference", "weight cache", held, f"{how} (float{8 * weight_itemsize})"),
         MemoryPart("reference", "working set", WORKING_SET, "a widened row chunk and dequantization temporaries"),
         MemoryPart("reference", "activations", peak_live_bytes(graph, T, 8, kept), "float64, freed after last reader"),
-        MemoryPart("reference", "kv cache", kv_bytes(cfg, T, 8), "float64"),
+        MemoryPart("reference", "kv cache", kv_bytes(cfg, T, 8), kv_detail(cfg, "float64")),
         *state_part("reference", cfg, 8),
         MemoryPart("reference", "captures", captures, f"{len(kept)} stages, float64", CAPTURE_HINT),
     ]
