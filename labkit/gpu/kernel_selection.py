@@ -59,8 +59,11 @@ def choose(st: Stage, family: str, variants: dict[str, str], adapter_type: str, 
             family, get_kernel(family, name, adapter), f"selected ({key if key in variants else family})"
         )
     rule = OPS[st.op].default_variant if st.op in OPS else None
+    by_stage = OPS[st.op].stage_default(st) if st.op in OPS and OPS[st.op].stage_default else None
     why = ""
-    if rule is not None:
+    if by_stage is not None:
+        name, why = by_stage
+    elif rule is not None:
         name, why = rule(family, adapter, weight_layout)
     kernel = get_kernel(family, name, adapter)
     if not why:

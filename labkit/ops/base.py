@@ -271,6 +271,9 @@ class Op:
     # (family, adapter kind, weight layout) -> (the variant "default" means, why or ""): a family
     # whose default depends on the weight layout the memory plan allows (the matmuls' table)
     default_variant: Callable[[str, str, str], tuple[str, str]] | None = field(default=None, repr=False)
+    # stage -> (the variant "default" means for this stage, why), or None: a default a stage's own shapes decide
+    # (attention scores whose query rows are too wide for a texture read them from a buffer)
+    stage_default: Callable[[Any], tuple[str, str] | None] | None = field(default=None, repr=False)
     weight: str | None = None  # how its weight reaches the GPU: "matrix" (GGUF bytes), "vector" (f32), "rows"
     chunked_output: bool = False  # its output may exceed one storage binding (bound per token chunk)
     # the Params fields that move with a decode step's position (labkit.gpu.compiled_step), and the

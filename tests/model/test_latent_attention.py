@@ -183,3 +183,18 @@ def test_blind_cases_draw_from_the_deepseek_faults(ds):
             ("rope", "neox_pairs")} <= drawn  # fmt: skip
     answer = blind_case_of(ds, "moe_router", "no_routed_scale").reveal()
     assert (answer.stage, answer.family) == ("blk.1.ffn_expert_weights", "moe_router")
+
+
+def test_absorbed_queries_too_wide_for_a_texture_are_scored_from_a_buffer(ds):
+    """DeepSeek-V3's absorbed queries are 128 heads of 576 values, 18432 texels a row, past WebGPU's 8192 (and
+    lavapipe's 16384): the scores default to the buffer kernel there; tiny-deepseek2's keep the prefill kernel."""
+    from dataclasses import replace
+
+    from labkit.gpu.kernel_selection import choose
+
+    tiny = next(s for s in ds.graph if s.name == "blk.1.attn_scores")
+    wide = replace(tiny, params={**tiny.params, "n_heads": 128, "head_dim": 576})
+    assert choose(tiny, "attn_scores", {}, "cpu", "blocks").kernel.name == "default"
+    got = choose(wide, "attn_scores", {}, "cpu", "blocks")
+    assert got.kernel.name == "general" and "18432 texels" in got.why
+    assert choose(wide, "attn_scores", {"attn_scores": "decode_uses_prefill"}, "cpu", "blocks").kernel.faulty

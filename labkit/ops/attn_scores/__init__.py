@@ -143,6 +143,18 @@ def _general(shape: PassShape) -> str:
     return compose(*GENERAL)
 
 
+TEXTURE_TEXELS = 8192  # WebGPU's guaranteed max-texture-dimension-2d: a prefill kernel's query row must fit one
+
+
+def stage_default(stage) -> tuple[str, str] | None:
+    """The buffer kernel ("general") where the queries' rows are too wide for the prefill kernel's texture:
+    DeepSeek-V3's absorbed queries are 128 heads of 576 values, 18432 texels a row."""
+    texels = stage.params["n_heads"] * stage.params["head_dim"] // 4
+    if texels <= TEXTURE_TEXELS:
+        return None
+    return "general", f"default: query rows of {texels} texels pass WebGPU's {TEXTURE_TEXELS}; read from a buffer"
+
+
 OP = Op(
     output=lambda st, s: (st.params["n_heads"], s.T, s.n_past + s.T),
     layout="heads",
@@ -194,6 +206,7 @@ OP = Op(
             faulty=True,
         ),
     ),
+    stage_default=stage_default,
     step_fields=("n_keys", "n_past"),
     step_workgroups=lambda st, source, T, n_past: tiled_workgroups(
         source, st.params["n_heads"], T, n_past + T, st.params["n_kv_heads"]
