@@ -129,6 +129,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def llamacpp_greedy(path, prompt: list[int], n: int) -> list[int]:
+    """llama.cpp decoding the file greedily, token by token on its own cache (its recurrent state too)."""
+    from llama_cpp import Llama
+
+    llm = Llama(str(path), n_ctx=64, n_batch=64, n_threads=2, verbose=False, logits_all=True)
+    llm.eval(prompt)
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        llm.eval([out[-1]])
+    return out
+
+
 def golden(model: str) -> dict:
     return json.loads((GOLDEN / f"{model}.json").read_text())
 

@@ -46,7 +46,7 @@ def test_models_json():
     names = [m["name"] for m in json.loads(p.stdout)]
     assert names == ["gemma3-270m", "smollm2-135m", "tiny-qwen3moe", "tiny-bitnet", "tiny-ernie4_5-moe", "tiny-gpt-oss",
                      "tiny-mamba2", "tiny-granitehybrid", "tiny-qwen35", "tiny-nemotron_h",
-                     "tiny-qwen3next", "tiny-qwen35moe"]  # fmt: skip
+                     "tiny-qwen3next", "tiny-qwen35moe", "tiny-deepseek2"]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.latent_attention import naive_attention
 from labkit.oracle.llamacpp import coverage
 
+from conftest import llamacpp_greedy
+
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31]
 
@@ -116,17 +118,8 @@ def test_every_stage_agrees_with_llamacpp(ds, ds_runs):
 
 @needs_llama
 def test_greedy_continuations_equal_llamacpps(ds):
-    from llama_cpp import Llama
-
-    llm = Llama(str(ds.path), n_ctx=64, n_batch=64, n_threads=2, verbose=False, logits_all=True)
     for prompt in (IDS[:6], IDS[4:]):
-        llm.reset()
-        llm.eval(prompt)
-        theirs = []
-        for _ in range(8):
-            theirs.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([theirs[-1]])
-        assert ds.generate(prompt, max_new_tokens=8).ids == theirs
+        assert ds.generate(prompt, max_new_tokens=8).ids == llamacpp_greedy(ds.path, prompt, 8)
 
 
 def _meta_file(tmp_path, drop: str = "", **changes):

@@ -26,6 +26,8 @@ from labkit.gpu.pass_request import PassRequest
 from labkit.model.reference import KVCache
 from labkit.oracle.llamacpp import coverage
 
+from conftest import llamacpp_greedy
+
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31, 2, 8]
 SPLIT = 5  # the second pass starts here
@@ -264,17 +266,8 @@ def test_a_decode_step_agrees_with_llamacpps_own(m2):
 @needs_llama
 def test_greedy_continuations_equal_llamacpps(m2):
     """llama.cpp decoding the same file token by token (its recurrent state carried by its own cache)."""
-    from llama_cpp import Llama
-
-    llm = Llama(str(m2.path), n_ctx=64, n_batch=64, n_threads=2, verbose=False, logits_all=True)
     for prompt in (IDS[:6], IDS[4:]):
-        llm.reset()
-        llm.eval(prompt)
-        theirs = []
-        for _ in range(8):
-            theirs.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
-            llm.eval([theirs[-1]])
-        assert m2.generate(prompt, max_new_tokens=8).ids == theirs
+        assert m2.generate(prompt, max_new_tokens=8).ids == llamacpp_greedy(m2.path, prompt, 8)
 
 
 @pytest.mark.parametrize("model,variant,first", [

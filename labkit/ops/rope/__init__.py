@@ -89,9 +89,10 @@ SCALED_FORMULA = (
 )
 
 
-def rope_source(pairing: str, position: str = "rope_position", scale: str = "rope_scale") -> str:
-    """The kernel: rope.wgsl with its pairing, position and scaling parts (the model's, or a fault's)."""
-    return compose("rope", pairing, position, scale)
+def rope_source(pairing: str, position: str = "rope_position", magnitude: str = "rope_magnitude") -> str:
+    """The kernel: rope.wgsl with its pairing, position and YaRN magnitude parts (the model's, or a fault's)
+    and the scaling part."""
+    return compose("rope", pairing, position, magnitude, "rope_scale")
 
 
 def workgroups(n: int) -> int:
@@ -166,7 +167,7 @@ OP = Op(
             "the softmax scale (DeepSeek): the rotary part of every score scaled by it twice more. llama.cpp before "
             "#17945 (TAG_DEEPSEEK2_YARN_LOG_MUL_FIX), huggingface/transformers#47435 and onnxruntime/mobius#548 "
             "(the mscale correction placed in one of its two homes only)",
-            lambda _: rope_source("rope_pairing", scale="rope_yarn_uncancelled"),
+            lambda _: rope_source("rope_pairing", magnitude="rope_yarn_uncancelled"),
             faulty=True,
         ),
         Kernel(
