@@ -152,6 +152,7 @@ def test_a_deepseek_file_labkit_cannot_run_is_refused_by_name(tmp_path, drop, ch
 @pytest.mark.parametrize("variant, first", [
     ("rope=neox_pairs", "blk.1.q_pe_rope"),
     ("rope=yarn_uncancelled", "blk.1.q_pe_rope"),
+    ("columns=rotary_first", "blk.1.k_pe"),
     ("moe_router=groups_ignored", "blk.2.ffn_topk"),
     ("moe_router=no_routed_scale", "blk.1.ffn_expert_weights"),
     ("moe_router=routed_scale_twice", "blk.2.ffn_expert_weights"),
@@ -173,7 +174,7 @@ def test_blind_cases_draw_from_the_deepseek_faults(ds):
 
     drawn = set(candidates(ds))
     assert {("moe_router", "groups_ignored"), ("moe_router", "no_routed_scale"), ("rope", "yarn_uncancelled"),
-            ("rope", "neox_pairs")} <= drawn  # fmt: skip
+            ("rope", "neox_pairs"), ("columns", "rotary_first")} <= drawn  # fmt: skip
     answer = blind_case_of(ds, "moe_router", "no_routed_scale").reveal()
     assert (answer.stage, answer.family) == ("blk.1.ffn_expert_weights", "moe_router")
 

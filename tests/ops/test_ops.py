@@ -597,7 +597,9 @@ def cases_columns() -> list[OpCase]:
     for T, groups, width, step, offset in ((1, 4, 64, 128, 0), (5, 3, 37, 80, 5)):
         P = {"groups": groups, "width": width, "step": step, "offset": offset, "in": groups * step}
         st = Stage("blk.0.q", "columns", ("q_full",), params=P, layer=0)
-        out.append(OpCase(f"T{T} {groups}x{width}/{step}+{offset}", st, [r.standard_normal((T, groups * step))], T))
+        shows = frozenset({"rotary_first"} if offset else set())
+        x = r.standard_normal((T, groups * step))
+        out.append(OpCase(f"T{T} {groups}x{width}/{step}+{offset}", st, [x], T, exposes=shows))
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
 
 PARAMS = Params(n="u32", width="u32", groups="u32", stride="u32", step="u32", offset="u32", x_offset="u32",
                 y_offset="u32")  # fmt: skip
@@ -50,5 +50,17 @@ OP = Op(
     plan=plan,
     shapes=shapes,
     step_fields=("y_offset",),  # a KV writer's (DeepSeek's K and V cache rows) position in the cache
-    kernels=(Kernel("columns", "default", "the correct kernel", from_file("columns")),),
+    kernels=(
+        Kernel("columns", "default", "the correct kernel", lambda _: compose("columns", "columns_start")),
+        Kernel(
+            "columns",
+            "rotary_first",
+            "every group read from the start of its slot, the offset ignored: MLA's [nope | rope] rows read as if "
+            "the rotary values came first, so the rotary key is taken out of the latent (ml-explore/mlx-lm#512: "
+            "DeepSeek-V3.2's indexer keeps [rope | nope] where its attention keeps [nope | rope]; "
+            "raullenchai/Rapid-MLX#1225: a patch scaled the wrong slice of a [nope | rope] head)",
+            lambda _: compose("columns", "columns_rotary_first"),
+            faulty=True,
+        ),
+    ),
 )
