@@ -142,6 +142,18 @@ def llamacpp_greedy(path, prompt: list[int], n: int) -> list[int]:
     return out
 
 
+def compare_with_fault_at(lab, variant: str, stage: str, ids: list[int]):
+    """`compare` of a GPU run with `variant` ("family=name") bound to `stage`'s layer against the reference;
+    the lab's selection put back."""
+    family, name = variant.split("=")
+    key = f"blk.{stage.split('.')[1]}.{family}"
+    lab.use(key, name)
+    try:
+        return labkit.compare(lab.run(ids), lab.reference(ids))
+    finally:
+        lab.use(key, "default")
+
+
 def golden(model: str) -> dict:
     return json.loads((GOLDEN / f"{model}.json").read_text())
 

@@ -244,7 +244,8 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
     tokens = meta.get("tokenizer.ggml.tokens")
     swa, window = _sliding_window(meta, p, traits, n_layers)
     context = meta_count(meta, p + "context_length", 2048)
-    mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names)
+    vocab = meta_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0)
+    mixing = _mixing_fields(meta, p, traits, n_layers, d_model, context, tensor_names, vocab)
     head_dim = mixing["head_dim"]
     nemotron_ff = mixing.pop("d_ff", None)  # Nemotron-H: the FFN layers' width, from the per-layer array
     ffn = traits.ffn if traits.ffn != "file" else "moe" if int(meta.get(p + "expert_count", 0) or 0) else "dense"
@@ -257,7 +258,7 @@ def config_from_metadata(meta: dict[str, Any], tensor_names: set[str]) -> ModelC
         d_model=d_model,
         **mixing,
         d_ff=_ffn_width(meta, p, traits, n_layers, nemotron_ff),
-        vocab_size=meta_count(meta, p + "vocab_size", len(tokens) if tokens is not None else 0, low=0),
+        vocab_size=vocab,
         context_length=context,
         rms_eps=meta_positive_float(meta, p + "attention.layer_norm_rms_epsilon", 1e-6),
         sliding_window=int(window) if window else None,
@@ -314,7 +315,7 @@ def _softcaps(meta: dict[str, Any], p: str, traits: ArchTraits) -> dict[str, flo
 
 
 def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: int, d_model: int, context: int,
-                   names: set[str]) -> dict[str, Any]:  # fmt: skip
+                   names: set[str], vocab: int) -> dict[str, Any]:  # fmt: skip
     """What mixes the positions: the attention's heads and rope, each layer's mixer, the Mamba-2 sizes."""
     mixers: tuple[str, ...] = ()
     mla = None
@@ -341,7 +342,7 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
             mixers = _delta_layers(meta, p, n_layers)
         rope = _rope_fields(meta, p, traits, head_dim, context, names)
         if traits.mixer == "mla":
-            rope, mla = _mla(meta, p, n_layers, rope)
+            rope, mla = _mla(meta, p, n_layers, vocab, rope)
         if traits.text_mrope:
             _check_text_sections(meta, p, rope["rope_dim"])
         if traits.fused_ba and "blk.0.ssm_in.weight" in names:
@@ -364,12 +365,13 @@ def _mixing_fields(meta: dict[str, Any], p: str, traits: ArchTraits, n_layers: i
     }
 
 
-def _mla(meta: dict[str, Any], p: str, n_layers: int, rope: dict[str, Any]) -> tuple[dict[str, Any], MlaShape]:
-    """A latent attention's sizes, and its rope's attention factor as llama.cpp's deepseek2 sets it."""
-    tokens = meta.get("tokenizer.ggml.tokens")
-    n_vocab = int(meta.get(p + "vocab_size", len(tokens) if tokens is not None else 0) or 0)
+def _mla(
+    meta: dict[str, Any], p: str, n_layers: int, vocab: int, rope: dict[str, Any]
+) -> tuple[dict[str, Any], MlaShape]:
+    """A latent attention's sizes (llama.cpp tells a "lite" model by its layers and vocabulary), and its rope's
+    attention factor as llama.cpp's deepseek2 sets it."""
     scaling = replace(rope["rope_scaling"], attn_factor=mla_rope_attn_factor(meta, p, rope["rope_scaling"]))
-    return {**rope, "rope_scaling": scaling}, mla_shape(meta, p, n_layers, n_vocab, rope["rope_dim"], scaling)
+    return {**rope, "rope_scaling": scaling}, mla_shape(meta, p, n_layers, vocab, rope["rope_dim"], scaling)
 
 
 def _hybrid_layers(meta: dict[str, Any], p: str, n_heads: int, n_layers: int) -> tuple[int, tuple[str, ...]]:

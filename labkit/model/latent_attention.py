@@ -18,6 +18,8 @@ import numpy as np
 
 from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.metadata_values import meta_count, meta_finite
+from labkit.ops.attn_scores import attention_mask
+from labkit.ops.softmax import softmax
 
 
 @dataclass(frozen=True)
@@ -104,9 +106,6 @@ def naive_attention(captures, weight, cfg, layer: int) -> dict[str, np.ndarray]:
     head's key is [W_kb[h]ᵀ·c ; k_pe] and its value W_vb[h]·c, up-projected from the cached latent c,
     then ordinary attention. Absorption (what labkit and llama.cpp run) is exact algebra: its scores and
     context must equal these to rounding. Returns attn_scores ([heads, T, T]) and attn_ctx ([T, heads·v_head])."""
-    from labkit.ops.attn_scores import attention_mask
-    from labkit.ops.softmax import softmax
-
     m, H, p = cfg.mla, cfg.n_heads, f"blk.{layer}."
     c, k_pe = captures[p + "kv_latent_norm"], captures[p + "k_pe_rope"]
     T = c.shape[0]

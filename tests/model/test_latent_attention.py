@@ -19,7 +19,7 @@ from labkit.errors import HyperparameterError, UnsupportedArchitectureError
 from labkit.model.latent_attention import naive_attention
 from labkit.oracle.llamacpp import coverage
 
-from conftest import llamacpp_greedy
+from conftest import compare_with_fault_at, llamacpp_greedy
 
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31]
@@ -159,13 +159,7 @@ def test_a_deepseek_file_labkit_cannot_run_is_refused_by_name(tmp_path, drop, ch
 ])  # fmt: skip
 def test_a_deepseek_fault_bound_to_one_layer_is_localized_there(ds, variant, first):
     """On one prompt pass, at the faulty layer's stage and nowhere before it."""
-    family, name = variant.split("=")
-    layer = first.split(".")[1]
-    ds.use(f"blk.{layer}.{family}", name)
-    try:
-        c = compare(ds.run(IDS), ds.reference(IDS))
-    finally:
-        ds.use(f"blk.{layer}.{family}", "default")
+    c = compare_with_fault_at(ds, variant, first, IDS)
     assert c.first_divergence == first, c
 
 

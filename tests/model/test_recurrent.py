@@ -26,7 +26,7 @@ from labkit.gpu.pass_request import PassRequest
 from labkit.model.reference import KVCache
 from labkit.oracle.llamacpp import coverage
 
-from conftest import llamacpp_greedy
+from conftest import compare_with_fault_at, llamacpp_greedy
 
 needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 IDS = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31, 2, 8]
@@ -285,13 +285,7 @@ def test_a_mixer_fault_bound_to_one_layer_is_localized_there(model, variant, fir
     """On one prompt pass, at the faulty layer's stage and nowhere before it (tiny-mamba2's layer 1,
     tiny-qwen35's second delta-net layer)."""
     lab = labkit.open(model)
-    family, name = variant.split("=")
-    layer = first.split(".")[1]
-    lab.use(f"blk.{layer}.{family}", name)
-    try:
-        c = compare(lab.run(IDS), lab.reference(IDS))
-    finally:
-        lab.use(f"blk.{layer}.{family}", "default")
+    c = compare_with_fault_at(lab, variant, first, IDS)
     assert c.first_divergence == first, c
 
 
