@@ -14,9 +14,11 @@ from labkit import progress
 from labkit.cli_args import (
     EXIT_ERROR,
     CliParser,
+    add_kv_type_args,
     count_arg,
     emit,
     fail,
+    kv_types,
     lengths_arg,
     names_arg,
     parse_variants,
@@ -69,7 +71,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         return 0
     import labkit
 
-    lab = labkit.open(args.model, memory=args.memory)
+    lab = labkit.open(args.model, memory=args.memory, **kv_types(args))
     plan = lab.memory(tokens=args.tokens)
     tensors = model_tensors(lab)
     data = {"model": lab.name, "adapter": describe(), "tensors": tensors, "memory": plan.rows(),
@@ -106,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import labkit
     from labkit.sampling import Sampler
 
-    lab = labkit.open(args.model, variants=selection(args))
+    lab = labkit.open(args.model, variants=selection(args), **kv_types(args))
     sampler = Sampler(temperature=args.temperature, top_k=args.top_k_sampling, top_p=args.top_p, seed=args.seed)
     if args.engine == "reference":
         run = lab.reference(args.prompt, names=["logits"])
@@ -143,7 +145,7 @@ def _subject(args: argparse.Namespace):
     """The lab, and the run a compare or repro is about: dumps, the GPU, the reference or llama.cpp."""
     import labkit
 
-    lab = labkit.open(args.model, variants=selection(args))
+    lab = labkit.open(args.model, variants=selection(args), **kv_types(args))
     given = args.prompt is not None or args.tokens is not None  # dumps may hold their ids (SGLang, TensorRT-LLM)
     ids = lab.prompt_ids(args.prompt if args.prompt is not None else token_list(args.tokens)) if given else None
     if args.dumps:
@@ -270,7 +272,7 @@ def cmd_paths(args: argparse.Namespace) -> int:
     import labkit
     from labkit.serving_paths import paths
 
-    lab = labkit.open(args.model, variants=selection(args))
+    lab = labkit.open(args.model, variants=selection(args), **kv_types(args))
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     prompt = args.prompt if args.prompt is not None else token_list(args.tokens)
     report = paths(lab, prompt, [p for p in args.paths.split(",") if p.strip()], engines=engines)
@@ -362,6 +364,7 @@ def _subject_args(s: argparse.ArgumentParser) -> None:
                    help="which forward pass of a dump folder holding several (0: the first)")  # fmt: skip
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
+    add_kv_type_args(s)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -377,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", nargs="?", help="a registered model or a .gguf path")
     s.add_argument("--tokens", type=count_arg, default=128, help="tokens of the pass the memory plan is for")
     s.add_argument("--memory", help=MEMORY_HELP)
+    add_kv_type_args(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 
@@ -392,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
+    add_kv_type_args(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_run)
 
@@ -476,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gpu, reference, llamacpp (llama.cpp computing the same path: the oracle extra)")  # fmt: skip
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
     s.add_argument("--wgsl", action="append", metavar="OP=NAME=FILE", help=WGSL_HELP)
+    add_kv_type_args(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_paths)
 

@@ -83,6 +83,23 @@ def selection(args: argparse.Namespace) -> dict[str, str]:
     return {**parse_variants(args.variant), **register_wgsl(args.wgsl)}
 
 
+KV_TYPE_HELP = (
+    "the KV cache's type, as llama.cpp's --cache-type-k/-v: f32 (default), f16, bf16, q8_0, q4_0, q4_1, "
+    "q5_0, q5_1, iq4_nl"
+)
+
+
+def add_kv_type_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--kv-type", metavar="TYPE", help=KV_TYPE_HELP)
+    s.add_argument("--kv-type-k", metavar="TYPE", help="the K cache's type (overrides --kv-type)")
+    s.add_argument("--kv-type-v", metavar="TYPE", help="the V cache's type (overrides --kv-type)")
+
+
+def kv_types(args: argparse.Namespace) -> dict[str, str | None]:
+    """labkit.open's kv_type arguments from --kv-type, --kv-type-k, --kv-type-v."""
+    return {"kv_type": args.kv_type, "kv_type_k": args.kv_type_k, "kv_type_v": args.kv_type_v}
+
+
 def emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
     print(json.dumps(data, indent=1) if getattr(args, "json", False) else text())
 

@@ -21,6 +21,7 @@ from labkit.chunks import chunk_spans, merged_timings, run_chunked, summed_per_s
 from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
 from labkit.generation import Generation
 from labkit.memory_fit import MemoryFit
+from labkit.model.cache_stages import CacheTypes, cache_types, with_cache_stages
 from labkit.model.config import ModelConfig
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
@@ -47,6 +48,7 @@ class Lab:
         debug: bool = False,
         window_bytes: int | None = None,
         memory: int | float | str | None = None,
+        kv_types: CacheTypes | None = None,
     ):
         t0 = time.perf_counter()
         self.budget: Budget = budget_of(memory)  # for weights, caches and captures of both engines
@@ -54,7 +56,8 @@ class Lab:
         opened = open_model_file(path)  # every field checked (labkit.model.model_file)
         self.gguf: GgufFile = opened.gguf
         self.config: ModelConfig = opened.config
-        self.graph: list[Stage] = opened.graph
+        self.kv_types = kv_types or CacheTypes()  # the KV cache's types (labkit.model.cache_stages)
+        self.graph: list[Stage] = with_cache_stages(opened.graph, opened.config, self.kv_types)
         from labkit.ops.registry import check_selection
 
         # {family or blk.L.family: variant}, aliases resolved; shared with the executor
@@ -534,6 +537,9 @@ def open(
     debug: bool = False,
     window_bytes: int | None = None,
     memory: int | float | str | None = None,
+    kv_type: str | None = None,
+    kv_type_k: str | None = None,
+    kv_type_v: str | None = None,
 ) -> Lab:
     """Open a registered model name or a .gguf path. Reads the header only.
 
@@ -543,9 +549,13 @@ def open(
 
     variants: {op family: variant} (see `lab.variants()`); debug: poison outputs before each
     pass and count unwritten elements; window_bytes: split GPU weights into row windows of at
-    most this size (the binding limit otherwise), to make window edges visible on small models."""
+    most this size (the binding limit otherwise), to make window edges visible on small models.
+
+    kv_type: the KV cache's type for K and V (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, as
+    llama.cpp's --cache-type-k/-v); kv_type_k, kv_type_v: for one of them. f32 by default."""
+    types = cache_types(kv_type, kv_type_k, kv_type_v)  # an unknown type is refused before the file is read
     name, path = resolve_model(model)
-    return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes, memory=memory)
+    return Lab(name, path, variants=variants, debug=debug, window_bytes=window_bytes, memory=memory, kv_types=types)
 
 
 def load_run(path: str | Path, model: Lab | str | Path | None = None) -> Run:

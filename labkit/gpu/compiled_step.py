@@ -129,8 +129,9 @@ class CompiledStep:
 
     def _counts(self, w: StepWorkgroups, n_past: int) -> tuple[int, int, int]:
         """A moving dispatch's workgroup count at the step after `n_past` positions (its op's rule)."""
-        st = self.plans[w.plan].stage
-        return grid(OPS[st.op].step_workgroups(st, w.source, 1, n_past))
+        plan = self.plans[w.plan]
+        st = plan.stage
+        return grid(OPS[plan.dispatches[w.dispatch].op or st.op].step_workgroups(st, w.source, 1, n_past))
 
     def set_workgroups(self, n_past: int) -> None:
         """The workgroup counts that move with the position, in the plans and the native commands."""
@@ -247,14 +248,15 @@ def _moving_words(plans: list[StagePlan], snaps: list[np.ndarray], arena: Unifor
         return None, "a uniform word that does not move by the same amount each step"
     owner = _word_fields(plans, arena, sources)
     for w in changed:
-        stage, name = owner.get(int(w), (None, None))
-        if stage is None or name not in OPS[stage.op].step_fields:
+        stage, name, op = owner.get(int(w), (None, None, ""))
+        if stage is None or name not in OPS[op or stage.op].step_fields:
             return None, f"{stage.name if stage else 'a word'}: {name or 'an unowned word'} moves, not a step field"
     return Moving(changed.astype(np.int64), snaps[0][changed] - step * n0, step), ""  # snaps[0]: at n0
 
 
 def _word_fields(plans: list[StagePlan], arena: UniformArena, sources: dict) -> dict[int, tuple]:
-    """Arena word index -> (the stage, the Params field) of every dispatch whose uniform is a slot."""
+    """Arena word index -> (the stage, the Params field, the dispatch's own op or "") of every dispatch whose
+    uniform is a slot."""
     out = {}
     for p in plans:
         for d in p.dispatches:
@@ -263,7 +265,7 @@ def _word_fields(plans: list[StagePlan], arena: UniformArena, sources: dict) -> 
             _, offset, size = d.resources[-1]
             names = [n for n, _ in wgsl_params(sources.get(id(d.pipeline), ""))]
             for j in range(size // 4):
-                out[offset // 4 + j] = (p.stage, names[j] if j < len(names) else None)
+                out[offset // 4 + j] = (p.stage, names[j] if j < len(names) else None, d.op)
     return out
 
 
@@ -273,10 +275,11 @@ def _step_workgroups(passes: list[list[StagePlan]], sources: dict, n_past: int):
     out = []
     for i, plans in enumerate(zip(*passes)):
         for j, ds in enumerate(zip(*(p.dispatches for p in plans))):
-            if len({d.workgroups for d in ds}) == 1 and OPS[plans[0].stage.op].step_workgroups is None:
+            op = OPS[ds[0].op or plans[0].stage.op]
+            if len({d.workgroups for d in ds}) == 1 and op.step_workgroups is None:
                 continue
             st, source = plans[0].stage, sources.get(id(ds[0].pipeline), "")
-            rule = OPS[st.op].step_workgroups
+            rule = op.step_workgroups
             if rule is None:
                 return None, f"{st.name}: its workgroups move with the step and its op has no rule for them"
             if any(grid(rule(st, source, 1, n_past + k)) != d.workgroups for k, d in enumerate(ds)):

@@ -30,6 +30,7 @@ class Dispatch:
     tables: Any = None  # bind group 1, QUANT_TABLES, for a block reader that indexes a grid
     resources: tuple = ()  # what bind_group binds, its uniform last (labkit.gpu.compiled_step reads them)
     filled: tuple = ()  # a texture fill's (Rows, view): the rows it copies and the texture it fills
+    op: str = ""  # the op whose kernel it runs, where not its stage's (a cache load in an attention stage)
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:

@@ -63,6 +63,7 @@ from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel
+from labkit.ops.kv_cache import row_words
 from labkit.ops.registry import check_selection, registry_generation
 from labkit.poison import POISON_BITS, poison_count
 from labkit.progress import bar
@@ -218,8 +219,11 @@ class GpuExecutor(StageHost):
         cfg, fresh = self.cfg, self.gpu.fresh
         attends = set(cfg.attention_layers)
 
+        types = {st.kv_write: st.params["type"] for st in self.graph if st.op == "kv_cache"}
+
         def kv(kind: str) -> list:
-            n = capacity * cfg.cache_dims[kind == "v"]
+            width = cfg.cache_dims[kind == "v"]
+            n = capacity * (row_words(types[kind], width) if kind in types else width)
             return [self.buffer(n, f"cache.{kind}.{L}", fresh) if L in attends else None for L in range(cfg.n_layers)]
 
         states = {}
@@ -227,7 +231,9 @@ class GpuExecutor(StageHost):
             sizes = {"conv": cfg.ssm.conv_state_size, "scan": cfg.ssm.scan_state_size}
             for L in cfg.state_layers:
                 states |= {(kind, L): self.buffer(n, f"state.{kind}.{L}", fresh) for kind, n in sizes.items()}
-        return GpuKVCache(capacity, kv("k"), kv("v"), states=states)
+        views = {k: self.buffer(capacity * cfg.cache_dims[k == "v"], f"cache.{k}.view", fresh) for k in types}
+        views |= {"none": self.buffer(4, "cache.none", fresh)} if types else {}
+        return GpuKVCache(capacity, kv("k"), kv("v"), states=states, types=types, views=views)
 
     def stage_matmul(self, st: Stage, x: Region, out: Region) -> list[Dispatch]:
         """A matmul stage's dispatches on given X and Y regions (x.shape[0] tokens), with the stage's

@@ -2,7 +2,12 @@
 `capacity` positions, and how many of them hold tokens (`n_past`); per recurrent layer, its states
 ((kind, layer) -> buffer: Mamba-2's "conv" and "scan"), one size at any length. A pass writes its
 tokens' K and V at n_past, advances the states in place, and then advances n_past; a re-run of the
-same tokens (after `lab.use`) rewinds n_past first and writes the same positions."""
+same tokens (after `lab.use`) rewinds n_past first and writes the same positions.
+
+A cache of a smaller type (`types`: "k"/"v" -> "q8_0", ...; labkit.ops.kv_cache) holds the type's blocks,
+and each stage that reads it first reads its rows into `views[kind]`, an f32 buffer of `capacity` rows
+shared by every layer (each reader fills it before it reads). `views["none"]` is a small buffer a load
+binds where it reads no rows."""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ class GpuKVCache:
     v: list[wgpu.GPUBuffer | None]
     n_past: int = 0
     states: dict[tuple[str, int], wgpu.GPUBuffer] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)  # kind -> type, where not f32
+    views: dict[str, wgpu.GPUBuffer] = field(default_factory=dict)
 
     def advance(self, n: int) -> None:
         """A pass's n tokens are written: the next pass starts after them."""
@@ -56,4 +63,4 @@ class GpuKVCache:
         k, v = [copied(b) for b in self.k], [copied(b) for b in self.v]
         states = {key: copied(b) for key, b in self.states.items()}
         device.queue.submit([enc.finish()])
-        return GpuKVCache(self.capacity, k, v, self.n_past, states)
+        return GpuKVCache(self.capacity, k, v, self.n_past, states, self.types, self.views)

@@ -40,6 +40,29 @@ def weight_bytes(ex) -> tuple[int, str]:
     return sum(seen.values()), " and ".join(sorted(layouts)) or "none"
 
 
+def cache_part(ex, positions: int) -> MemoryPart:
+    """The KV cache in its types (labkit.model.cache_stages): each row in its blocks, padded to a word,
+    and for a type smaller than f32 the one-layer f32 view its readers read it through; the detail says
+    what a token's cache would take in f16 and f32."""
+    from labkit.ops.kv_cache import row_words
+
+    cfg = ex.cfg
+    types = {st.kv_write: st.params["type"] for st in ex.graph if st.op == "kv_cache"}
+    if not types:
+        return MemoryPart("gpu", "kv cache", kv_bytes(cfg, positions, 4), kv_detail(cfg, "float32"))
+    layers = len(cfg.attention_layers)
+    widths = dict(zip("kv", cfg.cache_dims))
+    row = sum(4 * row_words(types[k], w) if k in types else 4 * w for k, w in widths.items())
+    views = sum(4 * positions * widths[k] for k in types)
+    per_token = layers * row
+    k, v = (types.get(kind, "f32") for kind in "kv")
+    what = (
+        f"{k if k == v else f'K {k}, V {v}'}: {per_token / 1024:.1f} KiB a token over {layers} layers (f16: "
+        f"{kv_bytes(cfg, 1, 2) / 1024:.1f}, f32: {kv_bytes(cfg, 1, 4) / 1024:.1f}), and a one-layer f32 view"
+    )
+    return MemoryPart("gpu", "kv cache", positions * per_token + views, kv_detail(cfg, what))
+
+
 def gpu_parts(ex, T: int, names, last_logits_only: bool, capacity: int | None = None) -> list[MemoryPart]:
     """The GPU path's parts for a pass of T tokens capturing `names` (all when None)."""
     from labkit.gpu.scratch import SEGMENT_BYTES, STREAM_MIN_TOKENS
@@ -59,7 +82,7 @@ def gpu_parts(ex, T: int, names, last_logits_only: bool, capacity: int | None = 
         how = "captured stages' regions and scratch"
     return [
         MemoryPart("gpu", "weights", wbytes, layout),
-        MemoryPart("gpu", "kv cache", kv_bytes(cfg, capacity or T, 4), kv_detail(cfg, "float32")),
+        cache_part(ex, capacity or T),
         *state_part("gpu", cfg, 4),
         MemoryPart("gpu", "pass regions", regions, how, CAPTURE_HINT),
         MemoryPart("gpu", "captures", captures, f"{len(kept)} stages, float32 on the host", CAPTURE_HINT),

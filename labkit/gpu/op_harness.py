@@ -106,12 +106,15 @@ class CaseHost(StageHost):
         k, v = (self.case.cache.get(kind) for kind in "kv")
         capacity = max((len(c) for c in (k, v) if c is not None), default=0)
         states = {(kind, layer): self.array(a) for kind, a in self.case.cache.items() if kind not in "kv"}
+        st = self.case.stage  # a cache writer of a smaller type: the case's cache is its words (any values)
+        types = {st.kv_write: st.params["type"]} if st.op == "kv_cache" else {}
         return GpuKVCache(
             capacity,
             [self.array(k)] * (layer + 1) if k is not None else [],
             [self.array(v)] * (layer + 1) if v is not None else [],
             n_past=self.case.n_past,
             states=states,
+            types=types,
         )
 
 

@@ -65,12 +65,27 @@ class StageContext:
 
     def output(self, shape: tuple[int, ...]) -> Region:
         st = self.stage
-        if st.kv_write:  # this layer's cache, from position n_past on
+        if st.kv_write and st.kv_write not in self.kv.types:  # this layer's f32 cache, from position n_past on
             return Region(self.cache(st.kv_write), self.n_past * shape[-1], shape)  # rows of kv_dim
         return self.ex.region(st, shape, self.shape, self.objects, self.scope.scratch, self.scope.keys_room)
 
     def cache(self, kind: str) -> wgpu.GPUBuffer:
-        return (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
+        """This layer's K or V cache: its buffer for the stage that writes it, and for a stage that reads a
+        cache of a smaller type, a view its rows are read into first (labkit.ops.kv_cache's load)."""
+        buf = (self.kv.k if kind == "k" else self.kv.v)[self.stage.layer]
+        t = self.kv.types.get(kind)
+        if t is None or self.stage.kv_write == kind:
+            return buf
+        from labkit.ops import kv_cache
+
+        view = self.kv.views[kind]
+        width = view.size // 4 // self.kv.capacity
+        kernel = self.ex.kernel_for_op(f"kv_cache_{t}", self.stage.layer)
+        values = kv_cache.load_values(t, self.n_past + self.T, width)
+        operands = [self.kv.views["none"], buf, view]
+        self.dispatches.append(self.ex.dispatch(self.stage, OPS["kv_cache"], kernel, self.shape, operands, values,
+                                                kv_cache.LOAD_WORKGROUPS, self.objects))  # fmt: skip
+        return view
 
     def state(self, kind: str) -> wgpu.GPUBuffer:
         """This layer's recurrent state of `kind` ("conv", "scan"), which the stage reads and advances in place."""

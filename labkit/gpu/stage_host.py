@@ -149,7 +149,9 @@ class StageHost:
         pipe = self.pipeline(op.name, source, f"{kernel.family}/{kernel.name}")
         tables = tables_bind_group(self.gpu, pipe, source)  # a block reader that indexes a grid
         data = op.params.pack(source, values)
-        return new_dispatch(objects, pipe, list(buffers), data, grid(workgroups), st.name, tables)
+        d = new_dispatch(objects, pipe, list(buffers), data, grid(workgroups), st.name, tables)
+        d.op = "" if op.name == st.op else op.name
+        return d
 
     def matmul(self, ctx: Any, x: Region, out: Region, rows_T: int, x_skip: int, keep,
                epilogue: tuple[str, list, dict] | None = None) -> list[Dispatch]:  # fmt: skip

@@ -89,6 +89,8 @@ ROLES: dict[str, str] = {
         " the position, so the dot product of a query and a key depends on how far apart they are"
     ),
     "k_rope": "rotary position embedding on the keys (the rotated keys are what the KV cache holds)",
+    "k_cache": "the new keys as a cache of a smaller type holds them (q8_0, q4_0, ...): what attention reads back",
+    "v_cache": "the new values as a cache of a smaller type holds them: what the heads mix",
     "attn_scores": (
         "how well each query matches each key, per head: a scaled dot product. Keys in the future (and, "
         "for a sliding-window layer, too far in the past) are masked to −inf, so a token never sees what "
@@ -257,6 +259,8 @@ LLAMACPP_NODES: dict[str, str] = {
     "k_norm": "Kcur_normed-{L}:MUL",
     "q_rope": "Qcur-{L}:ROPE",
     "k_rope": "Kcur-{L}:ROPE",
+    "k_cache": "",
+    "v_cache": "",
     "attn_scores": "kq-{L}:MUL_MAT",
     "attn_probs": "kq_soft_max-{L}:SOFT_MAX",
     "attn_ctx": "kqv_out-{L}:CONT",
@@ -333,6 +337,9 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     K("k_norm", 1e-05, 2e-02, 1e-05, 2e-03),  # 4.8e-3
     K("q_rope", 1e-05, 2e-02, 5e-05, 5e-03),  # 3.4e-3
     K("k_rope", 1e-05, 2e-02, 5e-05, 5e-03),  # 4.8e-3
+    # a cache of a smaller type (labkit.model.cache_stages): its writer's, which a clean write keeps exactly
+    K("k_cache", 1e-05, 2e-02, 5e-05, 5e-03),
+    K("v_cache", 5e-04, 5e-02, 5e-04, 2e-02),
     K("kv_a", 5e-04, 2e-02, 5e-04, 5e-03),
     K("kv_latent", 5e-04, 2e-02, 5e-04, 5e-03),
     K("kv_latent_norm", 1e-05, 2e-02, 2e-05, 2e-03),

@@ -18,6 +18,7 @@ from labkit.ops import (
     gated_norm,
     glu,
     head_matmul,
+    kv_cache,
     l2norm,
     matmul,
     moe_matmul,
@@ -72,6 +73,7 @@ OPS: dict[str, Op] = {
         relu_sqr,
         concat,
         head_matmul,
+        kv_cache,
     )
 }
 

@@ -68,6 +68,8 @@ NMSE = {
     # DeepSeek's latent attention: per-head matrices (the experts' kernels), rows joined per head
     "head_matmul": 1e-9,
     "concat": 1e-12,
+    # a cache of a smaller type: ggml's rounding bit for bit (one value rounded the other way is ~1e-5)
+    "kv_cache": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -712,6 +714,27 @@ def cases_relu_sqr() -> list[OpCase]:
     r = _rng("relu_sqr")
     st = Stage("blk.1.ffn_act", "relu_sqr", ("ffn_up",), params={"width": 77}, layer=1)
     return [OpCase("3x77", st, [r.standard_normal((3, 77)) * 2], 3)]
+
+
+def cases_kv_cache() -> list[OpCase]:
+    """Each cache type's write of new rows after cached ones: a decode step at an odd position, a prefill
+    of rows of 3 blocks (a thread's group of two blocks cut short), and rows whose blocks differ in scale
+    by up to 100x (the scale is per block of 32), with a zero block among them."""
+    from labkit.ops.kv_cache import STORED, row_words
+
+    r, out = _rng("kv_cache"), []
+    for t in STORED:
+        for T, n_past, width in ((1, 5, 64), (7, 0, 96), (3, 2, 128)):
+            st = Stage("blk.0.k_cache", "kv_cache", ("k_rope",), params={"type": t, "width": width}, layer=0,
+                       kv_write="k")  # fmt: skip
+            scale = np.repeat(10.0 ** r.uniform(-1, 1, (T, width // 32)), 32, axis=1)
+            x = r.standard_normal((T, width)) * scale
+            if T == 3:
+                x[1, 32:64] = 0.0
+            cache = {"k": np.zeros((n_past + T + 2, row_words(t, width)))}
+            shows = frozenset({"scale_per_64"} if t == "q8_0" else set())
+            out.append(OpCase(f"{t} T{T} n_past{n_past} w{width}", st, [x], T, n_past, cache=cache, exposes=shows))
+    return out
 
 
 CASES = {name: globals()[f"cases_{name}"] for name in NMSE}
