@@ -57,6 +57,7 @@ from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.submitter import Submitter, clear_regions, poison_region, record_stage
 from labkit.gpu.weight_store import shared_store
 from labkit.gpu.weights import GpuWeight
+from labkit.model.cache_stages import stored_types
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize_rows
 from labkit.model.gguf_file import GgufFile
@@ -219,7 +220,7 @@ class GpuExecutor(StageHost):
         cfg, fresh = self.cfg, self.gpu.fresh
         attends = set(cfg.attention_layers)
 
-        types = {st.kv_write: st.params["type"] for st in self.graph if st.op == "kv_cache"}
+        types = stored_types(self.graph)
 
         def kv(kind: str) -> list:
             width = cfg.cache_dims[kind == "v"]

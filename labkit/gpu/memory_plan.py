@@ -44,10 +44,11 @@ def cache_part(ex, positions: int) -> MemoryPart:
     """The KV cache in its types (labkit.model.cache_stages): each row in its blocks, padded to a word,
     and for a type smaller than f32 the one-layer f32 view its readers read it through; the detail says
     what a token's cache would take in f16 and f32."""
+    from labkit.model.cache_stages import stored_types
     from labkit.ops.kv_cache import row_words
 
     cfg = ex.cfg
-    types = {st.kv_write: st.params["type"] for st in ex.graph if st.op == "kv_cache"}
+    types = stored_types(ex.graph)
     if not types:
         return MemoryPart("gpu", "kv cache", kv_bytes(cfg, positions, 4), kv_detail(cfg, "float32"))
     layers = len(cfg.attention_layers)

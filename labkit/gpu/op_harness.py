@@ -29,6 +29,7 @@ from labkit.gpu.repack import layout_of, repack_weight, upload_blocks
 from labkit.gpu.stage_context import PassScope, StageContext
 from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.weights import GpuWeight, upload_weight
+from labkit.model.cache_stages import stored_types
 from labkit.model.dequant import dequantize
 from labkit.model.graph import Stage
 from labkit.model.stage_kinds import BY_KIND
@@ -107,7 +108,7 @@ class CaseHost(StageHost):
         capacity = max((len(c) for c in (k, v) if c is not None), default=0)
         states = {(kind, layer): self.array(a) for kind, a in self.case.cache.items() if kind not in "kv"}
         st = self.case.stage  # a cache writer of a smaller type: the case's cache is its words (any values)
-        types = {st.kv_write: st.params["type"]} if st.op == "kv_cache" else {}
+        types = stored_types([st])
         return GpuKVCache(
             capacity,
             [self.array(k)] * (layer + 1) if k is not None else [],

@@ -38,6 +38,11 @@ def cache_types(kv_type: str | None = None, kv_type_k: str | None = None, kv_typ
     return CacheTypes(k, v)
 
 
+def stored_types(graph: list[Stage]) -> dict[str, str]:
+    """{"k"/"v": type} of the caches a graph stores in a smaller type (none for an f32 cache)."""
+    return {st.kv_write: st.params["type"] for st in graph if st.kv_write and "type" in st.params}
+
+
 def with_cache_stages(graph: list[Stage], cfg: ModelConfig, types: CacheTypes) -> list[Stage]:
     """The graph with a `<kind>_cache` stage after each writer of a cache whose type is not f32."""
     if types == CacheTypes():
