@@ -239,12 +239,13 @@ class Lab:
 
     # ----- llama.cpp as an oracle (extra "oracle")
     def oracle(self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
-               ubatch: int | None = None, prefix: int = 0) -> Run:  # fmt: skip
+               ubatch: int | None = None, prefix: int = 0, kv_type: str | None = None) -> Run:  # fmt: skip
         """llama.cpp's own intermediate tensors for the prompt, under labkit's stage names; `names`
         (globs allowed) and `layers` keep fewer, as `run` does, so an 8B prompt's tensors fit. The
         serving paths as llama.cpp computes them: `ubatch=N` splits the pass into micro-batches of N
         tokens (its n_ubatch), `prefix=P` runs the first P tokens first and captures the rest, which
-        continue its cache (`run.n_past` = P)."""
+        continue its cache (`run.n_past` = P). `kv_type`: llama.cpp's cache type (--cache-type-k/-v); by
+        default the lab's (`labkit.open(m, kv_type=...)`), and for a lab of f32 caches llama.cpp's own f16."""
         from labkit.oracle.llamacpp_run import run_llamacpp
 
         ids = self.prompt_ids(prompt)
@@ -254,8 +255,10 @@ class Lab:
             raise InvalidArgumentError(f"prefix={prefix!r}: give 0 to {len(ids) - 1} of the prompt's {len(ids)} tokens")
         keep = select_names(self.graph, names, layers)
         t0 = time.perf_counter()
+        types = cache_types(kv_type) if kv_type is not None else self.kv_types
+        kv = None if types == CacheTypes() and kv_type is None else (types.k, types.v)
         captures = run_llamacpp(self.path, self.config, self.graph, ids, None if keep is None else set(keep), prefix,
-                                ubatch)  # fmt: skip
+                                ubatch, kv)  # fmt: skip
         path = path_name(prefix, ubatch, len(ids) - prefix)
         return self._make_run("llamacpp", ids[prefix:], captures, {"total_s": time.perf_counter() - t0},
                               n_past=prefix, path=path)  # fmt: skip

@@ -43,26 +43,62 @@ def stored_types(graph: list[Stage]) -> dict[str, str]:
     return {st.kv_write: st.params["type"] for st in graph if st.kv_write and "type" in st.params}
 
 
+def rotation_sizes(cfg: ModelConfig, types: CacheTypes) -> dict[str, int]:
+    """{"k"/"v": n} of the Walsh-Hadamard rotations llama.cpp applies before a quantized cache (llama.cpp
+    #21038; llama_kv_cache's attn_rot_k/v): for a quantized type (not f16 or bf16) when every attending layer's
+    heads are one width, a multiple of 64. K's (and the queries') blocks are the largest power of two from 64
+    dividing the head, V's 64. DeepSeek's latent cache is left unrotated here."""
+    if cfg.mla is not None or cfg.head_dim % 64:
+        return {}
+    n_k = 64
+    while cfg.head_dim % (2 * n_k) == 0:
+        n_k *= 2
+    sizes = {"k": n_k, "v": 64}
+    return {kind: n for kind, n in sizes.items() if types.of(kind) not in ("f32", "f16", "bf16")}
+
+
 def with_cache_stages(graph: list[Stage], cfg: ModelConfig, types: CacheTypes) -> list[Stage]:
-    """The graph with a `<kind>_cache` stage after each writer of a cache whose type is not f32."""
+    """The graph with a `<kind>_cache` stage after each writer of a cache whose type is not f32, and llama.cpp's
+    rotations around a quantized cache (`rotation_sizes`): `q_rot` and `k_rot` before the scores, `v_rot` before
+    the V cache, and `attn_ctx_rot`, the heads' context turned back, for what reads the context."""
     if types == CacheTypes():
         return graph
     for kind, width in zip(("k", "v"), cfg.cache_dims):
         if types.of(kind) != "f32":
             check_width(types.of(kind), width, kind)
+    rot = rotation_sizes(cfg, types)
+    queries = {st.inputs[0] for st in graph if st.op == "attn_scores"} if "k" in rot else set()
+    contexts = {st.name for st in graph if st.op == "attn_ctx"} if "v" in rot else set()
     out: list[Stage] = []
-    renamed: dict[tuple[int | None, str], str] = {}  # (layer, writer) -> its cache stage
+    # a stage -> what stands for it: in the attention's reads (the cache, the rotated queries), and in every read
+    # (the context turned back)
+    for_attention: dict[str, str] = {}
+    for_all: dict[str, str] = {}
     for st in graph:
-        if st.kv_read:
-            st = replace(st, inputs=tuple(renamed.get((st.layer, i), i) for i in st.inputs))
-        kind = st.kv_write
-        if kind is None or types.of(kind) == "f32":
-            out.append(st)
-            continue
-        name = f"blk.{st.layer}.{kind}_cache"
-        width = cfg.cache_dims[kind == "v"]
-        out.append(replace(st, kv_write=None))
-        out.append(Stage(name, "kv_cache", (st.name,), params={"type": types.of(kind), "width": width},
-                         layer=st.layer, kv_write=kind))  # fmt: skip
-        renamed[(st.layer, st.name)] = name
+        names = for_attention | for_all if st.kv_read else for_all
+        st = replace(st, inputs=tuple(names.get(i, i) for i in st.inputs))
+        kind = st.kv_write if st.kv_write and types.of(st.kv_write) != "f32" else None
+        out.append(replace(st, kv_write=None) if kind else st)
+        last = st.name
+        if kind in rot or st.name in queries or st.name in contexts:
+            what = {"q": "q", "k": "k", "v": "v"}.get(kind or "", "q" if st.name in queries else "attn_ctx")
+            n = rot["v" if what in ("v", "attn_ctx") else "k"]
+            last = _add(out, st, f"{what}_rot", "hadamard", {"n": n, "width": _width(cfg, what)})
+        if kind:
+            cache = {"type": types.of(kind), "width": cfg.cache_dims[kind == "v"]}
+            last = _add(out, st, f"{kind}_cache", "kv_cache", cache, kv_write=kind, source=last)
+        if last != st.name:
+            (for_all if st.name in contexts else for_attention)[st.name] = last
     return out
+
+
+def _width(cfg: ModelConfig, what: str) -> int:
+    return cfg.kv_dim if what in ("k", "v") else cfg.q_dim
+
+
+def _add(out: list[Stage], after: Stage, kind: str, op: str, params: dict, kv_write: str | None = None,
+         source: str | None = None) -> str:  # fmt: skip
+    """A stage of `after`'s layer reading `source` (default: `after`), appended; its name."""
+    name = f"blk.{after.layer}.{kind}"
+    out.append(Stage(name, op, (source or after.name,), params=params, layer=after.layer, kv_write=kv_write))
+    return name

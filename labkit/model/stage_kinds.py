@@ -91,6 +91,10 @@ ROLES: dict[str, str] = {
     "k_rope": "rotary position embedding on the keys (the rotated keys are what the KV cache holds)",
     "k_cache": "the new keys as a cache of a smaller type holds them (q8_0, q4_0, ...): what attention reads back",
     "v_cache": "the new values as a cache of a smaller type holds them: what the heads mix",
+    "q_rot": "the queries turned by a Walsh-Hadamard matrix, as the keys are before a quantized cache (q·k unchanged)",
+    "k_rot": "the keys turned by a Walsh-Hadamard matrix before a quantized cache rounds them (an outlier spread out)",
+    "v_rot": "the values turned by a Walsh-Hadamard matrix before a quantized cache rounds them",
+    "attn_ctx_rot": "the heads' context turned back (the matrix is its own inverse) before the output projection",
     "attn_scores": (
         "how well each query matches each key, per head: a scaled dot product. Keys in the future (and, "
         "for a sliding-window layer, too far in the past) are masked to −inf, so a token never sees what "
@@ -261,6 +265,10 @@ LLAMACPP_NODES: dict[str, str] = {
     "k_rope": "Kcur-{L}:ROPE",
     "k_cache": "",
     "v_cache": "",
+    "q_rot": "",
+    "k_rot": "",
+    "v_rot": "",
+    "attn_ctx_rot": "",
     "attn_scores": "kq-{L}:MUL_MAT",
     "attn_probs": "kq_soft_max-{L}:SOFT_MAX",
     "attn_ctx": "kqv_out-{L}:CONT",
@@ -340,6 +348,10 @@ STAGE_KINDS: tuple[StageKind, ...] = (
     # a cache of a smaller type (labkit.model.cache_stages): its writer's, which a clean write keeps exactly
     K("k_cache", 1e-05, 2e-02, 5e-05, 5e-03),
     K("v_cache", 5e-04, 5e-02, 5e-04, 2e-02),
+    K("q_rot", 1e-05, 2e-02, 5e-05, 5e-03),  # llama.cpp's rotation around a quantized cache: as what it turns
+    K("k_rot", 1e-05, 2e-02, 5e-05, 5e-03),
+    K("v_rot", 5e-04, 5e-02, 5e-04, 2e-02),
+    K("attn_ctx_rot", 1e-05, 5e-02, 2e-04, 2e-02),
     K("kv_a", 5e-04, 2e-02, 5e-04, 5e-03),
     K("kv_latent", 5e-04, 2e-02, 5e-04, 5e-03),
     K("kv_latent_norm", 1e-05, 2e-02, 2e-05, 2e-03),

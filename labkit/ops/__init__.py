@@ -17,6 +17,7 @@ from labkit.ops import (
     gated_add,
     gated_norm,
     glu,
+    hadamard,
     head_matmul,
     kv_cache,
     l2norm,
@@ -74,6 +75,7 @@ OPS: dict[str, Op] = {
         concat,
         head_matmul,
         kv_cache,
+        hadamard,
     )
 }
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from gguf import GGMLQuantizationType
 
 from labkit import progress
 from labkit.chunks import chunk_spans, merge_chunks
@@ -304,14 +305,16 @@ def _to_labkit(stage: Stage, pick: Pick, raw: np.ndarray, T: int, col: _Collecto
 
 def run_llamacpp(
     path: str | Path, cfg: ModelConfig, graph: list[Stage], ids: list[int], names: set[str] | None = None,
-    past: int = 0, ubatch: int | None = None,
+    past: int = 0, ubatch: int | None = None, kv_types: tuple[str, str] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """llama.cpp's intermediate tensors for one pass, keyed by labkit stage name (only those in `names`,
     when given: the others are never copied out of llama.cpp). `past`: the first `past` ids run first as
     a prompt nothing is copied out of, and the pass is the rest, on the caches (KV and recurrent) that
     prompt left: a decode step when one id remains. `ubatch`: the pass as llama.cpp computes a batch
     split into micro-batches of that many tokens, each on the cache the ones before it left; the
-    micro-batches' tensors are put back together as one pass's (labkit.chunks).
+    micro-batches' tensors are put back together as one pass's (labkit.chunks). `kv_types`: the K and V
+    caches' types ("q8_0", ...; llama.cpp's own default, f16, when None); a quantized V cache turns flash
+    attention on, as llama.cpp requires, so its scores and probabilities are not tensors of that run.
 
     One fresh context per call (the model is loaded once per path and kept): n_ctx holds the whole
     prompt, every position's logits are requested, flash attention is off, 2 threads. Stages without
@@ -329,7 +332,7 @@ def run_llamacpp(
         col.softmax_of = scores_of
         cb = be.L.ggml_backend_sched_eval_callback(col)
         with _quiet():
-            ctx = be.L.llama_init_from_model(be.model(path), _context_params(be.L, len(ids), cb))
+            ctx = be.L.llama_init_from_model(be.model(path), _context_params(be.L, len(ids), cb, kv_types))
         if not ctx:
             raise OracleError("llama.cpp could not create a context")
         n_wanted = sum(map(len, by_key.values())) + sum(map(len, by_reads.values()))
@@ -367,9 +370,10 @@ def _decode_parts(L, ctx, col: _Collector, cfg: ModelConfig, graph: list[Stage],
     return parts
 
 
-def _context_params(L, n_tokens: int, cb):
+def _context_params(L, n_tokens: int, cb, kv_types: tuple[str, str] | None = None):
     """A context holding the whole prompt in one (u)batch, flash attention off (kq and kq_soft_max stay
-    tensors), sliding-window layers with a full cache (cell i holds position i), 2 threads."""
+    tensors) unless a quantized V cache needs it, sliding-window layers with a full cache (cell i holds
+    position i), 2 threads."""
     n_ctx = max(256, -(-n_tokens // 256) * 256)
     cp = L.llama_context_default_params()
     cp.n_ctx = n_ctx
@@ -379,6 +383,9 @@ def _context_params(L, n_tokens: int, cb):
     cp.n_threads = 2
     cp.n_threads_batch = 2
     cp.flash_attn_type = 0  # LLAMA_FLASH_ATTN_TYPE_DISABLED
+    if kv_types is not None:
+        cp.type_k, cp.type_v = (int(GGMLQuantizationType[t.upper()]) for t in kv_types)
+        cp.flash_attn_type = int(kv_types[1] not in ("f32", "f16", "bf16"))  # LLAMA_FLASH_ATTN_TYPE_ENABLED
     cp.swa_full = True
     cp.no_perf = True
     cp.cb_eval = cb

@@ -70,6 +70,7 @@ NMSE = {
     "concat": 1e-12,
     # a cache of a smaller type: ggml's rounding bit for bit (one value rounded the other way is ~1e-5)
     "kv_cache": 1e-12,
+    "hadamard": 1e-12,
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -735,6 +736,16 @@ def cases_kv_cache() -> list[OpCase]:
             cache = {"k": np.zeros((n_past + T + 2, row_words(t, width)))}
             shows = frozenset({"scale_per_64"} if t == "q8_0" else set())
             out.append(OpCase(f"{t} T{T} n_past{n_past} w{width}", st, [x], T, n_past, cache=cache, exposes=shows))
+    return out
+
+
+def cases_hadamard() -> list[OpCase]:
+    """Blocks of 64 (V's rotation) and of 128 and 256 (K's, the largest power of two dividing the head), a decode
+    row and a prefill, at an offset."""
+    r, out = _rng("hadamard"), []
+    for T, n, width in ((1, 64, 192), (5, 128, 256), (3, 256, 512)):
+        st = Stage("blk.0.k_rot", "hadamard", ("k_rope",), params={"n": n, "width": width}, layer=0)
+        out.append(OpCase(f"T{T} n{n} w{width}", st, [r.standard_normal((T, width)) * 3], T))
     return out
 
 
