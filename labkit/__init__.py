@@ -1,6 +1,6 @@
 """labkit: a Jupyter-first lab for LLM inference on WebGPU, one named stage at a time."""
 
-from labkit.attribution import Attribution, attribute
+from labkit.attribution import Attribution, attribute, verdict
 from labkit.captures import Run, Stats
 from labkit.casebook import cases
 from labkit.compare import Comparison, compare
@@ -44,4 +44,5 @@ __all__ = [
     "paths",
     "reduce_prompt",
     "sweep",
+    "verdict",
 ]

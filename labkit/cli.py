@@ -164,8 +164,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     lab, a = _subject(args)
     if args.local:
         return _attribute(args, lab, a)
-    b = lab.oracle(a.tokens) if args.against == "llamacpp" else lab.reference(a.tokens)
-    cmp = labkit.compare(a, b)
+    if args.against == "llamacpp":
+        cmp = labkit.compare(a, lab.oracle(a.tokens))
+    else:  # each stage over the table asked its own error first (labkit.attribution.verdict)
+        cmp = labkit.verdict(a, lab) if not a.n_past else labkit.compare(a, lab.reference(a.tokens))
     data = cmp.to_dict()
     if args.dumps:
         data["unmapped"] = a.unmapped

@@ -13,7 +13,7 @@ gives them.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -386,11 +386,15 @@ def _guess_preset(names: list[str]) -> str | None:
     return None
 
 
-def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None) -> Comparison:
+def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, positions: slice | None = None,
+            own: dict[str, tuple[float, float]] | None = None) -> Comparison:  # fmt: skip
     """Compare every stage both runs captured, in the model's graph order.
 
     thresholds: {stage kind: max NMSE}; by default, per kind the looser of the two runs'
-    precisions (labkit.precision). positions: a slice of the positions both runs hold."""
+    precisions (labkit.precision). positions: a slice of the positions both runs hold. own: {stage:
+    (its own error, the most its precision explains)} as `attribute` computes them (labkit.attribution.verdict):
+    a stage over the table whose own error is inside that is not a divergence, and its row says so; a stage
+    whose own error leaves it is one, whatever the table says."""
     if thresholds is None:
         th = thresholds_for(a.precision, b.precision)
         used = f"{looser(a.precision, b.precision)} table ({a.engine}: {a.precision}, {b.engine}: {b.precision})"
@@ -417,10 +421,26 @@ def compare(a: Run, b: Run, thresholds: dict[str, float] | None = None, position
             rows.append(compare_ids(name, x, y, pos, _router_scores(a, b, name, pos)))
             continue
         limit = th.get(stage_kind(name), DEFAULT_THRESHOLD)
-        rows.append(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos))
+        rows.append(_inherited(compare_arrays(name, x, y, limit, a.unwritten.get(name, 0), pos), (own or {}).get(name)))
         if name == "logits":
             agreement = logits_agreement(x, y, rows[-1].positions, (a.engine, b.engine))
     return Comparison(a.engine, b.engine, rows, missing, used, a.model, dict(a.variants), dict(b.variants), agreement)
+
+
+def _inherited(row: StageComparison, own: tuple[float, float] | None) -> StageComparison:
+    """A row judged with its stage's own error (`own`: that error, and the most its precision explains there).
+    Over the table but inside its band, it passes and says its error came in with its inputs (a clean run's
+    error grown through large scores, a quantized cache's rounding); outside its band it fails, under the table
+    or not (a fault small enough for the table)."""
+    if own is None or row.reason not in ("", "nmse"):
+        return row
+    local, limit = own
+    if local > limit:
+        return replace(row, passed=False, reason=f"its own error {local:.1e} leaves its band {limit:.1e}")
+    if row.passed:
+        return row
+    why = f"over the table, inherited: its own error {local:.1e} is inside its band {limit:.1e}"
+    return replace(row, passed=True, reason=why, first_bad_position=None)
 
 
 def _set(ids: list[int]) -> str:
