@@ -478,7 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     given = s.add_mutually_exclusive_group(required=True)
     given.add_argument("--prompt")
     given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids instead of a prompt")
-    s.add_argument("--paths", default="ubatch=7,prefix=5,verify=4", help="comma-separated ubatch=N, prefix=N, verify=N")
+    s.add_argument("--paths", default="ubatch=7,prefix=5,verify=4",
+                   help="comma-separated ubatch=N, prefix=N, verify=N, kv=TYPE (a KV-cache type)")  # fmt: skip
     s.add_argument("--engines", default="gpu,reference",
                    help="gpu, reference, llamacpp (llama.cpp computing the same path: the oracle extra)")  # fmt: skip
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)

@@ -119,6 +119,16 @@ class Lab:
     def reference_engine(self) -> ReferenceEngine:
         return ReferenceEngine(self.gguf, self.config, self.graph)
 
+    def with_kv_type(self, kv_type: str | None = None, kv_type_k: str | None = None,
+                     kv_type_v: str | None = None) -> Lab:  # fmt: skip
+        """The same model and kernel selection on KV caches of other types (as `labkit.open(..., kv_type=)`),
+        sharing this lab's budget and its reference's dequantized weights: what a `kv=q8_0` path runs on."""
+        sib = Lab(self.name, self.path, variants=dict(self.selected), debug=self.debug, window_bytes=self.window_bytes,
+                  kv_types=cache_types(kv_type, kv_type_k, kv_type_v))  # fmt: skip
+        sib.budget = self.budget
+        sib.reference_engine = ReferenceEngine(sib.gguf, sib.config, sib.graph, self.reference_engine.weights)
+        return sib
+
     def reference(
         self, prompt: Prompt, names: list[str] | None = None, layers: list[int] | None = None,
         route_as: Run | None = None, ubatch: int | None = None, state: SequenceState | None = None,

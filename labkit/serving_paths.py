@@ -21,8 +21,9 @@ from labkit.captures import Run, is_attention_map, stage_kind
 from labkit.compare import compare
 from labkit.errors import InvalidArgumentError
 from labkit.model.stage_kinds import layout_of
+from labkit.quant.cache_types import check_kv_type
 
-PATH_FORMS = ("ubatch=N", "prefix=N", "verify=N")
+PATH_FORMS = ("ubatch=N", "prefix=N", "verify=N", "kv=TYPE")
 ENGINES = ("gpu", "reference", "llamacpp")  # llamacpp: its own micro-batches and kept prefix (the oracle extra)
 EXACT = 1e-12  # a reference path's largest relative difference from the one-shot reference
 
@@ -71,6 +72,8 @@ class PathsReport:
         for c in self.checks:
             same = "every stage" if c.first_difference is None else f"until {c.first_difference}"
             band = {"reference": "exact (1e-12)", "gpu": "f32 band", "llamacpp": "int8 band"}[c.engine]
+            if c.path.startswith("kv="):  # a cache type: each stage's own error against its band (verdict)
+                band = "cache's rounding (it defines it)" if c.engine == "reference" else "stages' own bands"
             verdict = f"inside the {band}" if c.in_band else f"departs at {c.first_divergence}"
             if c.against_llamacpp != "":
                 verdict += "; as llama.cpp's same path" if c.against_llamacpp is None else (
@@ -105,8 +108,12 @@ class PathsReport:
                 "checks": [asdict(c) | {"in_band": c.in_band} for c in self.checks]}  # fmt: skip
 
 
-def parse_path(spec: str) -> tuple[str, int]:
-    """("ubatch" | "prefix" | "verify", N) from "ubatch=7"; an InvalidArgumentError names the forms."""
+def parse_path(spec: str) -> tuple[str, int | str]:
+    """("ubatch" | "prefix" | "verify", N) from "ubatch=7", ("kv", type) from "kv=q8_0"; an
+    InvalidArgumentError names the forms."""
+    kv = re.fullmatch(r"\s*kv\s*=\s*(\w+)\s*", str(spec))
+    if kv:
+        return "kv", check_kv_type(kv.group(1), "kv")
     m = re.fullmatch(r"\s*(ubatch|prefix|verify)\s*=\s*([0-9]+)\s*", str(spec))
     if not m or int(m.group(2)) < 1:
         raise InvalidArgumentError(f"unknown path {spec!r}: give one of {', '.join(PATH_FORMS)} (N >= 1)")
@@ -121,7 +128,7 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     if not parsed:
         raise InvalidArgumentError(f"no path given: give some of {', '.join(PATH_FORMS)}")
     for spec, kind, n in parsed:
-        if kind != "ubatch" and n >= len(ids):
+        if kind in ("prefix", "verify") and n >= len(ids):
             raise InvalidArgumentError(f"{spec}: the prompt has {len(ids)} tokens; the path needs more than {n}")
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
@@ -130,10 +137,14 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     one_shot = {"reference": ref} | {e: _path_run(lab, ids, "one-shot", 0, e) for e in engines if e != "reference"}
     checks = []
     for spec, kind, n in parsed:
-        runs = {engine: _path_run(lab, ids, kind, n, engine) for engine in engines}
+        on = lab.with_kv_type(n) if kind == "kv" else lab  # a cache type: the same model on that cache
+        runs = {engine: _path_run(on, ids, kind, n, engine) for engine in engines}
         for engine, run in runs.items():
             start = len(ids) - len(run.tokens)
-            check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph, start)
+            if kind == "kv":
+                check = _cache_check(spec, engine, run, one_shot[engine], on)
+            else:
+                check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph, start)
             if engine == "gpu" and "llamacpp" in runs:
                 check.against_llamacpp = compare(run, runs["llamacpp"]).first_divergence
             checks.append(check)
@@ -143,14 +154,18 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
 def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
     """The prompt through one path on one engine (llama.cpp's own ubatches and kept prefix for "llamacpp")."""
     if engine == "llamacpp":
-        prefix = {"one-shot": 0, "ubatch": 0, "prefix": n, "verify": len(ids) - n}[kind]
+        prefix = {"prefix": n, "verify": len(ids) - n}[kind] if kind in ("prefix", "verify") else 0
         run = lab.oracle(ids, ubatch=n if kind == "ubatch" else None, prefix=prefix)
-        if kind == "verify":
-            run.path = f"verify={n}"
+        if kind in ("verify", "kv"):
+            run.path = f"{kind}={n}"
         return run
     go = lab.run if engine == "gpu" else lab.reference
     if kind == "one-shot":
         return go(ids)
+    if kind == "kv":  # `lab` is the model on that cache (Lab.with_kv_type)
+        run = go(ids)
+        run.path = f"kv={n}"
+        return run
     if kind == "ubatch":
         return go(ids, ubatch=n)
     if kind == "prefix":
@@ -168,6 +183,22 @@ def _check(spec: str, engine: str, run: Run, same_engine: Run, reference: Run, g
         divergence = off[0] if off else None
     else:
         divergence = compare(run, reference).first_divergence
+    return PathCheck(spec, engine, first_diff, divergence, worst.stage if worst else None,
+                     worst.nmse if worst else 0.0, stages)  # fmt: skip
+
+
+def _cache_check(spec: str, engine: str, run: Run, one_shot: Run, on: Any) -> PathCheck:
+    """A cache type's path: its stages against the same engine's one-shot pass on f32 caches (what the type
+    costs, stage by stage), and inside its band when no stage's own error leaves it (labkit.attribution.verdict,
+    against the reference on the same cache). The reference on that cache defines the path."""
+    from labkit.attribution.verdict import verdict
+
+    stages = [_difference(n, run[n], one_shot[n]) for n in one_shot.captures if n in run.captures]
+    first_diff = next((s.stage for s in stages if not s.bitwise), None)
+    worst = max(stages, key=lambda s: s.nmse, default=None)
+    divergence = None
+    if engine != "reference":
+        divergence = verdict(run, on, reference=on.reference(run.tokens)).first_divergence
     return PathCheck(spec, engine, first_diff, divergence, worst.stage if worst else None,
                      worst.nmse if worst else 0.0, stages)  # fmt: skip
 

@@ -54,10 +54,34 @@ def test_a_chunk_fault_is_localized_on_its_path_and_invisible_one_shot(gemma, fa
         assert check.first_divergence == stage, (fault, check.path, check.first_divergence)
 
 
+def test_a_cache_type_is_a_path_held_to_its_stages_own_bands():
+    """kv=TYPE: the same model on that cache. Its reference defines the path; the GPU is inside when no stage's
+    own error leaves its band (labkit.verdict); the differences from the f32 one-shot pass are what the type
+    costs, from the first stage that reads the cache; a cache write fault departs at its layer's cache stage."""
+    moe = labkit.open("tiny-qwen3moe")
+    report = labkit.paths(moe, IDS, ["kv=q8_0", "kv=q4_0"])
+    assert all(c.in_band for c in report.checks), report.table()
+    assert all(c.first_difference == "blk.0.attn_scores" for c in report.checks), report.table()
+    q8, q4 = (next(c for c in report.checks if c.path == p and c.engine == "reference") for p in ("kv=q8_0", "kv=q4_0"))
+    cost = {c.path: next(s.nmse for s in c.stages if s.stage == "blk.0.attn_out") for c in (q8, q4)}
+    assert 0 < cost["kv=q8_0"] < cost["kv=q4_0"], cost  # four bits cost more than eight
+    assert "stages' own bands" in report.table()
+    moe.use("blk.1.kv_cache_q8_0", "scale_per_64")
+    try:
+        bad = labkit.paths(moe, IDS, ["kv=q8_0"], engines=("gpu",))
+        one_shot = labkit.compare(moe.run(IDS), moe.reference(IDS))
+    finally:
+        moe.use("blk.1.kv_cache_q8_0", "default")
+    assert one_shot.passed  # an f32 cache has no cache stage to fault
+    assert bad.checks[0].first_divergence in ("blk.1.k_cache", "blk.1.v_cache"), bad.table()
+
+
 @pytest.mark.parametrize("spec", ["batch=4", "ubatch=0", "prefix", "verify=x", ""])
 def test_an_unknown_path_is_refused(spec):
     with pytest.raises(InvalidArgumentError, match="unknown path"):
         parse_path(spec)
+    with pytest.raises(InvalidArgumentError, match="kv='q3'"):
+        parse_path("kv=q3")
 
 
 def test_no_path_is_refused(gemma):
@@ -102,10 +126,10 @@ def test_every_path_agrees_with_llama_cpp_computing_the_same_path():
     GPU path passes against llama.cpp's same path, llama.cpp's path passes against the reference,
     and a chunk fault departs from llama.cpp's same path where it departs from the reference."""
     moe = labkit.open("tiny-qwen3moe")  # a file llama.cpp loads: a mixture of experts, and attention
-    report = labkit.paths(moe, IDS, ["ubatch=7", "prefix=5", "verify=4"], engines=("gpu", "llamacpp"))
+    report = labkit.paths(moe, IDS, ["ubatch=7", "prefix=5", "verify=4", "kv=q8_0"], engines=("gpu", "llamacpp"))
     assert all(c.in_band for c in report.checks), report.table()
     gpu = [c for c in report.checks if c.engine == "gpu"]
-    assert len(gpu) == 3 and all(c.against_llamacpp is None for c in gpu), report.table()
+    assert len(gpu) == 4 and all(c.against_llamacpp is None for c in gpu), report.table()
     assert "as llama.cpp's same path" in report.table()
     oracle = moe.oracle(IDS, ubatch=7, prefix=5)
     assert oracle.n_past == 5 and oracle.path == "prefix=5,ubatch=7" and oracle["logits"].shape[0] == len(IDS) - 5
