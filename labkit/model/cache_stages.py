@@ -60,7 +60,8 @@ def rotation_sizes(cfg: ModelConfig, types: CacheTypes) -> dict[str, int]:
 def with_cache_stages(graph: list[Stage], cfg: ModelConfig, types: CacheTypes) -> list[Stage]:
     """The graph with a `<kind>_cache` stage after each writer of a cache whose type is not f32, and llama.cpp's
     rotations around a quantized cache (`rotation_sizes`): `q_rot` and `k_rot` before the scores, `v_rot` before
-    the V cache, and `attn_ctx_rot`, the heads' context turned back, for what reads the context."""
+    the V cache; the attention then mixes rotated values, so its output is `attn_ctx_rot` and a stage turning it
+    back keeps the name `attn_ctx` (the context every cache type computes, comparable across them)."""
     if types == CacheTypes():
         return graph
     for kind, width in zip(("k", "v"), cfg.cache_dims):
@@ -68,27 +69,29 @@ def with_cache_stages(graph: list[Stage], cfg: ModelConfig, types: CacheTypes) -
             check_width(types.of(kind), width, kind)
     rot = rotation_sizes(cfg, types)
     queries = {st.inputs[0] for st in graph if st.op == "attn_scores"} if "k" in rot else set()
-    contexts = {st.name for st in graph if st.op == "attn_ctx"} if "v" in rot else set()
     out: list[Stage] = []
-    # a stage -> what stands for it: in the attention's reads (the cache, the rotated queries), and in every read
-    # (the context turned back)
-    for_attention: dict[str, str] = {}
-    for_all: dict[str, str] = {}
+    stands_for: dict[str, str] = {}  # in the attention's reads: a writer's cache stage, the rotated queries
     for st in graph:
-        names = for_attention | for_all if st.kv_read else for_all
-        st = replace(st, inputs=tuple(names.get(i, i) for i in st.inputs))
+        if st.kv_read:
+            st = replace(st, inputs=tuple(stands_for.get(i, i) for i in st.inputs))
+        if st.op == "attn_ctx" and "v" in rot:  # the context of rotated values, then turned back
+            turned = replace(st, name=f"blk.{st.layer}.attn_ctx_rot")
+            out.append(turned)
+            out.append(Stage(st.name, "hadamard", (turned.name,), params={"n": rot["v"], "width": cfg.q_dim},
+                             layer=st.layer))  # fmt: skip
+            continue
         kind = st.kv_write if st.kv_write and types.of(st.kv_write) != "f32" else None
         out.append(replace(st, kv_write=None) if kind else st)
         last = st.name
-        if kind in rot or st.name in queries or st.name in contexts:
-            what = {"q": "q", "k": "k", "v": "v"}.get(kind or "", "q" if st.name in queries else "attn_ctx")
-            n = rot["v" if what in ("v", "attn_ctx") else "k"]
-            last = _add(out, st, f"{what}_rot", "hadamard", {"n": n, "width": _width(cfg, what)})
+        if kind in rot or st.name in queries:
+            what = kind or "q"
+            last = _add(out, st, f"{what}_rot", "hadamard", {"n": rot["v" if what == "v" else "k"],
+                                                             "width": _width(cfg, what)})  # fmt: skip
         if kind:
             cache = {"type": types.of(kind), "width": cfg.cache_dims[kind == "v"]}
             last = _add(out, st, f"{kind}_cache", "kv_cache", cache, kv_write=kind, source=last)
         if last != st.name:
-            (for_all if st.name in contexts else for_attention)[st.name] = last
+            stands_for[st.name] = last
     return out
 
 

@@ -94,7 +94,7 @@ ROLES: dict[str, str] = {
     "q_rot": "the queries turned by a Walsh-Hadamard matrix, as the keys are before a quantized cache (q·k unchanged)",
     "k_rot": "the keys turned by a Walsh-Hadamard matrix before a quantized cache rounds them (an outlier spread out)",
     "v_rot": "the values turned by a Walsh-Hadamard matrix before a quantized cache rounds them",
-    "attn_ctx_rot": "the heads' context turned back (the matrix is its own inverse) before the output projection",
+    "attn_ctx_rot": "the heads' context as attention over rotated values gives it; attn_ctx turns it back (H² = I)",
     "attn_scores": (
         "how well each query matches each key, per head: a scaled dot product. Keys in the future (and, "
         "for a sliding-window layer, too far in the past) are masked to −inf, so a token never sees what "
