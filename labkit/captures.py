@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from labkit import runfile
-from labkit.errors import UnknownStageError
+from labkit.errors import InvalidArgumentError, UnknownStageError
 from labkit.lens import LogitLens, logit_lens
 
 # The stage kinds of every architecture, in the order a layer computes them, and which are
@@ -386,3 +386,13 @@ def load_run(path, piece: Callable[[int], str] | None = None) -> Run:
     """The Run saved at `path` (labkit.runfile checks every field); `piece` turns its token ids into
     text, given by whoever loads it (`labkit.load_run` opens the run's model for that)."""
     return Run(**runfile.read_run(path), piece=piece)
+
+
+def routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:
+    """{layer: ids [T, k]} of a run's `ffn_topk` captures, for teacher-forced routing."""
+    if run is None:
+        return None
+    routed = {st.layer: np.asarray(run[st.name]) for st in graph if st.kind == "ffn_topk" and st.name in run.captures}
+    if not routed:
+        raise InvalidArgumentError(f"route_as: the {run.engine} run captured no ffn_topk stage to route by")
+    return routed

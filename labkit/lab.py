@@ -150,7 +150,7 @@ class Lab:
         names = self.fit.capture("reference", n_past + len(ids), names)
         t0 = time.perf_counter()
         eng = self.reference_engine
-        eng.forced_ids = _routing_of(route_as, self.graph)
+        eng.forced_ids = captures.routing_of(route_as, self.graph)
         cache = state.held if state is not None else KVCache()
         try:
             with continuing(state, ids):
@@ -593,13 +593,3 @@ def _lazy_piece(model: Lab | str | Path) -> Callable[[int], str]:
         return held["fn"](token_id)
 
     return piece
-
-
-def _routing_of(run: Run | None, graph: list) -> dict[int, np.ndarray] | None:
-    """{layer: ids [T, k]} of a run's `ffn_topk` captures, for teacher-forced routing."""
-    if run is None:
-        return None
-    routed = {st.layer: np.asarray(run[st.name]) for st in graph if st.kind == "ffn_topk" and st.name in run.captures}
-    if not routed:
-        raise InvalidArgumentError(f"route_as: the {run.engine} run captured no ffn_topk stage to route by")
-    return routed

@@ -48,6 +48,17 @@ fn signed_max(x: u32) -> f32 {
     return m;
 }
 
+// The smallest and the largest value of a block of 32 (the offset formats' min and max).
+fn min_max(x: u32) -> vec2<f32> {
+    var lo = 3.4028235e38;
+    var hi = -3.4028235e38;
+    for (var j = 0u; j < 32u; j++) {
+        lo = min(lo, X[x + j]);
+        hi = max(hi, X[x + j]);
+    }
+    return vec2<f32>(lo, hi);
+}
+
 fn store_group(r: u32, b0: u32, nb: u32, base: u32) {
     for (var i = 0u; i < GROUP_WORDS; i++) {
         OUT[i] = 0u;

@@ -3,13 +3,9 @@
 const BLOCKS: u32 = 1u;
 
 fn quantize_block(x: u32, at: u32) {
-    var lo = 3.4028235e38;
-    var hi = -3.4028235e38;
-    for (var j = 0u; j < 32u; j++) {
-        lo = min(lo, X[x + j]);
-        hi = max(hi, X[x + j]);
-    }
-    let d = (hi - lo) / 15.0;
+    let range = min_max(x);
+    let lo = range.x;
+    let d = (range.y - lo) / 15.0;
     let id = select(0.0, 1.0 / d, d != 0.0);
     put_u16(at, half_bits(d));
     put_u16(at + 2u, half_bits(lo));
