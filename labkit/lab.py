@@ -167,7 +167,7 @@ class Lab:
             return 0
         if not isinstance(state, SequenceState):
             raise InvalidArgumentError(f"state={type(state).__name__}: give a state from lab.prefill")
-        state.check_continues(engine, self.name, dict(self.selected), n_new)
+        state.check_continues(engine, self.name, dict(self.selected), n_new, str(self.kv_types))
         return state.n_past
 
     def prefill(self, prefix: Prompt, engine: str = "gpu", room: int | None = None, ubatch: int | None = None
@@ -180,12 +180,12 @@ class Lab:
         ids = self.prompt_ids(prefix, extra=room)
         capacity = len(ids) + room
         if engine == "reference":
-            state = SequenceState("reference", self.name, [], KVCache(), capacity)
+            state = SequenceState("reference", self.name, [], KVCache(), capacity, kv_types=str(self.kv_types))
             self.reference(ids, names=[], ubatch=ubatch, state=state)
         elif engine == "gpu":
             ex = self.executor
             state = SequenceState("gpu", self.name, [], ex.new_state(capacity), capacity, dict(self.selected),
-                                  ex.device)  # fmt: skip
+                                  ex.device, kv_types=str(self.kv_types))  # fmt: skip
             self.run(ids, names=[], ubatch=ubatch, state=state, timestamps=False)
         else:
             raise InvalidArgumentError(f"prefill engine {engine!r}: use 'gpu' or 'reference'")

@@ -32,6 +32,7 @@ class SequenceState:
     variants: dict[str, str] = field(default_factory=dict)  # the kernel selection its GPU cache was made under
     device: Any = field(default=None, repr=False)
     broken: str = ""  # why it cannot be continued: a continuation failed midway, its cache part-written
+    kv_types: str = "f32"  # the KV cache's types it was made on (labkit.model.cache_stages.CacheTypes)
 
     @property
     def n_past(self) -> int:
@@ -48,14 +49,15 @@ class SequenceState:
 
             held = PassState(self.held.kv.fork(self.device))
         return SequenceState(self.engine, self.model, list(self.tokens), held, self.capacity, dict(self.variants),
-                             self.device)  # fmt: skip
+                             self.device, kv_types=self.kv_types)  # fmt: skip
 
     @property
     def cached(self) -> int:
         """The positions its cache holds (its tokens', unless a continuation failed midway)."""
         return self.held.n_past
 
-    def check_continues(self, engine: str, model: str, variants: dict[str, str], n_new: int) -> None:
+    def check_continues(self, engine: str, model: str, variants: dict[str, str], n_new: int,
+                        kv_types: str = "f32") -> None:  # fmt: skip
         """Refuse a continuation this state cannot give, before any work."""
         if self.broken or self.cached != self.n_past:
             why = self.broken or f"its cache holds {self.cached} positions, its tokens {self.n_past}"
@@ -64,6 +66,11 @@ class SequenceState:
             raise InvalidArgumentError(f"this state is {self.model}'s sequence; the lab is {model}")
         if self.engine != engine:
             raise InvalidArgumentError(f"this state is the {self.engine} engine's cache; continue it with that engine")
+        if self.kv_types != kv_types:
+            raise InvalidArgumentError(
+                f"this state's cache is {self.kv_types}; the lab keeps {kv_types} (labkit.open(..., kv_type=)): "
+                "prefill on this lab"
+            )
         if engine == "gpu" and self.variants != variants:
             raise InvalidArgumentError(
                 f"this state's cache was computed under the kernels {self.variants or 'default'}; the lab now selects "

@@ -100,6 +100,20 @@ def test_the_memory_plan_counts_the_cache_in_its_type():
     assert mixed == f32 // 2 + f32 // 2 * 34 // 128 + view // 2
 
 
+def test_a_state_made_on_one_cache_type_is_refused_by_another(gives_back_memory):
+    """A prefix cache holds its type's rows: a lab on another type would read them as its own."""
+    q8 = labkit.open("tiny-qwen3moe", kv_type="q8_0")
+    f32 = labkit.open("tiny-qwen3moe")
+    for engine in ("gpu", "reference"):
+        state = q8.prefill(IDS[:5], engine=engine)
+        go = f32.run if engine == "gpu" else f32.reference
+        with pytest.raises(InvalidArgumentError, match="cache is q8_0; the lab keeps f32"):
+            go(IDS[5:], state=state)
+        rest = (q8.run if engine == "gpu" else q8.reference)(IDS[5:], state=state)
+        whole = (q8.run if engine == "gpu" else q8.reference)(IDS)
+        assert np.allclose(rest["logits"], whole["logits"][5:], atol=1e-3)  # the prefix path on the quantized cache
+
+
 def test_a_bad_kv_type_is_refused_before_the_file_is_read(tmp_path):
     with pytest.raises(InvalidArgumentError, match="kv_type='q3_k'"):
         labkit.open(tmp_path / "missing.gguf", kv_type="q3_k")
