@@ -82,7 +82,7 @@ def _kernel(t: str) -> Kernel:
 
 
 FAULTS = (
-    Kernel("kv_cache_q8_0", "scale_per_64", "FAULT: one scale over two blocks of 32 (llama.cpp #23044)",
+    Kernel("kv_cache_q8_0", "scale_per_64", "FAULT: one scale over two blocks of 32 (cf. llama.cpp #23044)",
            lambda shape: source("q8_0", "kv_quant_q8_0_scale_per_64"), faulty=True),
 )  # fmt: skip
 

@@ -1,8 +1,9 @@
 // FAULT (kv_cache_q8_0 = scale_per_64): the scale taken over a thread's whole group of two blocks (64
 // values), not per block of 32, and stored in both. Nothing overflows (the group's largest value bounds
 // each block's), so no value is wild: each block whose own largest value is smaller than its neighbour's
-// loses precision. A cache write whose block boundaries disagree with its reader's (llama.cpp #23044:
-// Q8_0 and Q4_0 caches gave gibberish on one CPU path where F16 did not).
+// loses precision: a writer whose blocks are not its reader's. Quantized-cache writes are where such
+// faults hide: llama.cpp #23044 (Q8_0 and Q4_0 caches gave gibberish on one CPU path where F16 did not,
+// and llama-bench did not show it).
 const BLOCKS: u32 = 2u;
 
 fn quantize_block(x: u32, at: u32) {
