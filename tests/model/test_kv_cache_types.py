@@ -16,7 +16,17 @@ from labkit.attribution.attribute import attribute
 from labkit.errors import InvalidArgumentError
 from labkit.quant.cache_types import round_trip
 
+from conftest import _open_cached
+
 IDS = [1, 504, 357, 282, 469, 314, 2, 77, 9, 15, 203]  # under every model's vocabulary (the tiny ones: 512)
+
+
+def _on(model: str, kv_type: str | None = None, **kw) -> labkit.Lab:
+    """A real model on a cache type, sharing the session's lab's dequantized weights (a GB or two: opened anew,
+    each would hold its own copy); a tiny model opened as it is."""
+    if model.startswith("tiny-"):
+        return labkit.open(model, kv_type=kv_type, **kw)
+    return _open_cached(model).with_kv_type(kv_type, **kw)
 
 
 def _cache_stages(lab) -> list[str]:
@@ -35,7 +45,7 @@ def _cache_stages(lab) -> list[str]:
     ],  # fmt: skip
 )
 def test_a_clean_run_on_a_quantized_cache_has_no_guilty_stage(model, kv_type, gives_back_memory):
-    lab = labkit.open(model, kv_type=kv_type)
+    lab = _on(model, kv_type)
     assert len(_cache_stages(lab)) == 2 * len(lab.config.attention_layers)
     gpu = lab.run(IDS)
     ref = lab.reference(IDS)
@@ -51,7 +61,7 @@ def test_a_clean_run_on_a_quantized_cache_has_no_guilty_stage(model, kv_type, gi
 
 
 def test_a_cache_write_with_a_wrong_block_scale_is_found_at_its_layer(gives_back_memory):
-    lab = labkit.open("smollm2-135m", kv_type="q8_0")
+    lab = _on("smollm2-135m", "q8_0")
     lab.use("blk.3.kv_cache_q8_0", "scale_per_64")
     run, ref = lab.run(IDS), lab.reference(IDS)
     a = attribute(run, lab, reference=ref)
@@ -65,7 +75,7 @@ def test_a_cache_write_with_a_wrong_block_scale_is_found_at_its_layer(gives_back
 def test_the_verdict_passes_a_clean_run_the_table_fails_and_says_why(gives_back_memory):
     """A 4-bit cache on 40 tokens: rounding flips compound past the f32 table in the deep layers (measured:
     hundreds of rows); no stage's own error leaves its band, so the verdict passes, each such row saying so."""
-    lab = labkit.open("smollm2-135m", kv_type="q4_0")
+    lab = _on("smollm2-135m", "q4_0")
     ids = list(range(1, 41))
     run, ref = lab.run(ids), lab.reference(ids)
     assert not labkit.compare(run, ref).passed
@@ -79,18 +89,18 @@ def test_the_verdict_passes_a_clean_run_the_table_fails_and_says_why(gives_back_
 def test_decoding_on_a_quantized_cache_gives_the_reference_s_tokens(gives_back_memory):
     """The compiled decode step loads the cache into its view each layer: its tokens are the reference's
     on the same q4_0 cache, which are not the f32 cache's."""
-    lab = labkit.open("smollm2-135m", kv_type="q4_0")
+    lab = _on("smollm2-135m", "q4_0")
     ids = lab.tokenize("The capital of France is")
     gpu = lab.generate(ids, max_new_tokens=12)
     assert lab.executor.compiled_steps.refused == ""
     assert gpu.ids == lab.generate_reference(ids, max_new_tokens=12).ids
-    f32 = labkit.open("smollm2-135m").generate(ids, max_new_tokens=12)
+    f32 = _open_cached("smollm2-135m").generate(ids, max_new_tokens=12)
     assert f32.ids != gpu.ids  # the cache's rounding changes this continuation (measured), so the test sees it
 
 
 def test_the_memory_plan_counts_the_cache_in_its_type():
     def cache_bytes(**kw) -> int:
-        plan = labkit.open("smollm2-135m", **kw).memory(4096, engine="gpu")
+        plan = _on("smollm2-135m", **kw).memory(4096, engine="gpu")
         return next(p.nbytes for p in plan.parts if p.part == "kv cache")
 
     f32, q8, q4 = cache_bytes(), cache_bytes(kv_type="q8_0"), cache_bytes(kv_type="q4_0")

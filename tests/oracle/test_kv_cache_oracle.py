@@ -13,7 +13,7 @@ import pytest
 
 import labkit
 
-from conftest import needs_llama
+from conftest import _open_cached, needs_llama
 
 IDS = [1, 504, 357, 282, 469, 314, 2, 77, 9, 15, 203]
 
@@ -22,7 +22,7 @@ IDS = [1, 504, 357, 282, 469, 314, 2, 77, 9, 15, 203]
 @pytest.mark.oracle
 @pytest.mark.parametrize("model", ["smollm2-135m", "gemma3-270m"])
 def test_llama_cpp_on_a_q8_0_cache_passes_against_the_reference_on_the_same_cache(model, gives_back_memory):
-    lab = labkit.open(model, kv_type="q8_0")
+    lab = _open_cached(model).with_kv_type("q8_0")  # the session's weights, not a second copy
     run, ref = lab.oracle(IDS), lab.reference(IDS)
     judged = labkit.verdict(run, lab, reference=ref)
     assert judged.passed, judged.headline()
@@ -36,7 +36,7 @@ def test_llama_cpp_on_a_q8_0_cache_passes_against_the_reference_on_the_same_cach
 @needs_llama
 @pytest.mark.oracle
 def test_a_4_bit_cache_against_llama_cpp_is_inherited_error_not_a_divergence(gives_back_memory):
-    lab = labkit.open("smollm2-135m", kv_type="q4_0")
+    lab = _open_cached("smollm2-135m").with_kv_type("q4_0")
     ref = lab.reference(IDS)
     run = lab.oracle(IDS)
     plain = labkit.compare(run, ref)
