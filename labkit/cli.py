@@ -249,9 +249,12 @@ def cmd_case(args: argparse.Namespace) -> int:
 
 def _blind(args: argparse.Namespace) -> int:
     """`labkit case --blind`: the symptoms; with --answer, the verdict (exit 1 when wrong)."""
+    import labkit
     from labkit.casebook.blind import blind_case
 
-    data, text, right = blind_case(args.model, args.seed).session(args.answer, args.reveal)
+    kv = kv_types(args)  # on a cache of another type, the faults of its write are drawn too
+    lab = labkit.open(args.model, **kv) if any(kv.values()) else None
+    data, text, right = blind_case(args.model, args.seed, lab=lab).session(args.answer, args.reveal)
     emit(args, data, lambda: text)
     return 0 if right else 1
 
@@ -465,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="with --blind: which hidden fault")
     s.add_argument("--answer", nargs=2, metavar=("STAGE", "FAMILY"), help="with --blind: check an answer")
     s.add_argument("--reveal", action="store_true", help="with --blind: show the worked answer")
+    add_kv_type_args(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_case)
 

@@ -55,6 +55,7 @@ class BlindCase:
     symptoms: list[str]
     passed_over: list[str] = field(default_factory=list)  # faults drawn first that show nothing here
     _answer: BlindAnswer | None = field(default=None, repr=False)
+    kv_flags: str = ""  # the CLI flags of the lab's KV-cache types ("" for f32): the same candidates again
 
     def check(self, stage: str, family: str) -> Check:
         """Right when both the stage (the first divergence) and the op family are."""
@@ -68,7 +69,8 @@ class BlindCase:
 
     def text(self) -> str:
         head = (
-            f"blind case {self.seed} on {self.model}: one kernel or dispatch policy is faulty. Prompt: {self.prompt!r}"
+            f"blind case {self.seed} on {self.model}{self.kv_flags}: one kernel or dispatch policy is faulty. "
+            f"Prompt: {self.prompt!r}"
         )
         over = f"\n(faults passed over, nothing shows on this prompt: {', '.join(self.passed_over)})"
         ask = "\nWhich stage first parts from the reference, and which op family is at fault?"
@@ -88,7 +90,8 @@ class BlindCase:
                 f"worked answer: {a.stage} ({a.where}), family {a.family}, variant {a.variant}: {a.description}"
             )
         elif not answer:
-            lines.append(f"answer: labkit case --blind --model {self.model} --seed {self.seed} --answer STAGE FAMILY")
+            lines.append(f"answer: labkit case --blind --model {self.model}{self.kv_flags} --seed {self.seed} "
+                         "--answer STAGE FAMILY")  # fmt: skip
         return data, "\n".join(lines), right
 
     def to_dict(self) -> dict:
@@ -118,7 +121,7 @@ def blind_case(model: str = "smollm2-135m", seed: int = 0, lab: Any = None, prom
     for i in np.random.default_rng(seed).permutation(len(order)):
         case = _case_of(lab, *order[int(i)], ids, ref, prompt, seed)
         if case is not None:
-            return BlindCase(case.model, seed, prompt, case.symptoms, passed_over, case._answer)
+            return BlindCase(case.model, seed, prompt, case.symptoms, passed_over, case._answer, case.kv_flags)
         passed_over.append("=".join(order[int(i)]))
     raise RuntimeError(f"no faulty variant shows on {prompt!r}")  # every model has faults that show
 
@@ -181,7 +184,9 @@ def _case_of(lab, family: str, variant: str, ids: list[int], ref: _Reference, pr
     if stage is None:  # neither the prompt pass nor its decode step parts from the reference
         return None
     answer = BlindAnswer(family, variant, stage, where, describe(family, variant))
-    return BlindCase(lab.name, seed, prompt_text, _symptoms(run, step, text, p_cmp, s_cmp, ref), [], answer)
+    types = getattr(lab, "kv_types", None)
+    flags = "" if types is None or str(types) == "f32" else f" --kv-type-k {types.k} --kv-type-v {types.v}"
+    return BlindCase(lab.name, seed, prompt_text, _symptoms(run, step, text, p_cmp, s_cmp, ref), [], answer, flags)
 
 
 def _symptoms(prompt: Run, step: Run, text: str, p_cmp: Comparison, s_cmp: Comparison, ref: _Reference) -> list[str]:

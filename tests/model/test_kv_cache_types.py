@@ -86,6 +86,19 @@ def test_the_verdict_passes_a_clean_run_the_table_fails_and_says_why(gives_back_
         labkit.verdict(lab.run(ids[-1:], state=lab.prefill(ids[:-1], engine="gpu")), lab)
 
 
+def test_blind_cases_on_a_quantized_cache_draw_its_write_fault(gives_back_memory):
+    """A lab on a q8_0 cache runs the cache's write, so its faults are among the blind cases' candidates, and the
+    one drawn shows at a cache stage (`labkit case --blind --kv-type q8_0`)."""
+    from labkit.casebook.blind import blind_case_of, candidates
+
+    lab = _on("smollm2-135m", "q8_0")
+    assert ("kv_cache_q8_0", "scale_per_64") in candidates(lab)
+    assert ("kv_cache_q8_0", "scale_per_64") not in candidates(_open_cached("smollm2-135m"))
+    case = blind_case_of(lab, "kv_cache_q8_0", "scale_per_64")
+    assert case is not None and case.reveal().stage.endswith(("k_cache", "v_cache")), case and case.reveal()
+    assert "--kv-type-k q8_0 --kv-type-v q8_0 --seed" in case.session()[1]  # the answer reopens the same cache
+
+
 def test_decoding_on_a_quantized_cache_gives_the_reference_s_tokens(gives_back_memory):
     """The compiled decode step loads the cache into its view each layer: its tokens are the reference's
     on the same q4_0 cache, which are not the f32 cache's."""
