@@ -139,10 +139,12 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     for spec, kind, n in parsed:
         on = lab.with_kv_type(n) if kind == "kv" else lab  # a cache type: the same model on that cache
         runs = {engine: _path_run(on, ids, kind, n, engine) for engine in engines}
+        # a cache type's reference (what its GPU and llama.cpp runs are judged against), computed once
+        on_ref = (runs.get("reference") or on.reference(ids)) if kind == "kv" and set(runs) - {"reference"} else None
         for engine, run in runs.items():
             start = len(ids) - len(run.tokens)
             if kind == "kv":
-                check = _cache_check(spec, engine, run, one_shot[engine], on)
+                check = _cache_check(spec, engine, run, one_shot[engine], on, on_ref)
             else:
                 check = _check(spec, engine, run, _tail(one_shot[engine], start), _tail(ref, start), lab.graph, start)
             if engine == "gpu" and "llamacpp" in runs:
@@ -176,29 +178,29 @@ def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
 def _check(spec: str, engine: str, run: Run, same_engine: Run, reference: Run, graph: list, start: int) -> PathCheck:
     stages = [_difference(name, run[name], same_engine[name]) for name in same_engine.captures if name in run.captures]
     stages = _with_inputs(stages, graph, prefilled=start > 0)
-    first_diff = next((s.stage for s in stages if not s.bitwise), None)
-    worst = max(stages, key=lambda s: s.nmse, default=None)
     if engine == "reference":
         off = [s.stage for s in stages if s.max_abs > EXACT * max(_scale(same_engine[s.stage]), 1e-300)]
         divergence = off[0] if off else None
     else:
         divergence = compare(run, reference).first_divergence
-    return PathCheck(spec, engine, first_diff, divergence, worst.stage if worst else None,
-                     worst.nmse if worst else 0.0, stages)  # fmt: skip
+    return _path_check(spec, engine, stages, divergence)
 
 
-def _cache_check(spec: str, engine: str, run: Run, one_shot: Run, on: Any) -> PathCheck:
+def _cache_check(spec: str, engine: str, run: Run, one_shot: Run, on: Any, on_ref: Run | None) -> PathCheck:
     """A cache type's path: its stages against the same engine's one-shot pass on f32 caches (what the type
     costs, stage by stage), and inside its band when no stage's own error leaves it (labkit.attribution.verdict,
-    against the reference on the same cache). The reference on that cache defines the path."""
+    against `on_ref`, the reference on the same cache). The reference on that cache defines the path."""
     from labkit.attribution.verdict import verdict
 
     stages = [_difference(n, run[n], one_shot[n]) for n in one_shot.captures if n in run.captures]
+    divergence = None if engine == "reference" else verdict(run, on, reference=on_ref).first_divergence
+    return _path_check(spec, engine, stages, divergence)
+
+
+def _path_check(spec: str, engine: str, stages: list[StageDifference], divergence: str | None) -> PathCheck:
+    """A path's check from its stage differences: the first that is not bitwise, and the worst."""
     first_diff = next((s.stage for s in stages if not s.bitwise), None)
     worst = max(stages, key=lambda s: s.nmse, default=None)
-    divergence = None
-    if engine != "reference":
-        divergence = verdict(run, on, reference=on.reference(run.tokens)).first_divergence
     return PathCheck(spec, engine, first_diff, divergence, worst.stage if worst else None,
                      worst.nmse if worst else 0.0, stages)  # fmt: skip
 

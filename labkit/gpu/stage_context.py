@@ -79,7 +79,7 @@ class StageContext:
         from labkit.ops import kv_cache
 
         view = self.kv.views[kind]
-        width = view.size // 4 // self.kv.capacity
+        width = self.ex.cfg.cache_dims[kind == "v"]
         kernel = self.ex.kernel_for_op(f"kv_cache_{t}", self.stage.layer)
         values = kv_cache.load_values(t, self.n_past + self.T, width)
         operands = [self.kv.views["none"], buf, view]

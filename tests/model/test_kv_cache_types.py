@@ -49,9 +49,8 @@ def test_a_clean_run_on_a_quantized_cache_has_no_guilty_stage(model, kv_type, gi
     assert len(_cache_stages(lab)) == 2 * len(lab.config.attention_layers)
     gpu = lab.run(IDS)
     ref = lab.reference(IDS)
-    for st in (st for st in lab.graph if st.op == "kv_cache"):  # each engine's cache: its own rows, rounded
-        for run in (gpu, ref):
-            assert np.array_equal(run[st.name], round_trip(run[st.inputs[0]], kv_type)), f"{run.engine} {st.name}"
+    for st in (st for st in lab.graph if st.op == "kv_cache"):  # the GPU's cache: its own rows, as ggml rounds them
+        assert np.array_equal(gpu[st.name], round_trip(gpu[st.inputs[0]], kv_type)), st.name
     if lab.config.ssm is not None:  # attribute does not recompute recurrent layers: the cache stages' checks stand
         return
     a = attribute(gpu, lab, reference=ref)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, ceil_div, compose
+from labkit.ops.base import Kernel, Op, Params, ceil_div, compose, wgsl_const
 from labkit.quant.cache_types import KV_TYPES, round_trip, row_bytes
 
 PARAMS = Params(mode="u32", row0="u32", rows="u32", width="u32", row_words="u32", x_offset="u32", y_offset="u32")
@@ -37,9 +37,11 @@ def reference(stage, ref) -> np.ndarray:
 
 
 def workgroups(t: str, rows: int, width: int) -> int:
-    """A store's: one thread per group of blocks that fill whole words (kv_quant_<type>.wgsl's BLOCKS)."""
-    blocks = _blocks_per_thread(t)
-    return ceil_div(rows * ceil_div(width // _block_values(t), blocks), 64)
+    """A store's: one thread per group of BLOCKS blocks of QK values (the writer's and the reader's constants:
+    blocks that fill whole words)."""
+    src = source(t)
+    qk, blocks = wgsl_const(src, "QK", 32), wgsl_const(src, "BLOCKS", 1)
+    return ceil_div(rows * ceil_div(width // qk, blocks), 64)
 
 
 def plan(stage, gpu):
@@ -61,14 +63,6 @@ def load_values(t: str, rows: int, width: int) -> dict:
 def shapes(stage) -> tuple[list[str], str]:
     P = stage.params
     return [f"[T, {P['width']}] f32"], f"[T, {P['width']}] as a {P['type']} cache holds it"
-
-
-def _block_values(t: str) -> int:
-    return 4 if t in ("f16", "bf16") else 32  # the reader's QK: a "block" of f16/bf16 is 4 values
-
-
-def _blocks_per_thread(t: str) -> int:
-    return 1 if t in ("f16", "bf16", "q4_1", "q5_1") else 2  # blocks that fill whole words
 
 
 def source(t: str, writer: str = "") -> str:
