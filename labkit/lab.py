@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit import captures, generation
+from labkit import batch, captures, generation
 from labkit.captures import Run
 from labkit.chunks import chunk_spans, merged_timings, run_chunked, summed_per_stage
 from labkit.errors import InvalidArgumentError, LabkitError, PromptTooLongError, TokenizerError
@@ -519,6 +519,17 @@ class Lab:
             raise InvalidArgumentError(f"decode_step engine {engine!r}: use 'gpu', 'reference' or 'llamacpp'")
         chosen = dict(self.selected) if engine == "gpu" else {}
         return self._make_run(engine, ids[-1:], caps, {}, n_past=len(ids) - 1, variants=chosen)
+
+    def run_batch(self, prompts: list[Prompt], names: list[str] | None = None, engine: str = "gpu") -> list[Run]:
+        """Several sequences in one pass, packed on one token axis as engines batch them (labkit.batch):
+        one Run per sequence, each holding what its own one-shot pass would (`run.path` "batch=N")."""
+        return batch.run_batch(self, prompts, names, engine)
+
+    def generate_batch(self, prompts: list[Prompt], max_new_tokens: int = 16, sampler: Sampler | None = None,
+                       engine: str = "gpu") -> batch.BatchGeneration:  # fmt: skip
+        """Continuous batching: the prompts in one pass, then one token for each live sequence per step,
+        each on its own cache length; `timings["decode_s_per_step"]` is a step's time (the median)."""
+        return batch.generate_batch(self, prompts, max_new_tokens, sampler, engine)
 
     def generate(self, prompt: Prompt, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
         """KV-cached decode on the GPU: one prefill pass, then one pass per new token."""

@@ -27,13 +27,15 @@ import time
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import wgpu
 
-from labkit.errors import UnknownStageError
+from labkit.errors import InvalidArgumentError, UnknownStageError
 from labkit.gpu import scratch as scratch_regions
 from labkit.gpu.allocator import Allocator, FreshObjects
+from labkit.gpu.batch_plan import part_plans, segments_of
 from labkit.gpu.compiled_step import CompiledStep, CompiledSteps
 from labkit.gpu.device import GpuDevice, get_device
 from labkit.gpu.dispatch import (
@@ -57,6 +59,7 @@ from labkit.gpu.stage_host import STORAGE, StageHost
 from labkit.gpu.submitter import Submitter, clear_regions, poison_region, record_stage
 from labkit.gpu.weight_store import shared_store
 from labkit.gpu.weights import GpuWeight
+from labkit.model.batch_stages import per_sequence
 from labkit.model.cache_stages import stored_types
 from labkit.model.config import ModelConfig
 from labkit.model.dequant import dequantize_rows
@@ -90,6 +93,15 @@ class PassResult:
     # a later pass of the same ids may rerun this one from its middle (Reuse.rerun): every stage
     # had its own region, and no poison, patch or step cut it
     reusable: bool = True
+
+
+@dataclass
+class BatchResult:
+    """A batch pass's captures, one dict per sequence, and the pass's timings."""
+
+    captures: list[dict[str, np.ndarray]]
+    timings: dict[str, float] = field(default_factory=dict)
+    stage_ms: dict[str, float] = field(default_factory=dict)
 
 
 class GpuExecutor(StageHost):
@@ -333,6 +345,44 @@ class GpuExecutor(StageHost):
         # a recurrent state has moved on: a rerun of the pass would start from where this one left it
         rerunnable = keep is None and not r.debug and not r.patch and not r.stepped and not kv.states
         return PassResult(caps, unwritten, timings, stage_ms, plans, recomputed_from, held, held_heads, rerunnable)
+
+    @cached_property
+    def per_sequence(self) -> frozenset[str]:
+        """The stages a batch runs once per sequence (labkit.model.batch_stages)."""
+        return per_sequence(self.graph)
+
+    def run_batch_pass(self, seqs: list[list[int]], states: list[PassState], names: list[str] | None = None,
+                       timestamps: bool = False) -> BatchResult:  # fmt: skip
+        """One pass of several sequences' new tokens packed on one axis (labkit.gpu.batch_plan), each
+        continuing its own state; the captures read back and cut per sequence. Advances every state."""
+        t0 = time.perf_counter()
+        names = self.check_names(names, {})
+        kvs = [s.kv for s in states]
+        if len({id(kv) for kv in kvs}) != len(kvs):
+            raise InvalidArgumentError("a batch's sequences each need their own state")
+        segments = segments_of(seqs, kvs)
+        ids = [t for seq in seqs for t in seq]
+        objects = self.plan_cache("batch")
+        with objects.one_pass():
+            plans = plan_pass(self, ids, kvs[0], objects, segments=segments)
+            clear_regions(self.device, plans)
+            want = {p.stage.name for p in plans} if names is None else set(names)
+            captured = [p for p in plans if p.stage.name in want and not p.skipped]
+            reading = [q for p in captured for q in (part_plans(p) if p.parts else [p])]
+            t1 = time.perf_counter()
+            request = PassRequest(tuple(ids), timestamps=timestamps)
+            caps, _, _, stage_ms = self.submitter.submit(plans, reading, request, objects)
+        t2 = time.perf_counter()
+        for seg in segments:
+            seg.kv.advance(seg.T)
+        per_seq = [{} for _ in segments]
+        for p in captured:
+            for k, seg in enumerate(segments):
+                name = p.stage.name
+                per_seq[k][name] = caps[f"{name}#{k}"] if p.parts else caps[name][seg.start : seg.start + seg.T]
+        n_dispatches = sum(len(p.dispatches) for p in plans)
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0, "dispatches": n_dispatches}
+        return BatchResult(per_seq, timings, stage_ms)
 
     def _step_pass(self, r: PassRequest, state: PassState, step: CompiledStep, t0: float) -> PassResult:
         """A decode step through its compiled step: its token written, its encoder submitted (recorded

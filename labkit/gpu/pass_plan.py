@@ -39,3 +39,4 @@ class StagePlan:
     also_writes: dict[str, Region] = field(default_factory=dict)  # later stages its kernel writes (fusion)
     chunks: list[LogitsChunk] = field(default_factory=list)  # run and read back one by one (chunked_logits)
     reads_ids: bool = False  # its plan read the token ids (the embedding): a compiled step writes its rows
+    parts: list[Region] = field(default_factory=list)  # a batch's per-sequence outputs (labkit.gpu.batch_plan)

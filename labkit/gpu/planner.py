@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from labkit.gpu.allocator import Allocator
+from labkit.gpu.batch_plan import plan_segments
 from labkit.gpu.chunked_logits import LogitsChunk, token_spans
 from labkit.gpu.fusion import epilogue_for
 from labkit.gpu.kernel_selection import reads
@@ -42,6 +43,7 @@ def plan_pass(
     streamed: set[str] | None = None,
     fuse: bool = False,
     keys_room: int = 0,
+    segments: list | None = None,
 ) -> list[StagePlan]:
     """Regions and dispatches for the new tokens `ids` after kv.n_past cached ones, every GPU object
     from `objects` (labkit.gpu.allocator).
@@ -52,7 +54,8 @@ def plan_pass(
     captured stages of a streamed pass; keep is then empty), captured regions are held until
     their segment ends (`StagePlan.segment_end`), where the pass reads them back. `fuse`: a decode
     step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do. `keys_room`:
-    attention maps are allocated for that many keys (a compiled step's, so that no region moves)."""
+    attention maps are allocated for that many keys (a compiled step's, so that no region moves).
+    `segments`: the sequences of a batch packed in `ids` (labkit.gpu.batch_plan); `kv` is then the first's."""
     sel = ex.selection()
     kernels, skipped = sel.kernels, sel.skipped
     scratch = None
@@ -62,7 +65,7 @@ def plan_pass(
                               streamed=streamed)  # fmt: skip
     epilogues = _epilogues(ex.graph, sel, len(ids)) if fuse else None
     scope = PassScope(
-        {}, kv, ids, last_logits_only, objects, scratch, {}, epilogues, keys_room
+        {}, kv, ids, last_logits_only, objects, scratch, {}, epilogues, keys_room, segments
     )  # its dicts fill as it plans
     plans: list[StagePlan] = []
     for i in range(len(ex.graph)):
@@ -90,6 +93,8 @@ def _stage_plan(ex: Any, sel, i: int, scope: PassScope, chunked: bool = False) -
     """Stage i's plan, fused with the next stage's epilogue where the pass fuses (`PassScope.epilogues`)."""
     st = ex.graph[i]
     ep = scope.epilogues[i] if scope.epilogues is not None else None
+    if scope.segments is not None and st.name in ex.per_sequence:
+        return plan_segments(ex, st, sel.kernels[st.name], scope, sel.signatures[i])
     ctx = StageContext(ex, st, sel.kernels[st.name], scope, ep)
     if chunked:
         return _plan_logits_chunks(ex, ctx, sel.signatures[i])

@@ -42,6 +42,8 @@ class PassScope:
     fused: dict[str, Region] = field(default_factory=dict)  # stages an earlier stage's fused kernel writes
     epilogues: list | None = None  # each stage's fused epilogue, when the pass fuses (labkit.gpu.fusion)
     keys_room: int = 0  # attention maps hold this many keys (a compiled step's: its KV cache's capacity)
+    segments: list | None = None  # a batch's sequences (labkit.gpu.batch_plan.Segment); None: one sequence
+    parts: dict[str, list[Region]] = field(default_factory=dict)  # a batch's per-sequence outputs, by stage
 
 
 class StageContext:

@@ -17,6 +17,7 @@ import numpy as np
 
 from labkit import progress
 from labkit.errors import UnknownStageError
+from labkit.model.batch_stages import output_layout, per_sequence
 from labkit.model.config import ModelConfig
 from labkit.model.gguf_file import GgufFile
 from labkit.model.graph import Stage
@@ -46,6 +47,33 @@ class KVCache:
         """A layer's state as the last pass left it; zeros before the sequence's first pass."""
         held = self.states.get((kind, layer))
         return np.zeros(shape) if held is None else held.reshape(shape)
+
+
+@dataclass
+class _Segment:
+    """The rows [start, end) of a pass's packed tokens that one sequence owns, and its cache."""
+
+    start: int
+    end: int
+    cache: KVCache
+    ids: np.ndarray
+    positions: np.ndarray
+
+
+def _packed(segments: list[_Segment]) -> _Segment:
+    """Every sequence's rows as one segment, for a stage that treats each token alone. It has no
+    cache of its own: such a stage neither reads nor writes one."""
+    return _Segment(0, segments[-1].end, KVCache(), np.concatenate([s.ids for s in segments]),
+                    np.concatenate([s.positions for s in segments]))  # fmt: skip
+
+
+def _part(value: np.ndarray | list[np.ndarray], k: int, seg: _Segment) -> np.ndarray:
+    """Sequence k's part of a stage's output: its own array, or its rows of the packed one."""
+    return value[k] if isinstance(value, list) else value[seg.start : seg.end]
+
+
+def _nbytes(value: np.ndarray | list[np.ndarray]) -> int:
+    return sum(a.nbytes for a in value) if isinstance(value, list) else value.nbytes
 
 
 @dataclass
@@ -96,6 +124,7 @@ class ReferenceEngine:
         self.gguf, self.cfg, self.graph = gguf, cfg, graph
         self.weights = weights if weights is not None else shared_cache(gguf)
         self._last_reader = last_readers(graph)
+        self._per_sequence = per_sequence(graph)
         self.peak_live_bytes = 0  # the last pass's most bytes of uncaptured outputs alive at once
         self.forced_ids: dict[int, np.ndarray] | None = None  # a mixture's routing taken from another run
 
@@ -129,10 +158,25 @@ class ReferenceEngine:
         """Run every stage for the new tokens `ids`; returns the captured outputs (all by default).
         `each(output)`, when given, replaces every stage's output before later stages read it (e.g.
         rounding to f16, to see what an engine that keeps its activations in f16 computes)."""
-        ids = np.asarray(list(ids), dtype=np.int64)
         cache = cache if cache is not None else KVCache()
-        n_past = cache.n_past
-        positions = n_past + np.arange(len(ids))
+        return self.forward_batch([ids], [cache], capture, each)[0]
+
+    def forward_batch(
+        self,
+        seqs: list[Iterable[int]],
+        caches: list[KVCache],
+        capture: Iterable[str] | None = None,
+        each: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> list[dict[str, np.ndarray]]:
+        """One pass of several sequences' new tokens, packed on one token axis as engines batch them:
+        each sequence continues its own cache, the stages that mix a sequence's tokens run once per
+        sequence (labkit.model.batch_stages), the others once over the packed rows. Returns each
+        sequence's captures, as its own pass would."""
+        segments, start = [], 0
+        for ids, cache in zip(seqs, caches, strict=True):
+            ids = np.asarray(list(ids), dtype=np.int64)
+            segments.append(_Segment(start, start + len(ids), cache, ids, cache.n_past + np.arange(len(ids))))
+            start += len(ids)
         want = None if capture is None else set(capture)
         unknown = sorted(want - {st.name for st in self.graph}) if want is not None else []
         if unknown:
@@ -142,34 +186,50 @@ class ReferenceEngine:
         with progress.bar(len(todo), "reference: dequantizing weights", "tensor") as bar:
             self.weights.on_load = lambda name: bar.update(name in todo)
             try:
-                return self._forward(ids, cache, want, each, positions, n_past)
+                kept = self._forward(segments, want, each)
             finally:
                 self.weights.on_load = None
+        for seg in segments:
+            seg.cache.n_past += seg.end - seg.start
+        if len(segments) == 1:
+            return [kept]
+        return [{n: _part(v, k, seg) for n, v in kept.items()} for k, seg in enumerate(segments)]
 
-    def _forward(self, ids, cache: KVCache, want, each, positions, n_past) -> dict[str, np.ndarray]:
+    def _forward(self, segments: list[_Segment], want, each) -> dict[str, np.ndarray | list[np.ndarray]]:
         """forward's loop over the stages, freeing each output after its last reader."""
-        vals: dict[str, np.ndarray] = {}
-        kept: dict[str, np.ndarray] = {}
+        vals: dict[str, np.ndarray | list[np.ndarray]] = {}
+        kept: dict[str, np.ndarray | list[np.ndarray]] = {}
         live = self.peak_live_bytes = 0
         for i, st in enumerate(self.graph):
-            layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
-            xs = [vals[n] for n in st.inputs]
-            inputs = _StageInputs(self, xs, ids, positions, n_past, layer_cache, st.layer, cache)
-            out = OPS[st.op].reference(st, inputs)
-            vals[st.name] = out if each is None else each(out)
-            if st.kv_write:
-                cache.store(st.kv_write, st.layer, vals[st.name])
+            if len(segments) == 1:
+                vals[st.name] = self._stage(st, [vals[n] for n in st.inputs], segments[0], each)
+            elif st.name in self._per_sequence:
+                outs = [self._stage(st, [_part(vals[n], k, seg) for n in st.inputs], seg, each)
+                        for k, seg in enumerate(segments)]  # fmt: skip
+                vals[st.name] = np.concatenate(outs, axis=0) if output_layout(st) in ("rows", "ids") else outs
+            else:
+                vals[st.name] = self._stage(st, [vals[n] for n in st.inputs], _packed(segments), each)
             if want is None or st.name in want:
                 kept[st.name] = vals[st.name]
             else:
-                live += vals[st.name].nbytes
+                live += _nbytes(vals[st.name])
             self.peak_live_bytes = max(self.peak_live_bytes, live)
             for n in dict.fromkeys([*st.inputs, st.name]):  # free what no later stage reads (kept captures stay)
                 if self._last_reader[n] <= i and n in vals:
                     gone = vals.pop(n)
-                    live -= 0 if n in kept else gone.nbytes
-        cache.n_past += len(ids)
+                    live -= 0 if n in kept else _nbytes(gone)
         return kept
+
+    def _stage(self, st: Stage, xs: list[np.ndarray], seg: _Segment, each) -> np.ndarray:
+        """One stage on one segment's rows (a sequence's, or the packed batch's), its cache written."""
+        cache = seg.cache
+        layer_cache = {k: (cache.k if k == "k" else cache.v)[st.layer] for k in st.kv_read}
+        inputs = _StageInputs(self, xs, seg.ids, seg.positions, cache.n_past, layer_cache, st.layer, cache)
+        out = OPS[st.op].reference(st, inputs)
+        out = out if each is None else each(out)
+        if st.kv_write:
+            cache.store(st.kv_write, st.layer, out)
+        return out
 
     def _to_dequantize(self) -> set[str]:
         """The weights a pass reads whole (not the embedding's rows) that are not held: its first

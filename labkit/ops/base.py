@@ -283,6 +283,8 @@ class Op:
     # its output's shape for a pass (the memory plan sizes both engines by it); None: its first input's
     output: Callable[[Any, PassShape], tuple[int, ...]] | None = field(default=None, repr=False)
     layout: str = "rows"  # "rows": [positions, width] float32/64; "heads": [heads, queries, keys]
+    # it reads its tokens' positions (rope): a batch of sequences runs it once per sequence (labkit.model.batch_stages)
+    per_sequence: bool = False
     # the formula of one stage where a family computes it otherwise (gpt-oss's sinks, its clamped SwiGLU)
     formula_of: Callable[[Any], str] | None = field(default=None, repr=False)
 

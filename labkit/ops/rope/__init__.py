@@ -181,4 +181,5 @@ OP = Op(
         ),
     ),
     step_fields=("pos0", "y_offset"),
+    per_sequence=True,
 )
