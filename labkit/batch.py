@@ -84,9 +84,10 @@ def generate_batch(lab: Any, prompts: list, max_new_tokens: int, sampler: Sample
     out: list[list[int]] = [[] for _ in seqs]
     live = list(range(len(seqs)))
     steps: list[float] = []
+    dispatches: list[float] = []
     with progress.bar(max_new_tokens * len(seqs), "generate_batch", unit="tok") as bar:
         t0 = time.perf_counter()
-        logits = step(seqs, live)
+        logits, _ = step(seqs, live)
         t1 = time.perf_counter()
         while live and max_new_tokens:
             for k, row in zip(live, logits):
@@ -96,23 +97,25 @@ def generate_batch(lab: Any, prompts: list, max_new_tokens: int, sampler: Sample
             if not live:
                 break
             s0 = time.perf_counter()
-            logits = step([[out[k][-1]] for k in live], live)
+            logits, calls = step([[out[k][-1]] for k in live], live)
             steps.append(time.perf_counter() - s0)
+            dispatches.append(calls)
         t2 = time.perf_counter()
     timings = {"prefill_s": t1 - t0, "decode_s": t2 - t1, "steps": len(steps),
                "decode_s_per_step": float(np.median(steps)) if steps else 0.0,
+               "dispatches": float(np.median(dispatches)) if dispatches else 0.0,
                "decode_tok_s": sum(max(len(o) - 1, 0) for o in out) / max(t2 - t1, 1e-9)}  # fmt: skip
     return BatchGeneration(seqs, out, [lab.detokenize(o) for o in out], timings)
 
 
 def _stepper(lab: Any, engine: str, capacities: list[int]):
-    """step(new ids of the live sequences, their indices) -> each one's last logits row."""
+    """step(new ids of the live sequences, their indices) -> (each one's last logits row, dispatches)."""
     if engine == "reference":
         eng, caches = lab.reference_engine, [KVCache() for _ in capacities]
 
         def step(ids: list[list[int]], live: list[int]) -> list[np.ndarray]:
             caps = eng.forward_batch(ids, [caches[k] for k in live], ["logits"])
-            return [c["logits"][-1] for c in caps]
+            return [c["logits"][-1] for c in caps], 0
 
         return step
     if engine != "gpu":
@@ -123,7 +126,7 @@ def _stepper(lab: Any, engine: str, capacities: list[int]):
 
     def gpu_step(ids: list[list[int]], live: list[int]) -> list[np.ndarray]:
         res = ex.run_batch_pass(ids, [states[k] for k in live], ["logits"])
-        return [c["logits"][-1] for c in res.captures]
+        return [c["logits"][-1] for c in res.captures], res.timings["dispatches"]
 
     return gpu_step
 

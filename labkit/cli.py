@@ -293,7 +293,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if bad:
         raise InvalidArgumentError(f"unknown engine {bad[0]!r}; engines: gpu, reference, llamacpp, llamacpp-vulkan")
     res = run_bench(args.model, args.lengths, args.repeats, args.decode_tokens, quiet=args.json, engines=engines,
-                    memory=args.memory, variants=parse_variants(args.variant))  # fmt: skip
+                    memory=args.memory, variants=parse_variants(args.variant), batch=args.batch)  # fmt: skip
     emit(args, res.to_dict(), res.table)
     return 0
 
@@ -476,14 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_variants)
 
-    s = sub.add_parser("paths", help="a prompt through serving paths (micro-batches, a prefix cache, a verifier) "
-                       "against the one-shot pass, stage by stage, and which kernels are batch invariant")  # fmt: skip
+    s = sub.add_parser("paths", help="a prompt through serving paths (micro-batches, a prefix cache, a verifier, "
+                       "a batch) vs the one-shot pass, stage by stage; which kernels are batch invariant")  # fmt: skip
     s.add_argument("model")
     given = s.add_mutually_exclusive_group(required=True)
     given.add_argument("--prompt")
     given.add_argument("--tokens", metavar="IDS", help="comma-separated token ids instead of a prompt")
     s.add_argument("--paths", default="ubatch=7,prefix=5,verify=4",
-                   help="comma-separated ubatch=N, prefix=N, verify=N, kv=TYPE (a KV-cache type)")  # fmt: skip
+                   help="comma-separated ubatch=N, prefix=N, verify=N, batch=N (the prompt packed after N - 1 "
+                        "others), kv=TYPE (a KV-cache type)")  # fmt: skip
     s.add_argument("--engines", default="gpu,reference",
                    help="gpu, reference, llamacpp (llama.cpp computing the same path: the oracle extra)")  # fmt: skip
     s.add_argument("--variant", action="append", metavar="OP=NAME", help=VARIANT_HELP)
@@ -504,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--memory", help=MEMORY_HELP)
     s.add_argument("--variant", action="append", metavar="OP=NAME", help="the GPU engine's kernels: " + VARIANT_HELP)
+    s.add_argument("--batch", type=count_arg, metavar="N", help="also a decode step of N sequences against one's")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_bench)
 

@@ -23,7 +23,7 @@ from labkit.errors import InvalidArgumentError
 from labkit.model.stage_kinds import layout_of
 from labkit.quant.cache_types import check_kv_type
 
-PATH_FORMS = ("ubatch=N", "prefix=N", "verify=N", "kv=TYPE")
+PATH_FORMS = ("ubatch=N", "prefix=N", "verify=N", "batch=N", "kv=TYPE")
 ENGINES = ("gpu", "reference", "llamacpp")  # llamacpp: its own micro-batches and kept prefix (the oracle extra)
 EXACT = 1e-12  # a reference path's largest relative difference from the one-shot reference
 
@@ -109,12 +109,12 @@ class PathsReport:
 
 
 def parse_path(spec: str) -> tuple[str, int | str]:
-    """("ubatch" | "prefix" | "verify", N) from "ubatch=7", ("kv", type) from "kv=q8_0"; an
+    """("ubatch" | "prefix" | "verify" | "batch", N) from "ubatch=7", ("kv", type) from "kv=q8_0"; an
     InvalidArgumentError names the forms."""
     kv = re.fullmatch(r"\s*kv\s*=\s*(\w+)\s*", str(spec))
     if kv:
         return "kv", check_kv_type(kv.group(1), "kv")
-    m = re.fullmatch(r"\s*(ubatch|prefix|verify)\s*=\s*([0-9]+)\s*", str(spec))
+    m = re.fullmatch(r"\s*(ubatch|prefix|verify|batch)\s*=\s*([0-9]+)\s*", str(spec))
     if not m or int(m.group(2)) < 1:
         raise InvalidArgumentError(f"unknown path {spec!r}: give one of {', '.join(PATH_FORMS)} (N >= 1)")
     return m.group(1), int(m.group(2))
@@ -138,7 +138,9 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     checks = []
     for spec, kind, n in parsed:
         on = lab.with_kv_type(n) if kind == "kv" else lab  # a cache type: the same model on that cache
-        runs = {engine: _path_run(on, ids, kind, n, engine) for engine in engines}
+        # llama.cpp's batches of several sequences are not driven yet: a batch path runs on labkit's engines
+        path_engines = [e for e in engines if kind != "batch" or e != "llamacpp"]
+        runs = {engine: _path_run(on, ids, kind, n, engine) for engine in path_engines}
         # a cache type's reference (what its GPU and llama.cpp runs are judged against), computed once
         on_ref = (runs.get("reference") or on.reference(ids)) if kind == "kv" and set(runs) - {"reference"} else None
         for engine, run in runs.items():
@@ -170,9 +172,18 @@ def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
         return run
     if kind == "ubatch":
         return go(ids, ubatch=n)
+    if kind == "batch":  # the prompt last, after n - 1 others, so its rows sit past theirs
+        return lab.run_batch([*batch_companions(ids, n), ids], engine=engine)[-1]
     if kind == "prefix":
         return go(ids[n:], state=lab.prefill(ids[:n], engine=engine))
     return lab.verify(ids[-n:], state=lab.prefill(ids[:-n], engine=engine))
+
+
+def batch_companions(ids: list[int], n: int) -> list[list[int]]:
+    """The n - 1 sequences a `batch=n` path packs before the prompt: its tokens reversed, each one token
+    shorter than the one before (other tokens, other lengths, at least one token each)."""
+    back = list(reversed(ids))
+    return [back[: max(1, len(ids) - k)] for k in range(1, n)]
 
 
 def _check(spec: str, engine: str, run: Run, same_engine: Run, reference: Run, graph: list, start: int) -> PathCheck:

@@ -27,7 +27,7 @@ LAYERS = [
     ["labkit.runfile", "labkit.top_token"],  # a saved run's format; the top tokens of one row of logits
     ["labkit.lens", "labkit.logits_agreement"],  # the logit lens, over a run's captures
     ["labkit.captures", "labkit.sequence"],  # Run, Stats; a kept sequence
-    ["labkit.lab", "labkit.compare", "labkit.generation"],
+    ["labkit.lab", "labkit.compare", "labkit.generation", "labkit.batch"],  # batch: sequences packed in one pass
     [
         "labkit.attribution",
         "labkit.dumps",

@@ -76,7 +76,7 @@ def test_a_cache_type_is_a_path_held_to_its_stages_own_bands():
     assert bad.checks[0].first_divergence in ("blk.1.k_cache", "blk.1.v_cache"), bad.table()
 
 
-@pytest.mark.parametrize("spec", ["batch=4", "ubatch=0", "prefix", "verify=x", ""])
+@pytest.mark.parametrize("spec", ["beam=4", "batch=0", "ubatch=0", "prefix", "verify=x", ""])
 def test_an_unknown_path_is_refused(spec):
     with pytest.raises(InvalidArgumentError, match="unknown path"):
         parse_path(spec)
@@ -116,7 +116,7 @@ def test_the_cli_prints_the_table_and_exits_1_when_a_path_departs(tiny_model):
     assert bad.returncode == 1, bad.stderr
     checks = json.loads(bad.stdout)["checks"]
     assert {c["first_divergence"] for c in checks if c["engine"] == "gpu"} == {"blk.0.attn_scores"}
-    wrong = subprocess.run([*cmd[:-1], "batch=2"], capture_output=True, text=True, timeout=300)
+    wrong = subprocess.run([*cmd[:-1], "beam=2"], capture_output=True, text=True, timeout=300)
     assert wrong.returncode == 1 and wrong.stderr.startswith("labkit: error: unknown path")
 
 

@@ -15,14 +15,21 @@ import json
 from pathlib import Path
 
 from labkit import progress as bars
-from labkit.bench.engines import bench_gpu, bench_llamacpp, bench_llamacpp_vulkan, bench_reference, op_family_times
+from labkit.bench.engines import (
+    bench_batch,
+    bench_gpu,
+    bench_llamacpp,
+    bench_llamacpp_vulkan,
+    bench_reference,
+    op_family_times,
+)
 from labkit.bench.measure import GOLDEN_DIR, TEXT, cpu_model, n_steps, peak_rss_mb, progress, prompt_of
-from labkit.bench.report import BenchReport, EngineFigures, LengthFigures, OpFamilyTime
+from labkit.bench.report import BatchFigures, BenchReport, EngineFigures, LengthFigures, OpFamilyTime
 from labkit.gpu.device import get_device
 from labkit.lab import open as open_lab
 
-__all__ = ["GOLDEN_DIR", "TEXT", "BenchReport", "EngineFigures", "LengthFigures", "OpFamilyTime", "cpu_model",
-           "n_steps", "peak_rss_mb", "prompt_of", "run_bench", "save"]  # fmt: skip
+__all__ = ["GOLDEN_DIR", "TEXT", "BatchFigures", "BenchReport", "EngineFigures", "LengthFigures", "OpFamilyTime",
+           "cpu_model", "n_steps", "peak_rss_mb", "prompt_of", "run_bench", "save"]  # fmt: skip
 
 
 def run_bench(
@@ -34,10 +41,12 @@ def run_bench(
     engines: tuple[str, ...] = ("gpu", "reference", "llamacpp"),
     memory: str | None = None,
     variants: dict[str, str] | None = None,
+    batch: int | None = None,
 ) -> BenchReport:
     """GPU first (its peak RSS is then the GPU path's alone), then the reference, then llama.cpp.
     `model` is a registered name or a .gguf path; `memory` the labs' budget (labkit.open);
-    `variants` the GPU engine's kernel selection ({family: variant}, as lab.use)."""
+    `variants` the GPU engine's kernel selection ({family: variant}, as lab.use); `batch`: a decode
+    step of that many sequences against one sequence's (labkit.batch)."""
     say = progress(quiet, n_steps(engines, lengths))
     out: dict[str, EngineFigures] = {}
     lab = open_lab(model, memory=memory, variants=variants)
@@ -50,8 +59,9 @@ def run_bench(
                 ops = op_family_times(lab, prompt_of(lab, ops_at))
                 say(f"gpu time per op family, a decode step after {ops_at} tokens")
                 dec_ops = op_family_times(lab, prompt_of(lab, ops_at), decode=True)
+                batch_figures = bench_batch(lab, batch, repeats, decode_tokens, say) if batch else None
             else:
-                ops, dec_ops, ops_at = [], [], 0
+                ops, dec_ops, ops_at, batch_figures = [], [], 0, None
             if "reference" in engines:
                 out["reference"] = bench_reference(model, lengths, repeats, decode_tokens, say, memory)
             if "llamacpp" in engines:
@@ -66,7 +76,7 @@ def run_bench(
         say.close()
     file_mb = lab.path.stat().st_size / 2**20
     return BenchReport(lab.name, get_device().name, repeats, out, ops, ops_at, dec_ops, cpu_model(), file_mb,
-                       dict(variants or {}))  # fmt: skip
+                       dict(variants or {}), batch_figures)  # fmt: skip
 
 
 def save(report: BenchReport, path: Path) -> None:

@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 
 from labkit.bench.measure import measure, median_time, peak_rss_mb, prompt_of
-from labkit.bench.report import EngineFigures, LengthFigures, OpFamilyTime
+from labkit.bench.report import BatchFigures, EngineFigures, LengthFigures, OpFamilyTime
 from labkit.gpu.dispatch import run, wait_idle
 from labkit.lab import Lab
 from labkit.lab import open as open_lab
@@ -40,6 +40,26 @@ def bench_gpu(lab: Lab, lengths, repeats: int, decode_tokens: int, say) -> Engin
     calls_ = float(np.median(calls)) if calls else None
     ahead_ = float(np.mean(ahead)) if ahead else None
     return EngineFigures("gpu", load, figures, rate, rerun, peak_rss_mb(), host_ms, calls_, ahead_)
+
+
+def bench_batch(lab: Lab, n: int, repeats: int, decode_tokens: int, say) -> BatchFigures:
+    """A decode step of n sequences (different prompts and lengths) against one sequence's: through
+    `generate` (its compiled step) and through the batched path with one sequence."""
+    say(f"gpu decode, a batch of {n}")
+    base = prompt_of(lab, 8)
+    prompts = [base[: max(1, len(base) - k)] for k in range(n)]
+    steps = max(decode_tokens // 4, 4)
+
+    def step_s(batch: list) -> tuple[float, float]:
+        t = [lab.generate_batch(batch, max_new_tokens=steps).timings for _ in range(repeats)]
+        return float(np.median([x["decode_s_per_step"] for x in t])), float(np.median([x["dispatches"] for x in t]))
+
+    lab.generate_batch(prompts, max_new_tokens=2)  # warm: pipelines and plan caches
+    many, calls = step_s(prompts)
+    one, _ = step_s(prompts[:1])
+    gens = [lab.generate(base, max_new_tokens=steps).timings for _ in range(repeats)]
+    compiled = float(np.median([1.0 / x["decode_tok_s"] for x in gens]))
+    return BatchFigures(n, many, compiled, one, calls)
 
 
 def gpu_length(lab: Lab, n: int, repeats: int, say) -> LengthFigures:

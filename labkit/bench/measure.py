@@ -108,7 +108,7 @@ class Steps:
 def n_steps(engines: tuple[str, ...], lengths: tuple[int, ...]) -> int:
     """How many times run_bench says what it measures (at most: a length the reference cannot
     run skips its every-stage figure)."""
-    per = {"gpu": 3 * len(lengths) + 5, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1,
+    per = {"gpu": 3 * len(lengths) + 6, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1,
            "llamacpp-vulkan": 1}  # fmt: skip
     return sum(per.get(e, 0) for e in engines)
 

@@ -43,6 +43,22 @@ class OpFamilyTime:
 
 
 @dataclass
+class BatchFigures:
+    """`labkit bench --batch N`: a decode step of N sequences against one sequence's, in one run."""
+
+    n: int
+    step_s: float  # a batched step of n sequences (median)
+    one_step_s: float  # one sequence's step through `generate` (its compiled step; median)
+    batch1_step_s: float  # one sequence's step through the batched path (planned each step; median)
+    dispatches: float = 0.0  # dispatches of a batched step
+
+    @property
+    def ratio(self) -> float:
+        """A batched step's time over one sequence's (the issue's target: at most 1.6 for 4)."""
+        return self.step_s / self.one_step_s
+
+
+@dataclass
 class BenchReport:
     model: str
     adapter: str
@@ -54,6 +70,7 @@ class BenchReport:
     cpu: str = ""  # the host CPU's model name
     file_mb: float | None = None  # the GGUF file's size
     variants: dict[str, str] = field(default_factory=dict)  # the GPU engine's selected kernels
+    batch: BatchFigures | None = None  # --batch N
 
     def ratios(self) -> dict[str, float]:
         """Time ratios against the reference (< 1: faster than it), and what capturing costs."""
@@ -70,6 +87,8 @@ class BenchReport:
         for f in gpu.lengths if gpu else []:
             if f.all_stages_s and f.logits_all_s:
                 out[f"gpu all stages / logits only T={f.length}"] = f.all_stages_s / f.logits_all_s
+        if self.batch is not None:
+            out[f"gpu batch of {self.batch.n} step / one sequence's step"] = self.batch.ratio
         return out | self.peer_ratios()
 
     def peer_ratios(self) -> dict[str, float]:
@@ -104,8 +123,10 @@ class BenchReport:
         }
         ops = [OpFamilyTime(**o) for o in data.get("op_families", [])]
         dec = [OpFamilyTime(**o) for o in data.get("decode_op_families", [])]
-        rest = {k: v for k, v in data.items() if k not in ("engines", "op_families", "decode_op_families", "ratios")}
-        return cls(**rest, engines=engines, op_families=ops, decode_op_families=dec)
+        skip = ("engines", "op_families", "decode_op_families", "ratios", "batch")
+        rest = {k: v for k, v in data.items() if k not in skip}
+        batch = BatchFigures(**data["batch"]) if data.get("batch") else None
+        return cls(**rest, engines=engines, op_families=ops, decode_op_families=dec, batch=batch)
 
     def table(self) -> str:
         from labkit.bench.table import render

@@ -35,6 +35,11 @@ def render(report) -> str:
             how = "recorded while the step before ran" if eng.recorded_ahead else "recorded at its start"
             lines.append(f"{name} decode: {eng.host_ms_per_step:.2f} ms of host time per warm step (start to "
                          f"submit), {eng.dispatches_per_step:.0f} dispatches, {how}")  # fmt: skip
+    if r.batch is not None:
+        b = r.batch
+        lines.append(f"gpu decode, a batch of {b.n}: {1e3 * b.step_s:.1f} ms a step ({b.dispatches:.0f} dispatches); "
+                     f"one sequence {1e3 * b.one_step_s:.1f} ms (generate), {1e3 * b.batch1_step_s:.1f} ms "
+                     "(the batched path with one)")  # fmt: skip
     if r.op_families:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
         lines += _families(r.op_families, gbps=False)

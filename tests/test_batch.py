@@ -1,0 +1,108 @@
+"""Batches of sequences (labkit.batch): each sequence of a packed pass holds what its own one-shot pass
+holds, on the reference to 1e-12 and on the GPU inside the f32 band, on every kind of layer (sliding
+windows, experts, latent attention, recurrent states); a batch decodes as its sequences decode alone;
+bad batches are refused before any work."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import labkit
+from labkit.bench import BatchFigures, BenchReport
+from labkit.errors import InvalidArgumentError, MemoryBudgetError, PromptTooLongError
+from labkit.model.batch_stages import per_sequence
+from labkit.model.reference import KVCache
+
+IDS = [(7 * i + 3) % 200 + 1 for i in range(19)]
+# other lengths and tokens; one token alone; the longest not first, so later rows sit past shorter ones
+SEQS = [IDS[:5], IDS[3:], IDS[:1], IDS[::-1][:9]]
+
+
+def _rel(a, b) -> float:
+    x = np.nan_to_num(np.asarray(a, np.float64), neginf=0.0)
+    y = np.nan_to_num(np.asarray(b, np.float64), neginf=0.0)
+    assert x.shape == y.shape
+    return float(np.abs(x - y).max() / max(np.abs(y).max(), 1e-300))
+
+
+@pytest.mark.parametrize("model", ["gemma3", "tiny-qwen3moe", "tiny-deepseek2", "tiny-granitehybrid"])
+def test_each_sequence_of_a_batch_holds_its_own_pass(model, tiny_model):
+    """gemma3's window is 4 tokens (crossed by every sequence but one), the MoE gathers tokens of every
+    sequence for its experts, deepseek2 caches a latent, granitehybrid carries a recurrent state per sequence."""
+    lab = labkit.open(tiny_model("gemma3", "Q8_0") if model == "gemma3" else model)
+    ref_batch, gpu_batch = lab.run_batch(SEQS, engine="reference"), lab.run_batch(SEQS)
+    assert [r.path for r in gpu_batch] == ["batch=4"] * 4 and [r.tokens for r in gpu_batch] == SEQS
+    for seq, ref_run, gpu_run in zip(SEQS, ref_batch, gpu_batch):
+        alone = lab.reference(seq)
+        assert set(ref_run.captures) == set(alone.captures) == set(gpu_run.captures)
+        assert max(_rel(ref_run[n], alone[n]) for n in alone.captures) < 1e-12
+        assert labkit.compare(gpu_run, alone).first_divergence is None
+
+
+def test_the_batch_rule_runs_per_sequence_only_what_mixes_tokens(tiny_model):
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    kinds = {n.split(".", 2)[-1] for n in per_sequence(lab.graph)}
+    assert kinds == {"q_rope", "k_rope", "v", "attn_scores", "attn_probs", "attn_ctx"}  # v writes the cache
+    hybrid = {n.split(".", 2)[-1] for n in per_sequence(labkit.open("tiny-granitehybrid").graph)}
+    assert {"ssm_conv", "ssm_scan", "conv_state", "scan_state"} <= hybrid and "ffn_up" not in hybrid
+
+
+def test_a_reference_batch_continues_each_sequence_cache(tiny_model):
+    """A decode step of every sequence at once, each at its own position, as each alone."""
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    eng = lab.reference_engine
+    caches = [KVCache() for _ in SEQS]
+    eng.forward_batch(SEQS, caches, [])
+    step = eng.forward_batch([[5]] * len(SEQS), caches)
+    assert [c.n_past for c in caches] == [len(s) + 1 for s in SEQS]
+    for seq, got in zip(SEQS, step):
+        cache = KVCache()
+        eng.forward(seq, cache, [])
+        alone = eng.forward([5], cache)
+        assert got["blk.1.attn_probs"].shape == alone["blk.1.attn_probs"].shape == (4, 1, len(seq) + 1)
+        assert max(_rel(got[n], alone[n]) for n in alone) < 1e-12
+
+
+def test_a_batch_decodes_as_its_sequences_alone(smollm):
+    """Continuous batching, greedy: each sequence's tokens are its own generate's; the batch step's
+    time and dispatches are reported."""
+    prompts = ["The quick brown fox", "Hello there, how are you doing today?", "A"]
+    out = smollm.generate_batch(prompts, max_new_tokens=6)
+    assert out.ids == [smollm.generate(p, max_new_tokens=6).ids for p in prompts]
+    assert out.timings["steps"] == 5 and out.timings["decode_s_per_step"] > 0 and out.timings["dispatches"] > 0
+    ref = smollm.generate_batch(prompts[:2], max_new_tokens=3, engine="reference")
+    assert ref.ids == [p[:3] for p in out.ids[:2]]
+    assert out.texts[0] == smollm.detokenize(out.ids[0])
+
+
+def test_batch_path_is_exact_on_the_reference_and_in_band_on_the_gpu(tiny_model):
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    report = labkit.paths(lab, IDS, ["batch=4"], engines=("gpu", "reference"))
+    assert [(c.path, c.engine) for c in report.checks] == [("batch=4", "gpu"), ("batch=4", "reference")]
+    assert all(c.in_band for c in report.checks), report.table()
+    assert next(c for c in report.checks if c.engine == "reference").worst_nmse < 1e-20
+
+
+def test_bad_batches_are_refused_before_any_work(tiny_model):
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    for bad in ([], "one prompt"):
+        with pytest.raises(InvalidArgumentError, match="a batch is a non-empty list"):
+            lab.run_batch(bad)
+    with pytest.raises(PromptTooLongError, match="empty"):
+        lab.run_batch([[1, 2], []])
+    with pytest.raises(InvalidArgumentError, match="engine"):
+        lab.run_batch(SEQS, engine="vllm")
+    with pytest.raises(InvalidArgumentError, match="max_new_tokens"):
+        lab.generate_batch(SEQS, max_new_tokens=-1)
+    small = labkit.open(tiny_model("gemma3", "Q8_0"), memory="40MB")
+    with pytest.raises(MemoryBudgetError):  # every sequence's cache and the packed captures are planned
+        small.run_batch([IDS * 8] * 16, names=["blk.*.attn_probs"])
+
+
+def test_bench_batch_figures_round_trip():
+    fig = BatchFigures(4, step_s=0.3, one_step_s=0.1, batch1_step_s=0.12, dispatches=1356)
+    report = BenchReport("m", "lavapipe", 3, {}, batch=fig)
+    assert report.ratios()["gpu batch of 4 step / one sequence's step"] == pytest.approx(3.0)
+    again = BenchReport.from_dict(report.to_dict())
+    assert again.batch == fig and "a batch of 4" in again.table()
