@@ -40,6 +40,7 @@ from labkit.ops.matmul import (
     BLOCK_FORMATS,
     EPILOGUE_PARAMS,
     INTEGER_FORMATS,
+    _repacked_source,
     epilogue_source,
     format_name,
     repacked_source,
@@ -142,7 +143,7 @@ def run_case(
     weight = upload_weight(gpu, "w", raw, int(qtype), n_rows, n_cols, max_window_bytes=mwb)
     if window_rows is not None:
         assert len(weight.windows) == -(-n_rows // window_rows), what
-    repacked = driver in ("tiled", "matvec", "blocks_tiled", "blocks_matvec", "blocks_splitk")
+    repacked = driver in ("tiled", "matvec", "matvec4", "blocks_tiled", "blocks_matvec", "blocks_splitk")
     # the repacked drivers read X as vec4: X offsets stay multiples of 4 (Y's need not)
     x_off, x_stride = ((8, n_cols + 4) if repacked else (5, n_cols + 3)) if offsets else (0, n_cols)
     y_off, y_stride = (7, n_rows + 2) if offsets else (0, n_rows)
@@ -162,7 +163,11 @@ def run_case(
     elif repacked:
         fmt = format_name(int(qtype))
         weight = repack_weight(gpu, weight, mm_source(fmt, "repack"), max_binding=repack_binding)
-        src = repacked_source(fmt, 1 if driver == "matvec" else 16)
+        src = (
+            _repacked_source(fmt, driver)
+            if driver == "matvec4"
+            else repacked_source(fmt, 1 if driver == "matvec" else 16)
+        )
     else:
         src = matmul_source(int(qtype), driver=driver)
     submit(gpu, prepare_matmul(gpu.fresh, weight, xb, yb, T, x_off, x_stride, y_off, y_stride, src))
@@ -230,6 +235,9 @@ def test_repacked_matmul_format(gpu, qtype):
     limit = repacked_bytes(8, n_cols, 16)  # at most 8 rows per repacked window: many re-cut windows
     run_case(gpu, qtype, n_rows, n_cols, 5, seed + 5, "tiled", window_rows=13, repack_binding=limit)
     run_case(gpu, qtype, n_rows, n_cols, 1, seed + 6, "matvec", window_rows=13, repack_binding=limit)
+    # a few tokens at once (a batch's decode step): one token group cut short, and a second group cut short
+    run_case(gpu, qtype, n_rows, n_cols, 3, seed + 7, "matvec4", window_rows=5, offsets=True)
+    run_case(gpu, qtype, n_rows, n_cols, 6, seed + 8, "matvec4")
 
 
 BLOCK_TYPES = [q for q in FORMATS if format_name(int(q)) in BLOCK_FORMATS]

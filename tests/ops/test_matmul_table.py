@@ -6,7 +6,7 @@ import pytest
 from labkit.gpu.kernel_selection import choose
 from labkit.model.graph import Stage
 from labkit.ops.base import PassShape
-from labkit.ops.matmul.table import BY_VARIANT, MATVEC_MAX_T, WG_REDUCE_MAX_T, default_kernel, kernels_of
+from labkit.ops.matmul.table import BY_VARIANT, FEW_MAX_T, MATVEC_MAX_T, WG_REDUCE_MAX_T, default_kernel, kernels_of
 from labkit.ops.registry import KERNELS, get_kernel, preferred
 from labkit.quant.formats import FORMATS_LIST
 
@@ -71,7 +71,10 @@ def test_each_kernels_driver_by_token_count(variant):
     row = BY_VARIANT[variant]
     limit = {"repacked": MATVEC_MAX_T, "blocks": MATVEC_MAX_T, "blocks_splitk": MATVEC_MAX_T,
              "wg_tile": WG_REDUCE_MAX_T}.get(variant, 0)  # fmt: skip
-    assert row.driver(1) == (row.short if limit else row.long) and row.driver(limit + 1) == row.long
-    assert row.driver(max(limit, 1)) == (row.short if limit else row.long)
+    assert row.driver(1) == (row.short if limit else row.long)
+    if row.few:  # 2 to FEW_MAX_T tokens (a batch's decode step) on their own driver, then the long one
+        assert [row.driver(t) for t in range(2, FEW_MAX_T + 2)] == [row.few] * (FEW_MAX_T - 1) + [row.long]
+        return
+    assert row.driver(limit + 1) == row.long and row.driver(max(limit, 1)) == (row.short if limit else row.long)
     source = get_kernel("matmul_q4_k", variant, "cpu").source
     assert source(PassShape(1, 0)) != source(PassShape(limit + 1, 0)) or row.short == row.long

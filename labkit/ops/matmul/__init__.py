@@ -46,7 +46,7 @@ FORMATS = {f.qtype: f.name for f in FORMATS_LIST}
 
 # driver name -> kernel file (tiled is composed after tile16.wgsl)
 DRIVERS = {"row": "matmul", "wg_reduce": "matmul_wg_reduce", "wg_tile": "matmul_wg_tile", "tiled": "matmul_tiled",
-           "matvec": "matmul_matvec"}  # fmt: skip
+           "matvec": "matmul_matvec", "matvec4": "matmul_matvec4"}  # fmt: skip
 # what a driver file is composed after: the row drivers share their X, W and Y access
 DRIVER_HELPERS = {d: ("matmul_row_io",) for d in ("matmul", "moe_matmul", "moe_matmul_gathered")}
 DRIVER_HELPERS["blocks_repack"] = ("blocks_quads",)  # where the layout puts each block
@@ -180,6 +180,8 @@ def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
     files = ["repacked", DRIVERS[driver]]
     if driver == "tiled":  # the 16-token x 8-row tile it shares with the blocks drivers
         files[1:1] = ["quad_step16", "tile16"]
+    if driver == "matvec4":
+        files.append("matvec_store")
     if driver == "matvec":  # how it stores its rows: plainly, or with the next stage's op
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(*files)

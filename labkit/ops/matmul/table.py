@@ -21,6 +21,10 @@ from labkit.quant.formats import BY_NAME
 # T=4 22.7 / 28.0; int8 2048 x 2048 T=3 4.9 / 7.5, T=4 5.6-7.0 / 6.8-6.9. A Llama-3.2-1B-shaped
 # pass: T=2 0.51 / 1.39 s, T=3 0.79 / 1.79 s, T=4 1.20 / 1.16 s, so 4 tokens stay on the tile.
 MATVEC_MAX_T = 3
+# Up to this many tokens the repacked weights' few-token driver (matvec4) runs: each weight word
+# decoded once for 4 tokens, and each token's sums in matvec's order (a batch's decode step gets
+# every sequence's bits of its own step).
+FEW_MAX_T = 4
 # wg_tile runs wg_reduce's driver up to this many tokens. On an H200 (the tile's 64 x 64 in one
 # workgroup), 1B shape: T=64 wg_reduce 0.104 s, tile 0.122 s (32 workgroups for 2048 rows); T=512
 # 0.659 s against 0.333 s. 8B shape, T=64: 0.394 against 0.367 s.
@@ -39,16 +43,19 @@ class MatmulKernel:
     long: str  # the driver past that
     short_max: int
     doc: str
+    few: str = ""  # the driver for 2 to FEW_MAX_T tokens, where the row has one (else `short` or `long`)
 
     def driver(self, T: int) -> str:
         """The driver a pass of T tokens runs."""
+        if self.few and 1 < T <= FEW_MAX_T:
+            return self.few
         return self.short if T <= self.short_max else self.long
 
 
 TABLE = (
     MatmulKernel("repacked", "repacked", "matvec", "tiled", MATVEC_MAX_T,
                  "weights repacked on the GPU to aligned int8; 16x8 tiles for prefill, "
-                 "a row quad per thread for decode"),
+                 "a row quad per thread for decode, for 2 to 4 tokens at once", few="matvec4"),
     MatmulKernel("blocks", "blocks", "matvec", "tiled", MATVEC_MAX_T,
                  "GGUF blocks in a texture, near the format's own width; 16x8 tiles for prefill, "
                  "a row quad for decode"),
