@@ -84,6 +84,19 @@ def test_batch_path_is_exact_on_the_reference_and_in_band_on_the_gpu(tiny_model)
     assert next(c for c in report.checks if c.engine == "reference").worst_nmse < 1e-20
 
 
+def test_a_batch_fault_is_localized_on_the_batch_path_and_invisible_alone():
+    """kv_sequence=previous_sequence bound to layer 1: each sequence after the first reads the cache of the one
+    packed before it. One-shot and decode passes have no other sequence; the batch departs at that layer's
+    first reader of the cache, for every sequence but the first."""
+    lab = labkit.open("tiny-qwen3moe").use("blk.1.kv_sequence", "previous_sequence")
+    assert labkit.compare(lab.run(IDS), lab.reference(IDS)).first_divergence is None
+    runs = lab.run_batch(SEQS)
+    found = [labkit.compare(run, lab.reference(seq)).first_divergence for seq, run in zip(SEQS, runs)]
+    assert found == [None] + ["blk.1.attn_scores"] * 3
+    report = labkit.paths(lab, IDS, ["batch=4"], engines=("gpu",))
+    assert report.checks[0].first_divergence == "blk.1.attn_scores"
+
+
 def test_bad_batches_are_refused_before_any_work(tiny_model):
     lab = labkit.open(tiny_model("gemma3", "Q8_0"))
     for bad in ([], "one prompt"):

@@ -91,6 +91,19 @@ class SegmentContext(StageContext):
             self.packed.append(self.ex.region(st, whole, PassShape(self.total, 0), self.objects))
         return self._bound(row_slice(self.packed[0], self.seg.start, self.T))
 
+    def cache(self, kind: str):
+        """The cache this sequence's stage reads: its own, or the one its `kv_sequence` policy names."""
+        st = self.stage
+        if st.kv_write == kind or "kv_sequence" not in OPS[st.op].policy_families(st):
+            return super().cache(kind)
+        rule = self.policy("kv_sequence").cache_of
+        other = self.scope.segments[rule(self.k)].kv if rule is not None else self.kv
+        own, self.kv = self.kv, other
+        try:
+            return super().cache(kind)
+        finally:
+            self.kv = own
+
     def _bound(self, rows: Region) -> Region:
         """Rows at a buffer's start as they are; rows further in, bound from their first byte."""
         if rows.offset == 0:

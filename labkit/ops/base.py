@@ -170,6 +170,8 @@ class Policy:
     window_filter: Callable[[int, int], bool] | None = field(default=None, repr=False)
     workgroups: Callable[[int, int, int], int] | None = field(default=None, repr=False)
     every_stage: bool = True  # False: only stages whose `policy` names this family (the unembedding)
+    # in a batch, whose cache sequence k's stage reads: (k) -> another sequence's index (labkit.gpu.batch_plan)
+    cache_of: Callable[[int], int] | None = field(default=None, repr=False)
 
 
 def from_file(name: str) -> Callable[[PassShape], str]:

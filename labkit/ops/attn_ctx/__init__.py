@@ -148,6 +148,7 @@ OP = Op(
             faulty=True,
             workgroups=lambda T, n_heads, size: T * n_heads,
         ),
+        *attn_scores.KV_SEQUENCE,
     ),
     step_fields=("n_keys", "n_past"),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, PassShape, ceil_div, compose, wgsl_const
+from labkit.ops.base import Kernel, Op, Params, PassShape, Policy, ceil_div, compose, wgsl_const
 
 PARAMS = Params(
     T="u32",
@@ -155,6 +155,21 @@ def stage_default(stage) -> tuple[str, str] | None:
     return "general", f"default: query rows of {texels} texels pass WebGPU's {TEXTURE_TEXELS}; read from a buffer"
 
 
+# Which sequence's cache each sequence of a batch reads: its own, or (a fault) the one packed before it.
+KV_SEQUENCE = (
+    Policy("kv_sequence", "default", "each sequence of a batch reads its own KV cache"),
+    Policy(
+        "kv_sequence",
+        "previous_sequence",
+        "in a batch, each sequence after the first attends to the keys and values of the sequence packed before "
+        "it (LMCache/LMCache#4385 and waybarrios/vllm-mlx#775: requests served with other requests' KV cache); a "
+        "single sequence has no other, so only a batch shows it",
+        faulty=True,
+        cache_of=lambda k: max(k - 1, 0),
+    ),
+)
+
+
 OP = Op(
     output=lambda st, s: (st.params["n_heads"], s.T, s.n_past + s.T),
     layout="heads",
@@ -206,6 +221,7 @@ OP = Op(
             faulty=True,
         ),
     ),
+    policies=KV_SEQUENCE,
     stage_default=stage_default,
     step_fields=("n_keys", "n_past"),
     step_workgroups=lambda st, source, T, n_past: tiled_workgroups(
