@@ -59,9 +59,11 @@ def run_batch(lab: Any, prompts: list, names: list[str] | None, engine: str) -> 
         caps = lab.reference_engine.forward_batch(seqs, [KVCache() for _ in seqs], names)
         timings = {"total_s": time.perf_counter() - t0}
     elif engine == "gpu":
+        from labkit.gpu.pass_request import BatchState
+
         ex = lab.executor
         ex.upload_all()
-        res = ex.run_batch_pass(seqs, [ex.new_state(len(s)) for s in seqs], names)
+        res = ex.run_batch_pass(seqs, BatchState([ex.new_state(len(s)) for s in seqs]), names)
         caps, timings = res.captures, res.timings
     else:
         raise InvalidArgumentError(f"run_batch engine {engine!r}: use 'gpu' or 'reference'")
@@ -120,12 +122,19 @@ def _stepper(lab: Any, engine: str, capacities: list[int]):
         return step
     if engine != "gpu":
         raise InvalidArgumentError(f"generate_batch engine {engine!r}: use 'gpu' or 'reference'")
+    from labkit.gpu.pass_request import BatchState
+
     ex = lab.executor
     ex.upload_all()
     states = [ex.new_state(c) for c in capacities]
+    held = {}  # the live sequences -> their BatchState (its compiled step holds while they step together)
 
     def gpu_step(ids: list[list[int]], live: list[int]) -> list[np.ndarray]:
-        res = ex.run_batch_pass(ids, [states[k] for k in live], ["logits"])
+        batch = held.get(tuple(live))
+        if batch is None:
+            held.clear()
+            batch = held[tuple(live)] = BatchState([states[k] for k in live])
+        res = ex.run_batch_pass(ids, batch, ["logits"])
         return [c["logits"][-1] for c in res.captures], res.timings["dispatches"]
 
     return gpu_step

@@ -76,6 +76,25 @@ def test_a_batch_decodes_as_its_sequences_alone(smollm):
     assert out.texts[0] == smollm.detokenize(out.ids[0])
 
 
+def test_a_batch_decode_step_is_compiled_and_gives_the_planned_steps_bits(tiny_model):
+    """One token for each sequence, each at its own position: the batch's compiled step (its words moved by
+    each sequence's own position) against the same steps planned afresh (timestamps plan every pass)."""
+    from labkit.gpu.pass_request import BatchState
+
+    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    ex = lab.executor
+    compiled, planned = (BatchState([ex.new_state(32) for _ in SEQS]) for _ in range(2))
+    for batch in (compiled, planned):
+        ex.run_batch_pass(SEQS, batch, [])
+    for token in (9, 17, 33, 60):  # past the window of 4 and across the keys' power-of-two rounding
+        a = ex.run_batch_pass([[token]] * len(SEQS), compiled, ["logits", "blk.1.attn_ctx"])
+        b = ex.run_batch_pass([[token]] * len(SEQS), planned, ["logits", "blk.1.attn_ctx"], timestamps=True)
+        assert a.timings["compiled"] == 1.0 and b.timings["compiled"] == 0.0
+        for got, want in zip(a.captures, b.captures):
+            assert all(np.array_equal(got[n], want[n]) for n in want)
+    assert [kv.n_past for kv in (s.kv for s in compiled.states)] == [len(s) + 4 for s in SEQS]
+
+
 def test_batch_path_is_exact_on_the_reference_and_in_band_on_the_gpu(tiny_model):
     lab = labkit.open(tiny_model("gemma3", "Q8_0"))
     report = labkit.paths(lab, IDS, ["batch=4"], engines=("gpu", "reference"))

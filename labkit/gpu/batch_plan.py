@@ -128,6 +128,8 @@ def plan_segments(ex, st: Stage, kernel, scope: PassScope, signature: tuple) -> 
     for k, seg in enumerate(scope.segments):
         ctx = SegmentContext(ex, st, kernel, scope, seg, k, packed)
         parts.append(OPS[st.op].plan(st, ctx))
+        for d in ctx.dispatches:
+            d.n_past = seg.kv.n_past  # a compiled step moves its words from its own sequence's position
         dispatches += ctx.dispatches
     ex_objects = scope.objects
     ex_objects.stage_done()

@@ -69,6 +69,7 @@ class StepWorkgroups:
     dispatch: int  # index into that plan's dispatches
     source: str
     command: int = 0  # index into the step's native commands
+    delta: int = 0  # a batch's dispatch: its sequence's position less the first sequence's
 
 
 @dataclass
@@ -88,23 +89,31 @@ class CompiledStep:
     values_at: int | None = None  # the position whose moving words the arena holds now
     ahead: Ahead | None = None  # the next step, recorded while this one ran (labkit.gpu.submitter)
     took_ahead: bool = False  # whether the last step submitted an encoder recorded ahead
+    # a batch's step: every sequence's cache, the first being `kv` (each advances one position a step)
+    kvs: list[GpuKVCache] = field(default_factory=list)
 
-    def holds(self, key: tuple, kv: GpuKVCache) -> bool:
-        return key == self.key and kv is self.kv and kv.n_past + 1 <= self.max_keys
+    def holds(self, key: tuple, kvs: list[GpuKVCache]) -> bool:
+        same = len(kvs) == len(self.caches) and all(a is b for a, b in zip(kvs, self.caches))
+        return key == self.key and same and self.runs_at(self.kv.n_past)
+
+    @property
+    def caches(self) -> list[GpuKVCache]:
+        return self.kvs or [self.kv]
 
     def runs_at(self, n_past: int) -> bool:
-        """Whether a step after `n_past` positions fits: its key in the grown regions and the KV cache."""
-        return n_past + 1 <= min(self.max_keys, self.kv.capacity)
+        """Whether a step after `n_past` positions (the first sequence's) fits: every sequence's keys in
+        the grown regions and its KV cache."""
+        return all(n_past + kv.n_past - self.kv.n_past + 1 <= min(self.max_keys, kv.capacity) for kv in self.caches)
 
-    def prepare(self, ex: Any, token: int) -> list[StagePlan]:
-        """This step's values written (unless the step before wrote them ahead) and its token's
-        embedding row; its plans. The moving workgroup counts are set where its encoder is recorded
-        (labkit.gpu.submitter's `submit_step`)."""
+    def prepare(self, ex: Any, tokens: list[int]) -> list[StagePlan]:
+        """This step's values written (unless the step before wrote them ahead) and its tokens'
+        embedding rows (a batch's: one a sequence); its plans. The moving workgroup counts are set where
+        its encoder is recorded (labkit.gpu.submitter's `submit_step`)."""
         self.write_values(self.kv.n_past)
         for buf, name in self.embed:
             t = ex.gguf.tensors[name]
-            row = dequantize_rows(ex.gguf.raw(name), t.ggml_type, t.n_cols, np.array([token], dtype=np.int64))
-            ex.device.queue.write_buffer(buf, 0, row.astype(np.float32).tobytes())
+            rows = dequantize_rows(ex.gguf.raw(name), t.ggml_type, t.n_cols, np.array(tokens, dtype=np.int64))
+            ex.device.queue.write_buffer(buf, 0, rows.astype(np.float32).tobytes())
         self.steps += 1
         return self.plans
 
@@ -131,7 +140,7 @@ class CompiledStep:
         """A moving dispatch's workgroup count at the step after `n_past` positions (its op's rule)."""
         plan = self.plans[w.plan]
         st = plan.stage
-        return grid(OPS[plan.dispatches[w.dispatch].op or st.op].step_workgroups(st, w.source, 1, n_past))
+        return grid(OPS[plan.dispatches[w.dispatch].op or st.op].step_workgroups(st, w.source, 1, n_past + w.delta))
 
     def set_workgroups(self, n_past: int) -> None:
         """The workgroup counts that move with the position, in the plans and the native commands."""
@@ -181,28 +190,37 @@ class CompiledSteps:
         self.compiled = 0  # steps compiled so far (tests, profiling)
         self.refused = ""  # why the last compile was refused, if it was
 
-    def get(self, ex: Any, key: tuple, ids, kv: GpuKVCache, held: CompiledStep | None,
+    def get(self, ex: Any, key: tuple, ids, kv: GpuKVCache | list[GpuKVCache], held: CompiledStep | None,
             last_only: bool, names: list[str]) -> CompiledStep | None:  # fmt: skip
-        """The compiled step for this one-token step on `kv`: `held` (the sequence's, PassState.step)
-        when it still holds, else one compiled now; None when the step cannot be compiled (it is then
-        planned afresh). The caller keeps what it returns as the sequence's step."""
-        step = held if held is not None and held.holds(key, kv) else None
-        if step is None and kv.n_past + COMPILE_AT <= kv.capacity:
-            step = self._compile(ex, key, ids, kv, last_only, set(names))
+        """The compiled step for this one-token step on `kv` (or a batch's step of one token for each
+        of the caches `kv` lists): `held` (the sequence's, PassState.step) when it still holds, else one
+        compiled now; None when the step cannot be compiled (it is then planned afresh). The caller
+        keeps what it returns as the sequence's step."""
+        kvs = kv if isinstance(kv, list) else [kv]
+        step = held if held is not None and held.holds(key, kvs) else None
+        if step is None and all(c.n_past + COMPILE_AT <= c.capacity for c in kvs):
+            step = self._compile(ex, key, ids, kvs, last_only, set(names))
         self.last = step
         return step
 
-    def _compile(self, ex, key, ids, kv: GpuKVCache, last_only, names: set[str]) -> CompiledStep | None:
-        arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages) * UniformArena.ALIGN)
+    def _compile(self, ex, key, ids, kvs: list[GpuKVCache], last_only, names: set[str]) -> CompiledStep | None:
+        from labkit.gpu.batch_plan import segments_of
+
+        arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages * len(kvs)) * UniformArena.ALIGN)
         objects = PlanCache(self.gpu, self.round_limit, arena)
+        kv, room = kvs[0], max(c.capacity for c in kvs)
         passes, snaps = [], []
         for k in range(COMPILE_AT):
-            kv.advance(k)
+            for c in kvs:
+                c.advance(k)
             try:
+                segments = segments_of([[t] for t in ids], kvs) if len(kvs) > 1 else None
                 with objects.one_pass():
-                    passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True, keys_room=kv.capacity))
+                    passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True, keys_room=room,
+                                            segments=segments))  # fmt: skip
             finally:
-                kv.rewind(k)
+                for c in kvs:
+                    c.rewind(k)
             snaps.append(np.frombuffer(bytes(arena.host), dtype=np.uint32).astype(np.int64))
         why = _same_objects(passes)
         sources = {id(p): src for (src, _), p in ex.gpu.pipelines.items()}
@@ -214,6 +232,9 @@ class CompiledSteps:
             self.refused = why
             return None
         plans = passes[0]
+        if any(p.parts and p.stage.name in names for p in plans):
+            self.refused = "a batch's capture of a per-sequence output"
+            return None
         embed = [(p.dispatches[0].resources[0], p.stage.weight) for p in plans if p.reads_ids]
         self.compiled += 1
         owners = _word_fields(plans, arena, sources)
@@ -221,7 +242,7 @@ class CompiledSteps:
         commands = _commands(plans, groups)
         captured = [p for p in plans if p.stage.name in names and not p.skipped]
         return CompiledStep(key, kv, plans, objects, moving, groups, embed, _max_keys(plans), captured, commands,
-                            movers)  # fmt: skip
+                            movers, kvs=kvs if len(kvs) > 1 else [])  # fmt: skip
 
 
 def _same_objects(passes: list[list[StagePlan]]) -> str:
@@ -282,9 +303,10 @@ def _step_workgroups(passes: list[list[StagePlan]], sources: dict, n_past: int):
             rule = op.step_workgroups
             if rule is None:
                 return None, f"{st.name}: its workgroups move with the step and its op has no rule for them"
-            if any(grid(rule(st, source, 1, n_past + k)) != d.workgroups for k, d in enumerate(ds)):
+            delta = 0 if ds[0].n_past is None else ds[0].n_past - n_past  # a batch's sequence: its own position
+            if any(grid(rule(st, source, 1, n_past + delta + k)) != d.workgroups for k, d in enumerate(ds)):
                 return None, f"{st.name}: its op's workgroup rule does not give the planned counts"
-            out.append(StepWorkgroups(i, j, source))
+            out.append(StepWorkgroups(i, j, source, delta=delta))
     return out, ""
 
 
@@ -302,5 +324,5 @@ def _commands(plans: list[StagePlan], groups: list[StepWorkgroups]) -> list[list
 def _max_keys(plans: list[StagePlan]) -> int:
     """The keys every attention map's buffer holds (its power-of-two rounding), so the step holds
     until one more key would outgrow one."""
-    caps = [p.out.buffer.size // (4 * math.prod(p.out.shape[:-1])) for p in plans if p.out.layout == "heads"]
-    return min(caps, default=1 << 62)
+    maps = [r for p in plans for r in (p.parts or [p.out]) if r.layout == "heads"]
+    return min((r.buffer.size // (4 * math.prod(r.shape[:-1])) for r in maps), default=1 << 62)

@@ -31,6 +31,7 @@ class Dispatch:
     resources: tuple = ()  # what bind_group binds, its uniform last (labkit.gpu.compiled_step reads them)
     filled: tuple = ()  # a texture fill's (Rows, view): the rows it copies and the texture it fills
     op: str = ""  # the op whose kernel it runs, where not its stage's (a cache load in an attention stage)
+    n_past: int | None = None  # a batch's per-sequence dispatch: its sequence's position (labkit.gpu.batch_plan)
 
 
 def grid(n: int, max_dim: int = 65535) -> tuple[int, int, int]:

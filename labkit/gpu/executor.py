@@ -50,7 +50,7 @@ from labkit.gpu.kernel_selection import (
 )
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region, StagePlan
-from labkit.gpu.pass_request import PassRequest, PassState
+from labkit.gpu.pass_request import BatchState, PassRequest, PassState
 from labkit.gpu.plan_cache import PlanCache
 from labkit.gpu.planner import plan_pass, plans_under
 from labkit.gpu.reuse import Reuse
@@ -351,27 +351,30 @@ class GpuExecutor(StageHost):
         """The stages a batch runs once per sequence (labkit.model.batch_stages)."""
         return per_sequence(self.graph)
 
-    def run_batch_pass(self, seqs: list[list[int]], states: list[PassState], names: list[str] | None = None,
+    def run_batch_pass(self, seqs: list[list[int]], batch: BatchState, names: list[str] | None = None,
                        timestamps: bool = False) -> BatchResult:  # fmt: skip
         """One pass of several sequences' new tokens packed on one axis (labkit.gpu.batch_plan), each
-        continuing its own state; the captures read back and cut per sequence. Advances every state."""
+        continuing its own state; the captures read back and cut per sequence. Advances every state. A
+        decode step (one token each, named captures) runs the batch's compiled step (`batch.step`)."""
         t0 = time.perf_counter()
         names = self.check_names(names, {})
-        kvs = [s.kv for s in states]
+        kvs = [s.kv for s in batch.states]
         if len({id(kv) for kv in kvs}) != len(kvs):
             raise InvalidArgumentError("a batch's sequences each need their own state")
         segments = segments_of(seqs, kvs)
         ids = [t for seq in seqs for t in seq]
-        objects = self.plan_cache("batch")
-        with objects.one_pass():
-            plans = plan_pass(self, ids, kvs[0], objects, segments=segments)
-            clear_regions(self.device, plans)
-            want = {p.stage.name for p in plans} if names is None else set(names)
-            captured = [p for p in plans if p.stage.name in want and not p.skipped]
-            reading = [q for p in captured for q in (part_plans(p) if p.parts else [p])]
+        step = None
+        if all(len(s) == 1 for s in seqs) and names is not None and not timestamps:
+            self.selection()
+            key = (self._selection[0], "batch", tuple(names))
+            batch.step = step = self.compiled_steps.get(self, key, ids, kvs, batch.step, False, names)
+        if step is not None:
+            step.prepare(self, ids)
             t1 = time.perf_counter()
-            request = PassRequest(tuple(ids), timestamps=timestamps)
-            caps, _, _, stage_ms = self.submitter.submit(plans, reading, request, objects)
+            caps, _, _, stage_ms = self.submitter.submit_step(step, PassRequest(tuple(ids), names=names))
+            plans, captured = step.plans, step.captured
+        else:
+            caps, stage_ms, plans, captured, t1 = self._batch_planned(ids, segments, names, timestamps)
         t2 = time.perf_counter()
         for seg in segments:
             seg.kv.advance(seg.T)
@@ -381,13 +384,28 @@ class GpuExecutor(StageHost):
                 name = p.stage.name
                 per_seq[k][name] = caps[f"{name}#{k}"] if p.parts else caps[name][seg.start : seg.start + seg.T]
         n_dispatches = sum(len(p.dispatches) for p in plans)
-        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0, "dispatches": n_dispatches}
+        timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0, "dispatches": n_dispatches,
+                   "compiled": float(step is not None)}  # fmt: skip
         return BatchResult(per_seq, timings, stage_ms)
+
+    def _batch_planned(self, ids: list[int], segments, names, timestamps: bool):
+        """A batch pass planned afresh over the batch role's objects, submitted and read back."""
+        objects = self.plan_cache("batch")
+        with objects.one_pass():
+            plans = plan_pass(self, ids, segments[0].kv, objects, segments=segments)
+            clear_regions(self.device, plans)
+            want = {p.stage.name for p in plans} if names is None else set(names)
+            captured = [p for p in plans if p.stage.name in want and not p.skipped]
+            reading = [q for p in captured for q in (part_plans(p) if p.parts else [p])]
+            t1 = time.perf_counter()
+            request = PassRequest(tuple(ids), timestamps=timestamps)
+            caps, _, _, stage_ms = self.submitter.submit(plans, reading, request, objects)
+        return caps, stage_ms, plans, captured, t1
 
     def _step_pass(self, r: PassRequest, state: PassState, step: CompiledStep, t0: float) -> PassResult:
         """A decode step through its compiled step: its token written, its encoder submitted (recorded
         by the step before when it could be), its captures read back; nothing planned."""
-        plans = step.prepare(self, r.ids[0])
+        plans = step.prepare(self, list(r.ids))
         t1 = time.perf_counter()
         caps, held, held_heads, stage_ms = self.submitter.submit_step(step, r)
         t2 = time.perf_counter()

@@ -69,3 +69,12 @@ class PassState:
     @property
     def n_past(self) -> int:
         return self.kv.n_past
+
+
+@dataclass
+class BatchState:
+    """A batch's sequences on the GPU: each one's state, and the compiled decode step that binds all
+    their caches (labkit.gpu.compiled_step), kept while the same sequences step together."""
+
+    states: list[PassState]
+    step: CompiledStep | None = None
