@@ -14,6 +14,7 @@ import numpy as np
 
 from labkit import progress
 from labkit.errors import InvalidArgumentError, PromptTooLongError
+from labkit.model.cache_stages import CacheTypes
 from labkit.model.reference import KVCache
 from labkit.sampling import GREEDY, Sampler
 
@@ -65,8 +66,15 @@ def run_batch(lab: Any, prompts: list, names: list[str] | None, engine: str) -> 
         ex.upload_all()
         res = ex.run_batch_pass(seqs, BatchState([ex.new_state(len(s)) for s in seqs]), names)
         caps, timings = res.captures, res.timings
+    elif engine == "llamacpp":  # llama.cpp's own batch: its sequence ids over one unified cache (the oracle extra)
+        from labkit.oracle.llamacpp_run import run_llamacpp_batch
+
+        types = lab.kv_types
+        kv = None if types == CacheTypes() else (types.k, types.v)
+        caps = run_llamacpp_batch(lab.path, lab.config, lab.graph, seqs, None if names is None else set(names), kv)
+        timings = {"total_s": time.perf_counter() - t0}
     else:
-        raise InvalidArgumentError(f"run_batch engine {engine!r}: use 'gpu' or 'reference'")
+        raise InvalidArgumentError(f"run_batch engine {engine!r}: use 'gpu', 'reference' or 'llamacpp'")
     path = f"batch={len(seqs)}"
     variants = dict(lab.selected) if engine == "gpu" else {}
     return [lab._make_run(engine, s, c, dict(timings), variants=variants, path=path) for s, c in zip(seqs, caps)]

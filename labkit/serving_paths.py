@@ -138,9 +138,7 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
     checks = []
     for spec, kind, n in parsed:
         on = lab.with_kv_type(n) if kind == "kv" else lab  # a cache type: the same model on that cache
-        # llama.cpp's batches of several sequences are not driven yet: a batch path runs on labkit's engines
-        path_engines = [e for e in engines if kind != "batch" or e != "llamacpp"]
-        runs = {engine: _path_run(on, ids, kind, n, engine) for engine in path_engines}
+        runs = {engine: _path_run(on, ids, kind, n, engine) for engine in engines}
         # a cache type's reference (what its GPU and llama.cpp runs are judged against), computed once
         on_ref = (runs.get("reference") or on.reference(ids)) if kind == "kv" and set(runs) - {"reference"} else None
         for engine, run in runs.items():
@@ -156,7 +154,9 @@ def paths(lab: Any, prompt: Any, paths: list[str] | tuple[str, ...] = ("ubatch=7
 
 
 def _path_run(lab: Any, ids: list[int], kind: str, n: int, engine: str) -> Run:
-    """The prompt through one path on one engine (llama.cpp's own ubatches and kept prefix for "llamacpp")."""
+    """The prompt through one path on one engine (llama.cpp's own ubatches, kept prefix and batch for "llamacpp")."""
+    if kind == "batch":  # the prompt last, after n - 1 others, so its rows sit past theirs
+        return lab.run_batch([*batch_companions(ids, n), ids], engine=engine)[-1]
     if engine == "llamacpp":
         prefix = {"prefix": n, "verify": len(ids) - n}[kind] if kind in ("prefix", "verify") else 0
         run = lab.oracle(ids, ubatch=n if kind == "ubatch" else None, prefix=prefix)

@@ -103,6 +103,20 @@ def test_batch_path_is_exact_on_the_reference_and_in_band_on_the_gpu(tiny_model)
     assert next(c for c in report.checks if c.engine == "reference").worst_nmse < 1e-20
 
 
+def test_llama_cpp_computes_the_same_batch(smollm):
+    """llama.cpp's own batch (sequence ids over one unified cache, one micro-batch): each sequence's tensors
+    are its own one-shot llama.cpp pass's, within llama.cpp's band, and no sequence sees another's keys (the
+    oracle checks its masks); the GPU's batch path matches llama.cpp computing the same batch."""
+    seqs = [smollm.tokenize(t) for t in ("The quick brown fox", "Hello there, how are you doing today?", "A cat")]
+    runs = smollm.run_batch(seqs, engine="llamacpp")
+    assert [r.engine for r in runs] == ["llamacpp"] * 3 and runs[1]["blk.3.attn_probs"].shape[1:] == (9, 9)
+    for seq, run in zip(seqs, runs):
+        assert labkit.compare(run, smollm.oracle(seq)).first_divergence is None
+    report = labkit.paths(smollm, seqs[1], ["batch=3"], engines=("gpu", "llamacpp"))
+    gpu = next(c for c in report.checks if c.engine == "gpu")
+    assert gpu.in_band and gpu.against_llamacpp is None, report.table()
+
+
 def test_a_batch_fault_is_localized_on_the_batch_path_and_invisible_alone():
     """kv_sequence=previous_sequence bound to layer 1: each sequence after the first reads the cache of the one
     packed before it. One-shot and decode passes have no other sequence; the batch departs at that layer's

@@ -24,6 +24,7 @@ from labkit.chunks import chunk_spans, merge_chunks
 from labkit.errors import OracleUnavailableError
 from labkit.model.config import ModelConfig
 from labkit.model.graph import Stage
+from labkit.model.stage_kinds import is_attention_map, stage_kind
 from labkit.oracle.llamacpp import INSTALL_HINT, OracleError, Pick, mapping
 
 
@@ -344,6 +345,75 @@ def run_llamacpp(
             with _quiet():
                 be.L.llama_free(ctx)
     return parts[0] if len(parts) == 1 else merge_chunks(parts, len(ids))
+
+
+def run_llamacpp_batch(path: str | Path, cfg: ModelConfig, graph: list[Stage], seqs: list[list[int]],
+                       names: set[str] | None = None, kv_types: tuple[str, str] | None = None
+                       ) -> list[dict[str, np.ndarray]]:  # fmt: skip
+    """llama.cpp computing several sequences in one batch, as its server does: one llama_decode of every
+    sequence's tokens, each under its own sequence id at its own positions, in one micro-batch over one
+    unified KV cache (cells in batch order). Each sequence's tensors are its rows of the packed ones, and its
+    attention maps its own keys; that every other sequence's keys are masked (probabilities 0) is checked."""
+    if cfg.ssm is not None:
+        raise OracleError("llama.cpp batches of a recurrent model are not mapped: their states are per sequence")
+    be = _backend()
+    starts = np.cumsum([0] + [len(s) for s in seqs])
+    by_key, by_reads, scores_of = _wants(cfg, [st for st in graph if names is None or st.name in names])
+    with be.lock:
+        col = _Collector(be.ggml, by_key, by_reads)
+        col.softmax_of = scores_of
+        cb = be.L.ggml_backend_sched_eval_callback(col)
+        params = _context_params(be.L, int(starts[-1]), cb, kv_types)
+        params.n_seq_max, params.kv_unified = len(seqs), True
+        with _quiet():
+            ctx = be.L.llama_init_from_model(be.model(path), params)
+        if not ctx:
+            raise OracleError("llama.cpp could not create a context")
+        col.bar = progress.bar(sum(map(len, by_key.values())) + sum(map(len, by_reads.values())),
+                               "llama.cpp: capturing stages", "stage")  # fmt: skip
+        try:
+            col.raw, col.softmax, col.seen = {}, {}, {}
+            rc = _decode_batch(be.L, ctx, seqs)
+            if col.error is not None:
+                raise OracleError(f"eval callback failed: {col.error!r}") from col.error
+            if rc != 0:
+                raise OracleError(f"llama_decode returned {rc}")
+            picks, T = mapping(cfg.arch, cfg), int(starts[-1])
+            whole = {st.name: _to_labkit(st, picks[st.kind], col.raw[st.name], T, col) for st in graph
+                     if st.name in col.raw}  # fmt: skip
+        finally:
+            col.bar.close()
+            with _quiet():
+                be.L.llama_free(ctx)
+    return [{n: _sequence_rows(n, a, int(s), int(e)) for n, a in whole.items()} for s, e in zip(starts, starts[1:])]
+
+
+def _sequence_rows(name: str, a: np.ndarray, s: int, e: int) -> np.ndarray:
+    """One sequence's part of a packed batch's tensor: its rows, and of an attention map its own keys."""
+    if a.ndim == 3 and is_attention_map(name):
+        others = np.delete(a[:, s:e], np.s_[s:e], axis=2)
+        if others.size and not np.all(others == (0.0 if stage_kind(name) == "attn_probs" else -np.inf)):
+            raise OracleError(f"{name}: llama.cpp's sequence at rows {s}..{e} sees another sequence's keys")
+        return a[:, s:e, s:e]
+    return a[s:e]
+
+
+def _decode_batch(L, ctx, seqs: list[list[int]]) -> int:
+    """llama_decode of every sequence's tokens in one batch: sequence k's under seq id k, from position 0."""
+    n = sum(map(len, seqs))
+    batch = L.llama_batch_init(n, 0, 1)
+    try:
+        i = 0
+        for k, ids in enumerate(seqs):
+            for pos, tok in enumerate(ids):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = int(tok), pos, 1, 1
+                batch.seq_id[i][0] = k
+                i += 1
+        batch.n_tokens = n
+        with _quiet():
+            return L.llama_decode(ctx, batch)
+    finally:
+        L.llama_batch_free(batch)
 
 
 def _decode_parts(L, ctx, col: _Collector, cfg: ModelConfig, graph: list[Stage], ids: list[int], past: int,
