@@ -130,6 +130,21 @@ def test_a_batch_fault_is_localized_on_the_batch_path_and_invisible_alone():
     assert report.checks[0].first_divergence == "blk.1.attn_scores"
 
 
+def test_a_kernel_chosen_by_batch_size_is_in_band_but_not_batch_invariant():
+    """rmsnorm=by_batch_size picks its driver by the pass's token count (19 alone, 70 packed): correct on both,
+    and the batch path says which stage first stops being bitwise the one-shot pass's, and by how much."""
+    lab = labkit.open("tiny-qwen3moe")
+    clean = labkit.paths(lab, IDS, ["batch=4"], engines=("gpu",))
+    lab.use("rmsnorm", "by_batch_size")
+    varied = labkit.paths(lab, IDS, ["batch=4"], engines=("gpu",))
+    assert clean.checks[0].first_difference is None and "attn_norm: differs" not in clean.invariance()
+    check = varied.checks[0]
+    assert check.in_band and check.first_difference == "blk.0.attn_norm"
+    norm = next(s for s in check.stages if s.stage == "blk.0.attn_norm")
+    assert norm.inputs_bitwise and 0 < norm.max_abs < 1e-5
+    assert "attn_norm: differs on batch=4" in varied.invariance()
+
+
 def test_bad_batches_are_refused_before_any_work(tiny_model):
     lab = labkit.open(tiny_model("gemma3", "Q8_0"))
     for bad in ([], "one prompt"):

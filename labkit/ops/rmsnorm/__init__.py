@@ -28,6 +28,9 @@ def workgroups(n_groups: int, source: str | None = None) -> int:
     return ceil_div(n_groups, wgsl_const(source or _with_part("rmsnorm_exact")(None), "GROUPS_PER_WG", 1))
 
 
+BY_BATCH_SIZE = 32  # by_batch_size's switch from the wide driver to lanes8
+
+
 def _with_part(part: str, driver: str = "rmsnorm"):
     """The kernel: a driver (8 threads a group, or a workgroup a group) with its scale-and-weight
     part (the correct one, or a fault's)."""
@@ -76,6 +79,16 @@ OP = Op(
             "took a decode step's 4096-wide row as 512 loads in a row, 0.23 ms a norm on an H200)",
             _with_part("rmsnorm_exact", "rmsnorm_wide"),
             prefer="gpu",
+        ),
+        Kernel(
+            "rmsnorm",
+            "by_batch_size",
+            "correct, but its driver chosen by the pass's token count, as engines pick kernels by batch size: a "
+            f"workgroup a row below {BY_BATCH_SIZE} tokens, 8 threads a row from there. A row's sum runs in "
+            "another order in a large batch than alone: not wrong, not batch invariant (vllm-project/vllm#27433)",
+            lambda shape: (
+                _with_part("rmsnorm_exact", "rmsnorm_wide") if shape.T < BY_BATCH_SIZE else _with_part("rmsnorm_exact")
+            )(shape),  # fmt: skip
         ),
         Kernel(
             "rmsnorm",
