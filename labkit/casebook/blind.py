@@ -3,7 +3,8 @@
 The post-mortem cases tell their story; a blind case asks the engine developer to find it. A
 seed draws one of the model's faulty variants (every faulty kernel and dispatch policy of the
 families its stages run; samplers compute no stage), runs the prompt pass, a KV-cached decode
-step and a greedy continuation under it, and shows what a user of the engine would see. The
+step and a greedy continuation under it (and, where those show nothing, the prompt served in a batch of
+requests), and shows what a user of the engine would see. The
 learner names the stage where the run first parts from the reference and the op family at
 fault; `check` says whether that is right, and `reveal` gives the worked answer: the first
 divergence of the prompt pass, or of the decode step when the fault shows only in decode
@@ -32,6 +33,7 @@ BLIND_PROMPT = "The color of the sky is"
 # the prompt of a model whose vocabulary cannot spell BLIND_PROMPT (labkit's tiny files: placeholder tokens)
 PLACEHOLDER_PROMPT = [3, 17, 100, 5, 9, 44, 200, 7, 12, 90, 31, 2, 8]
 NEW_TOKENS = 6
+BATCH = 3  # a fault that shows neither alone nor in decode is looked for with the prompt in a batch of this many
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,11 @@ class BlindCase:
 
 def candidates(lab: Any) -> list[tuple[str, str]]:
     """Every faulty kernel and dispatch policy of the families this model's stages run, sorted."""
-    from labkit.ops.registry import is_faulty
+    from labkit.ops import OPS
+    from labkit.ops.registry import get_policy, is_faulty
 
     used = {lab.executor.family(st) for st in lab.graph} | {st.policy for st in lab.graph if st.policy}
+    used |= {f for st in lab.graph for f in OPS[st.op].policy_families(st) if get_policy(f).every_stage}
     found = [(f, n) for f, names in lab.variants().items() if f in used for n in names if n != "default"]
     return sorted((f, n) for f, n in found if is_faulty(f, n))
 
@@ -181,12 +185,32 @@ def _case_of(lab, family: str, variant: str, ids: list[int], ref: _Reference, pr
     stage, where = (
         (p_cmp.first_divergence, "prompt pass") if not p_cmp.passed else (s_cmp.first_divergence, "decode step")
     )
-    if stage is None:  # neither the prompt pass nor its decode step parts from the reference
+    b_cmp = None
+    if stage is None:  # served alone it shows nothing: the prompt in a batch, as a server runs it
+        b_cmp = compare(_in_batch(lab, family, variant, ids), ref.prompt)
+        stage, where = b_cmp.first_divergence, f"prompt in a batch of {BATCH}"
+    if stage is None:  # neither the prompt pass, its decode step nor a batch parts from the reference
         return None
     answer = BlindAnswer(family, variant, stage, where, describe(family, variant))
     types = getattr(lab, "kv_types", None)
     flags = "" if types is None or str(types) == "f32" else f" --kv-type-k {types.k} --kv-type-v {types.v}"
-    return BlindCase(lab.name, seed, prompt_text, _symptoms(run, step, text, p_cmp, s_cmp, ref), [], answer, flags)
+    symptoms = _symptoms(run, step, text, p_cmp, s_cmp, ref)
+    if b_cmp is not None:
+        symptoms.append(f"served in a batch of {BATCH} requests, the prompt's logits NMSE against the reference: "
+                        f"{b_cmp.row('logits').nmse:.2e}")  # fmt: skip
+    return BlindCase(lab.name, seed, prompt_text, symptoms, [], answer, flags)
+
+
+def _in_batch(lab, family: str, variant: str, ids: list[int]) -> Run:
+    """The prompt's run served last in a batch of BATCH sequences, under the variant."""
+    from labkit.serving_paths import batch_companions
+
+    before = lab.selected.get(family, "default")
+    lab.use(family, variant)
+    try:
+        return lab.run_batch([*batch_companions(ids, BATCH), ids])[-1]
+    finally:
+        lab.use(family, before)
 
 
 def _symptoms(prompt: Run, step: Run, text: str, p_cmp: Comparison, s_cmp: Comparison, ref: _Reference) -> list[str]:
