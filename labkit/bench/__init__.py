@@ -47,7 +47,7 @@ def run_bench(
     `model` is a registered name or a .gguf path; `memory` the labs' budget (labkit.open);
     `variants` the GPU engine's kernel selection ({family: variant}, as lab.use); `batch`: a decode
     step of that many sequences against one sequence's (labkit.batch)."""
-    say = progress(quiet, n_steps(engines, lengths))
+    say = progress(quiet, n_steps(engines, lengths, bool(batch)))
     out: dict[str, EngineFigures] = {}
     lab = open_lab(model, memory=memory, variants=variants)
     try:

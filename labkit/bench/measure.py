@@ -105,10 +105,10 @@ class Steps:
         self.bar.close()
 
 
-def n_steps(engines: tuple[str, ...], lengths: tuple[int, ...]) -> int:
+def n_steps(engines: tuple[str, ...], lengths: tuple[int, ...], batch: bool = False) -> int:
     """How many times run_bench says what it measures (at most: a length the reference cannot
     run skips its every-stage figure)."""
-    per = {"gpu": 3 * len(lengths) + 6, "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1,
+    per = {"gpu": 3 * len(lengths) + 5 + int(batch), "reference": 2 * len(lengths) + 2, "llamacpp": len(lengths) + 1,
            "llamacpp-vulkan": 1}  # fmt: skip
     return sum(per.get(e, 0) for e in engines)
 
