@@ -77,26 +77,34 @@ def generate_gpu(lab: Any, prompt: Any, max_new_tokens: int = 16, sampler: Sampl
     ex.upload_all()
     steps: list[dict] = []  # each decode step's timings
 
-    def step(ids: list[int]) -> np.ndarray:
-        # a step runs the state's compiled step (labkit.gpu.compiled_step); the prefill reuses objects
-        reuse = Reuse.steps() if len(ids) == 1 else Reuse.objects("prefill")
-        res = ex.run_pass(PassRequest(ids, names=("logits",), last_logits_only=True, reuse=reuse), state)
-        if len(ids) == 1:
-            steps.append(res.timings)
-        return res.captures["logits"][-1]
+    sampler = sampler or GREEDY
+    on_device = sampler.greedy and sampler.variant == "default"  # a decode step reads back its token: 4 bytes
 
-    gen = decode_loop(lab, prompt, max_new_tokens, GpuSampler(ex, sampler or GREEDY), step)
+    def step(ids: list[int]) -> np.ndarray | int:
+        # a step runs the state's compiled step (labkit.gpu.compiled_step); the prefill reuses objects
+        decode = len(ids) == 1
+        reuse = Reuse.steps() if decode else Reuse.objects("prefill")
+        names, pick = ((), "greedy") if decode and on_device else (("logits",), None)
+        res = ex.run_pass(PassRequest(ids, names=names, last_logits_only=True, reuse=reuse, pick=pick), state)
+        if decode:
+            steps.append(res.timings)
+        return int(res.captures["next_token"][-1, 0]) if pick else res.captures["logits"][-1]
+
+    host = GpuSampler(ex, sampler)
+    gen = decode_loop(lab, prompt, max_new_tokens, lambda got: got if isinstance(got, int) else host(got), step)
     gen.timings.update(step_host_figures(steps))
     return gen
 
 
 def step_host_figures(steps: list[dict]) -> dict[str, float]:
-    """The host's side of decode: the median of each warm step's time from its start to its submit,
-    and of its dispatch count (the first step, which plans what later ones keep, left out), and the
-    share of warm steps whose encoder the step before recorded while the device ran."""
+    """The host's side of decode: the median of each warm step's time from its start to its submit, of
+    the bytes it read back (4, a greedy step's token picked on the device) and of its dispatch count (the
+    first step, which plans what later ones keep, left out), and the share of warm steps whose encoder the
+    step before recorded while the device ran."""
     warm = steps[1:] or steps
     if not warm:
         return {}
     return {"host_ms_per_step": 1e3 * float(np.median([t["host_s"] for t in warm])),
             "dispatches_per_step": float(np.median([t["dispatches"] for t in warm])),
+            "readback_bytes_per_step": float(np.median([t.get("readback_bytes", 0) for t in warm])),
             "recorded_ahead": float(np.mean([t.get("recorded_ahead", 0.0) for t in warm]))}  # fmt: skip

@@ -191,7 +191,7 @@ class CompiledSteps:
         self.refused = ""  # why the last compile was refused, if it was
 
     def get(self, ex: Any, key: tuple, ids, kv: GpuKVCache | list[GpuKVCache], held: CompiledStep | None,
-            last_only: bool, names: list[str]) -> CompiledStep | None:  # fmt: skip
+            last_only: bool, names: list[str], extra: tuple = ()) -> CompiledStep | None:  # fmt: skip
         """The compiled step for this one-token step on `kv` (or a batch's step of one token for each
         of the caches `kv` lists): `held` (the sequence's, PassState.step) when it still holds, else one
         compiled now; None when the step cannot be compiled (it is then planned afresh). The caller
@@ -199,11 +199,12 @@ class CompiledSteps:
         kvs = kv if isinstance(kv, list) else [kv]
         step = held if held is not None and held.holds(key, kvs) else None
         if step is None and all(c.n_past + COMPILE_AT <= c.capacity for c in kvs):
-            step = self._compile(ex, key, ids, kvs, last_only, set(names))
+            step = self._compile(ex, key, ids, kvs, last_only, set(names), extra)
         self.last = step
         return step
 
-    def _compile(self, ex, key, ids, kvs: list[GpuKVCache], last_only, names: set[str]) -> CompiledStep | None:
+    def _compile(self, ex, key, ids, kvs: list[GpuKVCache], last_only, names: set[str], extra: tuple = ()
+                 ) -> CompiledStep | None:  # fmt: skip
         from labkit.gpu.batch_plan import segments_of
 
         arena = UniformArena(self.gpu.device, capacity=max(64, 2 * self.n_stages * len(kvs)) * UniformArena.ALIGN)
@@ -217,7 +218,7 @@ class CompiledSteps:
                 segments = segments_of([[t] for t in ids], kvs) if len(kvs) > 1 else None
                 with objects.one_pass():
                     passes.append(plan_pass(ex, ids, kv, objects, last_only, fuse=True, keys_room=room,
-                                            segments=segments))  # fmt: skip
+                                            segments=segments, extra=extra))  # fmt: skip
             finally:
                 for c in kvs:
                     c.rewind(k)

@@ -314,14 +314,15 @@ class GpuExecutor(StageHost):
         keep, streamed = self._regions_policy(T, names, r.debug, r.patch, r.stepped)
         if reuse.kind == "steps":  # every stage keeps its own region: a compiled step holds on to it
             keep, streamed = None, None
-        step = self._compiled_step(r, state, last_only, names) if reuse.kind == "steps" else None
+        extra = self._picks(r, streamed)
+        step = self._compiled_step(r, state, last_only, names, extra) if reuse.kind == "steps" else None
         if step is not None:
             return self._step_pass(r, state, step, t0)
-        plans, start = plans_under(self, r.ids, kv, objects, last_only, reuse, keep, streamed)
+        plans, start = plans_under(self, r.ids, kv, objects, last_only, reuse, keep, streamed, extra)
         not_run = [p.stage.name for p in plans if p.skipped and p.stage.name in r.patch]
         if not_run:
             raise UnknownStageError(f"cannot patch {', '.join(not_run)}: the selected kernels do not compute it")
-        want = {p.stage.name for p in plans} if names is None else set(names)
+        want = ({p.stage.name for p in plans} if names is None else set(names)) | {st.name for st in extra}
         captured = [p for p in plans if (p.stage.name in want or r.debug) and not p.skipped]
         if r.debug:
             for p in plans:
@@ -340,7 +341,8 @@ class GpuExecutor(StageHost):
             caps = {n: a for n, a in caps.items() if n in want}
         n_dispatches = sum(len(p.dispatches) for p in todo)
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
-                   "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches}  # fmt: skip
+                   "host_s": self.submitter.submit_at - t0, "dispatches": n_dispatches,
+                   "readback_bytes": sum(a.nbytes for a in caps.values())}  # fmt: skip
         recomputed_from = plans[start].stage.name if start < len(plans) else None
         # a recurrent state has moved on: a rerun of the pass would start from where this one left it
         rerunnable = keep is None and not r.debug and not r.patch and not r.stepped and not kv.states
@@ -412,11 +414,13 @@ class GpuExecutor(StageHost):
         state.kv.advance(1)
         timings = {"plan_s": t1 - t0, "gpu_s": t2 - t1, "total_s": t2 - t0,
                    "host_s": self.submitter.submit_at - t0, "dispatches": step.n_dispatches,
-                   "recorded_ahead": float(step.took_ahead)}  # fmt: skip
+                   "recorded_ahead": float(step.took_ahead),
+                   "readback_bytes": sum(a.nbytes for a in caps.values())}  # fmt: skip
         rerunnable = not state.kv.states  # a recurrent state has moved on: a rerun would start from there
         return PassResult(caps, {}, timings, stage_ms, plans, plans[0].stage.name, held, held_heads, rerunnable)
 
-    def _compiled_step(self, r: PassRequest, state: PassState, last_only: bool, names) -> CompiledStep | None:
+    def _compiled_step(self, r: PassRequest, state: PassState, last_only: bool, names,
+                       extra: tuple[Stage, ...] = ()) -> CompiledStep | None:  # fmt: skip
         """A decode step's compiled step (labkit.gpu.compiled_step), when the pass is one: one token,
         a named capture that holds no KV writer's region (it moves each step), no timestamps."""
         if r.T != 1 or names is None or r.timestamps:
@@ -424,9 +428,25 @@ class GpuExecutor(StageHost):
         if any(self._stages[n].kv_write for n in names):
             return None
         self.selection()
-        key = (self._selection[0], last_only, tuple(names), r.positions, r.heads)
-        state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only, names)
+        key = (self._selection[0], last_only, tuple(names), r.positions, r.heads, r.pick)
+        names = [*names, *(st.name for st in extra)]
+        state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only, names, extra)
         return state.step
+
+    @cached_property
+    def next_token_stage(self) -> Stage:
+        """The greedy pick after the last stage (labkit.ops.argmax): in no graph, appended to a pass that asks."""
+        last = self.graph[-1]
+        return Stage("next_token", "argmax", (last.name,), params={"width": self.cfg.vocab_size})
+
+    def _picks(self, r: PassRequest, streamed) -> tuple[Stage, ...]:
+        """The stages a pass appends to pick its next token on the device: a greedy pick's argmax (not on a
+        streamed pass, whose logits are read in chunks: it reads them back instead)."""
+        if r.pick is None or streamed:
+            return ()
+        if r.pick != "greedy":
+            raise InvalidArgumentError(f"pick={r.pick!r}: the device picks greedily (pick='greedy') or not at all")
+        return (self.next_token_stage,)
 
     def _logits_unread(self, T: int, names, debug: bool, patch: dict, positions) -> bool:
         """Nothing reads the other positions' logits: not captured, or only the last position kept."""

@@ -45,6 +45,9 @@ class PassRequest:
     timestamps: bool = False
     patch: Mapping[str, Patch] = field(default_factory=dict)
     reuse: Reuse = FRESH
+    # "greedy": the pass ends with the next token picked on the device (a `next_token` stage, labkit.ops.argmax),
+    # read back as captures["next_token"] (one id a position) in place of rows of logits
+    pick: str | None = None
 
     def __post_init__(self):
         for name in ("ids", "names", "positions", "heads"):

@@ -13,6 +13,7 @@ only to be compiled (labkit.gpu.compiled_step). Submitting the plans is the subm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -44,6 +45,7 @@ def plan_pass(
     fuse: bool = False,
     keys_room: int = 0,
     segments: list | None = None,
+    extra: tuple[Stage, ...] = (),
 ) -> list[StagePlan]:
     """Regions and dispatches for the new tokens `ids` after kv.n_past cached ones, every GPU object
     from `objects` (labkit.gpu.allocator).
@@ -55,7 +57,8 @@ def plan_pass(
     their segment ends (`StagePlan.segment_end`), where the pass reads them back. `fuse`: a decode
     step's matmuls fuse their epilogues (labkit.gpu.fusion), as a compiled step's do. `keys_room`:
     attention maps are allocated for that many keys (a compiled step's, so that no region moves).
-    `segments`: the sequences of a batch packed in `ids` (labkit.gpu.batch_plan); `kv` is then the first's."""
+    `segments`: the sequences of a batch packed in `ids` (labkit.gpu.batch_plan); `kv` is then the first's.
+    `extra`: stages after the graph's, for this pass only (a greedy step's next_token), each on a region of its own."""
     sel = ex.selection()
     kernels, skipped = sel.kernels, sel.skipped
     scratch = None
@@ -82,6 +85,19 @@ def plan_pass(
             plans[-1].segment_end = scratch.recorded(i, st.name, 4 * plans[-1].out.size)
     if plans and streamed:
         plans[-1].segment_end = True  # the last captures are read after the last stage
+    return plans + _plan_extra(ex, scope, extra)
+
+
+def _plan_extra(ex: Any, scope: PassScope, extra: tuple[Stage, ...]) -> list[StagePlan]:
+    """The plans of stages after the graph's, each on a region of its own (a scratch region may be the one
+    its input just left)."""
+    own, plans = replace(scope, scratch=None), []
+    for st in extra:
+        ctx = StageContext(ex, st, ex.kernel(st), own)
+        out = OPS[st.op].plan(st, ctx)
+        scope.objects.stage_done()
+        plans.append(StagePlan(st, out, ctx.dispatches))
+        scope.regions[st.name] = out
     return plans
 
 
@@ -153,12 +169,12 @@ def _plan_logits_chunks(ex: Any, ctx: StageContext, signature: tuple) -> StagePl
 
 
 def plans_under(ex: Any, ids, kv: GpuKVCache, objects: Allocator, last_only: bool, reuse: Reuse, keep,
-                streamed):  # fmt: skip
+                streamed, extra: tuple[Stage, ...] = ()):  # fmt: skip
     """Plans of a pass under its reuse: a rerun keeps the previous pass's stages up to the first
     changed signature (when every stage of this pass has its own region too)."""
     if reuse.kind == "rerun" and keep is None:
         previous, new_sigs = reuse.previous, ex.selection().signatures
         # no switch since the last pass: recompute it all (same regions), don't replay old data
         start = next((i for i, (p, s) in enumerate(zip(previous.plans, new_sigs)) if p.signature != s), 0)
-        return plan_pass(ex, ids, kv, objects, last_only, reuse=previous.plans, start=start), start
-    return plan_pass(ex, ids, kv, objects, last_only, keep=keep, streamed=streamed), 0
+        return plan_pass(ex, ids, kv, objects, last_only, reuse=previous.plans, start=start, extra=extra), start
+    return plan_pass(ex, ids, kv, objects, last_only, keep=keep, streamed=streamed, extra=extra), 0

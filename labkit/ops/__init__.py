@@ -6,6 +6,7 @@ from __future__ import annotations
 from labkit.ops import (
     add,
     add_id,
+    argmax,
     attn_ctx,
     attn_gate,
     attn_scores,
@@ -76,6 +77,7 @@ OPS: dict[str, Op] = {
         head_matmul,
         kv_cache,
         hadamard,
+        argmax,
     )
 }
 

@@ -520,3 +520,25 @@ def test_generate_keeps_its_state_for_the_next_generate_of_that_capacity(tiny_mo
     assert lab._generate_held is not state and steps.compiled == compiled + 1
     assert other.ids[: len(first.ids)] == first.ids
     assert labkit.open(tiny_model("llama", "Q8_0")).generate(IDS, max_new_tokens=6).ids == first.ids
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "tiny-qwen3moe"])
+def test_a_greedy_step_reads_back_its_token_only(tiny_model, arch):
+    """Greedy decoding picks the next token on the device (labkit.ops.argmax after the logits): a warm step
+    reads back 4 bytes, compiled, and the tokens are the reference's greedy ones; a sampled decode reads its
+    row of logits, as before."""
+    lab = labkit.open(arch if arch.startswith("tiny-") else tiny_model(arch, "Q8_0"))
+    greedy = lab.generate(IDS, max_new_tokens=8)
+    assert greedy.ids == lab.generate_reference(IDS, max_new_tokens=8).ids
+    assert greedy.timings["readback_bytes_per_step"] == 4 and lab.executor.compiled_steps.last is not None
+    sampled = lab.generate(IDS, max_new_tokens=4, sampler=labkit.Sampler(temperature=0.7, seed=3))
+    assert sampled.timings["readback_bytes_per_step"] == 4 * lab.config.vocab_size
+
+
+def test_a_pick_the_device_cannot_make_is_refused(tiny_model):
+    from labkit.errors import InvalidArgumentError
+    from labkit.gpu.pass_request import PassRequest
+
+    ex = labkit.open(tiny_model("llama", "Q8_0")).executor
+    with pytest.raises(InvalidArgumentError, match="pick='top_k'"):
+        ex.run_pass(PassRequest(tuple(IDS), names=(), pick="top_k"), ex.new_state(len(IDS)))

@@ -71,6 +71,7 @@ NMSE = {
     # a cache of a smaller type: ggml's rounding bit for bit (one value rounded the other way is ~1e-5)
     "kv_cache": 1e-12,
     "hadamard": 1e-12,
+    "argmax": 0.0,  # ids: exact
 }
 # faults that are harmless by design: post-mortem 000's "fix that changed nothing"
 HARMLESS = {("attn_workgroups", "streaming_count")}
@@ -748,6 +749,22 @@ def cases_hadamard() -> list[OpCase]:
     for T, n, width in ((1, 64, 192), (5, 128, 256), (3, 256, 512)):
         st = Stage("blk.0.k_rot", "hadamard", ("k_rope",), params={"n": n, "width": width}, layer=0)
         out.append(OpCase(f"T{T} n{n} w{width}", st, [r.standard_normal((T, width)) * 3], T))
+    return out
+
+
+def cases_argmax() -> list[OpCase]:
+    """Rows of one value, of fewer values than threads, of a vocabulary past 49152 values at an odd width; a
+    row whose largest value sits twice (the lowest id wins, as numpy's) and one of -inf but one value."""
+    r, out = _rng("argmax"), []
+    for T, n in ((1, 1), (3, 63), (2, 1000), (1, 49153)):
+        x = r.standard_normal((T, n)) * 10
+        if n >= 63:
+            x[0, [5, n - 7]] = x[0].max() + 1.0  # a tie: the first wins
+        if T > 1:
+            x[1, :] = -np.inf
+            x[1, n // 2] = -3.0
+        st = Stage("next_token", "argmax", ("logits",), params={"width": n})
+        out.append(OpCase(f"T{T} n{n}", st, [x], T))
     return out
 
 
