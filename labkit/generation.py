@@ -78,7 +78,8 @@ def generate_gpu(lab: Any, prompt: Any, max_new_tokens: int = 16, sampler: Sampl
     steps: list[dict] = []  # each decode step's timings
 
     sampler = sampler or GREEDY
-    on_device = sampler.greedy and sampler.variant == "default"  # a decode step reads back its token: 4 bytes
+    # a greedy decode step reads back its token, 4 bytes, where the adapter gains by it (GpuExecutor.pick_on_device)
+    on_device = sampler.greedy and sampler.variant == "default" and ex.picks_on_device
 
     def step(ids: list[int]) -> np.ndarray | int:
         # a step runs the state's compiled step (labkit.gpu.compiled_step); the prefill reuses objects

@@ -129,6 +129,10 @@ class GpuExecutor(StageHost):
         # "repacked": default matmuls read the int8 layout (fast on lavapipe); "gguf": the raw-bytes
         # kernels, weights at their file size (what the lab picks when the repacked ones do not fit)
         self.weight_layout = "repacked"
+        # greedy decode picks its token on the device (4 bytes read back a step) on a real GPU; lavapipe reads
+        # the logits row back (host memory: a copy) and picks on the host, 3 to 5 % faster (PassRequest.pick).
+        # None: by the adapter; True or False forces it (tests, benches).
+        self.pick_on_device: bool | None = None
 
     # ----- weights (labkit.gpu.weight_store, shared by the executors of one file)
     def weight(self, name: str, rows: tuple[int, int] | None = None) -> GpuWeight:
@@ -432,6 +436,11 @@ class GpuExecutor(StageHost):
         names = [*names, *(st.name for st in extra)]
         state.step = self.compiled_steps.get(self, key, r.ids, state.kv, state.step, last_only, names, extra)
         return state.step
+
+    @property
+    def picks_on_device(self) -> bool:
+        """Whether a greedy decode step picks its token on the device (see `pick_on_device`)."""
+        return self.adapter == "gpu" if self.pick_on_device is None else self.pick_on_device
 
     @cached_property
     def next_token_stage(self) -> Stage:

@@ -524,13 +524,17 @@ def test_generate_keeps_its_state_for_the_next_generate_of_that_capacity(tiny_mo
 
 @pytest.mark.parametrize("arch", ["gemma3", "tiny-qwen3moe"])
 def test_a_greedy_step_reads_back_its_token_only(tiny_model, arch):
-    """Greedy decoding picks the next token on the device (labkit.ops.argmax after the logits): a warm step
-    reads back 4 bytes, compiled, and the tokens are the reference's greedy ones; a sampled decode reads its
-    row of logits, as before."""
+    """Greedy decoding picks the next token on the device (labkit.ops.argmax after the logits; by default on a
+    real GPU): a warm step reads back 4 bytes, compiled, and the tokens are the reference's greedy ones, and
+    those of the host's pick; a sampled decode reads its row of logits, as before."""
     lab = labkit.open(arch if arch.startswith("tiny-") else tiny_model(arch, "Q8_0"))
+    assert lab.executor.picks_on_device == (lab.executor.adapter == "gpu")  # lavapipe reads its logits back
+    lab.executor.pick_on_device = True
     greedy = lab.generate(IDS, max_new_tokens=8)
     assert greedy.ids == lab.generate_reference(IDS, max_new_tokens=8).ids
     assert greedy.timings["readback_bytes_per_step"] == 4 and lab.executor.compiled_steps.last is not None
+    lab.executor.pick_on_device = False
+    assert lab.generate(IDS, max_new_tokens=8).ids == greedy.ids
     sampled = lab.generate(IDS, max_new_tokens=4, sampler=labkit.Sampler(temperature=0.7, seed=3))
     assert sampled.timings["readback_bytes_per_step"] == 4 * lab.config.vocab_size
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.ops.base import Kernel, Op, Params, from_file
+from labkit.ops.base import Kernel, Op, Params, ceil_div, from_file
 
-PARAMS = Params(n_rows="u32", n="u32")
+PARAMS = Params(n_rows="u32", n="u32", parts="u32", phase="u32")
+SLICE = 4096  # values a workgroup of the first dispatch takes at most
 
 
 def reference(stage, ref) -> np.ndarray:
@@ -22,7 +23,11 @@ def plan(stage, gpu):
     x = gpu.input(0)
     rows, n = x.shape[0], x.shape[-1]
     out = gpu.output((rows, 1))
-    gpu.dispatch([x.buffer, out.buffer], {"n_rows": rows, "n": n}, rows)
+    parts = ceil_div(n, SLICE)
+    pairs = gpu.temp((rows, 2 * parts), "pairs")
+    values = {"n_rows": rows, "n": n, "parts": parts}
+    gpu.dispatch([x.buffer, pairs.buffer, out.buffer], values | {"phase": 0}, rows * parts)
+    gpu.dispatch([x.buffer, pairs.buffer, out.buffer], values | {"phase": 1}, rows)
     return out
 
 
@@ -40,5 +45,5 @@ OP = Op(
     plan=plan,
     shapes=shapes,
     layout="ids",
-    kernels=(Kernel("argmax", "default", "the correct kernel, a workgroup a row", from_file("argmax")),),
+    kernels=(Kernel("argmax", "default", "the correct kernel: slices of a row, then their best", from_file("argmax")),),
 )
