@@ -64,6 +64,7 @@ STEPS = ("open", "reference", "faulty", "localize", "fixed", "checks")  # run_ca
 
 def _registry() -> dict[str, Case]:
     from labkit.casebook import (
+        batch_crosstalk,
         lm_head_unwritten,
         moe_router,
         norm_cascade,
@@ -75,7 +76,7 @@ def _registry() -> dict[str, Case]:
     )
 
     found = [q4k_sign.CASE, sky_kaw.CASE, lm_head_unwritten.CASE, norm_cascade.CASE, top_p_order.CASE, rope_style.CASE,
-             norm_cascade_bitnet.CASE, moe_router.CASE]  # fmt: skip
+             norm_cascade_bitnet.CASE, moe_router.CASE, batch_crosstalk.CASE]  # fmt: skip
     return {c.name: c for c in found}
 
 
