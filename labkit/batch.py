@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from labkit import progress
-from labkit.errors import InvalidArgumentError, PromptTooLongError
+from labkit.errors import InvalidArgumentError
 from labkit.model.cache_stages import CacheTypes
 from labkit.model.reference import KVCache
 from labkit.sampling import GREEDY, Sampler
@@ -31,22 +31,17 @@ class BatchGeneration:
 
 
 def batch_ids(lab: Any, prompts: list, extra: int = 0) -> list[list[int]]:
-    """Each prompt's ids; a batch of none, or of a sequence with no tokens, is refused."""
+    """Each prompt's ids (each one, with `extra` new tokens, within the context: PromptTooLongError naming
+    it); a batch of none is refused."""
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise InvalidArgumentError("a batch is a non-empty list of prompts (texts or token id lists)")
-    seqs = [lab.prompt_ids(p, extra=extra) for p in prompts]
-    if any(not s for s in seqs):
-        raise InvalidArgumentError("a batch's sequences each need at least one token")
-    return seqs
+    return [lab.prompt_ids(p, extra=extra) for p in prompts]
 
 
 def check_batch_fits(lab: Any, engine: str, capacities: list[int], names) -> list[str] | None:
     """The batch's memory, planned before any work: every sequence's cache and the packed captures
     (MemoryBudgetError naming the batch when they do not fit); the capture that fits."""
-    total = sum(capacities)
-    if total > lab.config.context_length * len(capacities):
-        raise PromptTooLongError("a batch's sequences are each over the context")
-    return lab.fit.capture(engine, total, names)
+    return lab.fit.capture(engine, sum(capacities), names)
 
 
 def run_batch(lab: Any, prompts: list, names: list[str] | None, engine: str) -> list:

@@ -152,6 +152,8 @@ def test_bad_batches_are_refused_before_any_work(tiny_model):
             lab.run_batch(bad)
     with pytest.raises(PromptTooLongError, match="empty"):
         lab.run_batch([[1, 2], []])
+    with pytest.raises(PromptTooLongError):  # one sequence over the context, before any pass
+        lab.generate_batch([[1, 2], IDS * (lab.config.context_length // len(IDS) + 1)], max_new_tokens=4)
     with pytest.raises(InvalidArgumentError, match="engine"):
         lab.run_batch(SEQS, engine="vllm")
     with pytest.raises(InvalidArgumentError, match="max_new_tokens"):
