@@ -76,12 +76,14 @@ def test_a_batch_decodes_as_its_sequences_alone(smollm):
     assert out.texts[0] == smollm.detokenize(out.ids[0])
 
 
-def test_a_batch_decode_step_is_compiled_and_gives_the_planned_steps_bits(tiny_model):
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_a_batch_decode_step_is_compiled_and_gives_the_planned_steps_bits(tiny_model, arch):
     """One token for each sequence, each at its own position: the batch's compiled step (its words moved by
-    each sequence's own position) against the same steps planned afresh (timestamps plan every pass)."""
+    each sequence's own position, its matmuls fused with the adds and activations after them, as a single
+    step's) against the same steps planned afresh and unfused (timestamps plan every pass)."""
     from labkit.gpu.pass_request import BatchState
 
-    lab = labkit.open(tiny_model("gemma3", "Q8_0"))
+    lab = labkit.open(tiny_model(arch, "Q8_0"))
     ex = lab.executor
     compiled, planned = (BatchState([ex.new_state(32) for _ in SEQS]) for _ in range(2))
     for batch in (compiled, planned):
@@ -93,6 +95,8 @@ def test_a_batch_decode_step_is_compiled_and_gives_the_planned_steps_bits(tiny_m
         for got, want in zip(a.captures, b.captures):
             assert all(np.array_equal(got[n], want[n]) for n in want)
     assert [kv.n_past for kv in (s.kv for s in compiled.states)] == [len(s) + 4 for s in SEQS]
+    fused = {n.split(".", 2)[-1] for p in compiled.step.plans for n in p.also_writes}
+    assert fused == ({"ffn_act"} if arch == "gemma3" else {"resid_mid", "resid_out", "ffn_act"})
 
 
 def test_batch_path_is_exact_on_the_reference_and_in_band_on_the_gpu(tiny_model):

@@ -9,9 +9,10 @@ captured or compared, and the fused stage's own plan has no dispatch. The result
 unfused ones bit for bit (tests compare fused and unfused decode).
 
 Fused only where nothing else changes: compiled decode steps (labkit.gpu.compiled_step; lab.run, the
-stepper, debug and patched passes run every stage's own kernel), one token, a matmul on repacked
-weights (the matvec driver) without bias or scale, and a next stage whose selected kernel is the correct
-one; a faulty elementwise variant runs unfused, so it still shows.
+stepper, debug and patched passes run every stage's own kernel), one token (or a batch's step of up to
+4, the few-token driver's), a matmul on repacked weights (the matvec drivers) without bias or scale,
+and a next stage whose selected kernel is the correct one; a faulty elementwise variant runs unfused,
+so it still shows.
 """
 
 from __future__ import annotations
@@ -40,10 +41,11 @@ class Epilogue:
 def epilogue_for(graph: list, i: int, kernels: dict, T: int) -> Epilogue | None:
     """The stage after graph[i] fused into its kernel, or None where the rules above say no."""
     st = graph[i]
-    if T != 1 or i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.params.get("weight_scale") or st.kv_write:
+    if i + 1 >= len(graph) or st.op != "matmul" or st.bias or st.params.get("weight_scale") or st.kv_write:
         return None
-    if kernels[st.name].epilogue is None:  # no fused form (the raw-bytes drivers)
-        return None
+    k = kernels[st.name]
+    if k.epilogue is None or (T != 1 and not (k.few_epilogue and 1 < T <= k.epilogue_tokens)):
+        return None  # no fused form (the raw-bytes drivers), or none for this many tokens
     nxt = graph[i + 1]
     if nxt.op not in EPILOGUES or kernels[nxt.name].name != "default" or st.name not in nxt.inputs:
         return None

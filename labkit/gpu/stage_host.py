@@ -164,7 +164,9 @@ class StageHost:
         fused = None
         if epilogue is not None:  # (the next stage's op, its extra bindings, its Params values)
             op, buffers, values = epilogue
-            source, fused = ctx.kernel.epilogue(op), (buffers, values)
+            few = rows_T > 1 and ctx.kernel.few_epilogue is not None
+            source = ctx.kernel.few_epilogue(op, rows_T) if few else ctx.kernel.epilogue(op)
+            fused = (buffers, values)
         if ("matmul", source) not in self._checked:  # once per kernel source, off the hot path
             params = OPS["matmul"].params if fused is None else EPILOGUE_PARAMS
             params.check(source, f"{ctx.kernel.family}/{ctx.kernel.name}")

@@ -146,6 +146,9 @@ class Kernel:
     repack: Callable[[], str] | None = field(default=None, repr=False)  # matmuls: WGSL that repacks W first
     # matmuls: the decode source fused with the next stage's op ("add", "glu"); None: never fused
     epilogue: Callable[[str], str] | None = field(default=None, repr=False)
+    # matmuls: the source fused for a pass of 2 to `epilogue_tokens` tokens, (op, T) -> WGSL (a batch's decode step)
+    few_epilogue: Callable[[str, int], str] | None = field(default=None, repr=False)
+    epilogue_tokens: int = 1
 
     def source(self, shape: PassShape | None = None) -> str:
         """The WGSL for a pass of `shape`; by default a prompt's (16 tokens: a matmul's prefill

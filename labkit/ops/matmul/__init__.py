@@ -26,7 +26,7 @@ from gguf import GGMLQuantizationType
 
 from labkit.errors import UnsupportedTensorTypeError
 from labkit.ops.base import Kernel, Op, Params, Policy, compose, wgsl_const, wgsl_file
-from labkit.ops.matmul.table import BY_VARIANT, SPLITK_FORMATS, MatmulKernel, default_kernel, kernels_of
+from labkit.ops.matmul.table import BY_VARIANT, FEW_MAX_T, SPLITK_FORMATS, MatmulKernel, default_kernel, kernels_of
 from labkit.quant.formats import BY_NAME, FORMATS_LIST
 
 PARAMS = Params(
@@ -125,7 +125,7 @@ def _after_product(stage, N: int) -> list[tuple[str, str, int]]:
 def _fused(gpu, rows_T: int, N: int) -> tuple[str, list, dict] | None:
     """In a decode step, the next stage's op computed in this dispatch (labkit.gpu.fusion decides
     which): (its op, its other input E and its region Z as extra bindings, their Params values)."""
-    nxt = gpu.fused_next((rows_T, N)) if rows_T == 1 else None
+    nxt = gpu.fused_next((rows_T, N)) if rows_T == gpu.T else None  # a decode step's, or a batch's (fusion decides)
     if nxt is None:
         return None
     ep, e, z = nxt
@@ -169,10 +169,10 @@ def repacked_source(fmt: str, T: int) -> str:
     return _repacked_source(fmt, BY_VARIANT["repacked"].driver(T))
 
 
-def epilogue_source(fmt: str, op: str) -> str:
-    """The decode matvec on repacked weights, storing its rows and `op` (add, glu) of them with the
-    next stage's other input: one dispatch for two stages."""
-    return _repacked_source(fmt, "matvec", op)
+def epilogue_source(fmt: str, op: str, T: int = 1) -> str:
+    """The decode matvec on repacked weights (or the few-token one, for a batch's step of T tokens), storing
+    its rows and `op` (add, glu) of them with the next stage's other input: one dispatch for two stages."""
+    return _repacked_source(fmt, BY_VARIANT["repacked"].driver(T), op)
 
 
 @lru_cache(maxsize=64)
@@ -180,9 +180,7 @@ def _repacked_source(fmt: str, driver: str, epilogue: str = "") -> str:
     files = ["repacked", DRIVERS[driver]]
     if driver == "tiled":  # the 16-token x 8-row tile it shares with the blocks drivers
         files[1:1] = ["quad_step16", "tile16"]
-    if driver == "matvec4":
-        files.append("matvec_store")
-    if driver == "matvec":  # how it stores its rows: plainly, or with the next stage's op
+    if driver in ("matvec", "matvec4"):  # how it stores its rows: plainly, or with the next stage's op
         files += ["matvec_store_epilogue", *EPILOGUES[epilogue]] if epilogue else ["matvec_store"]
     return f"const GROUP: u32 = {group_of(fmt)}u;\n" + compose(*files)
 
@@ -192,7 +190,8 @@ def repacked_kernel(fmt: str, name: str, doc: str, quant: str = "", **kw) -> Ker
     row = BY_VARIANT["repacked"]
     return Kernel(f"matmul_{fmt}", name, doc, lambda shape: _repacked_source(fmt, row.driver(shape.T)),
                   repack=lambda: source(fmt, "repack", quant),
-                  epilogue=lambda op: epilogue_source(fmt, op), **kw)  # fmt: skip
+                  epilogue=lambda op: epilogue_source(fmt, op), few_epilogue=lambda op, T: epilogue_source(fmt, op, T),
+                  epilogue_tokens=FEW_MAX_T, **kw)  # fmt: skip
 
 
 def block_texels(fmt: str) -> int:
