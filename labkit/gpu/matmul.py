@@ -19,7 +19,7 @@ from labkit.gpu.allocator import Allocator
 from labkit.gpu.dispatch import Dispatch, grid, new_dispatch
 from labkit.gpu.quant_table_buffer import tables_bind_group
 from labkit.gpu.shader import compile_pipeline
-from labkit.gpu.texture import TEXTURE_DIM, Rows, fill_texture
+from labkit.gpu.texture import TEXTURE_DIM, FillMemo, Rows, fill_texture
 from labkit.gpu.weights import GpuWeight
 from labkit.ops.base import wgsl_const
 from labkit.ops.matmul import DRIVERS, FORMATS, PARAMS, format_name, source
@@ -147,13 +147,14 @@ def _split(c: TokenChunk, n_max: int, x_stride: int, y_stride: int) -> list[Toke
     ]
 
 
-def _x_textures(objects: Allocator, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str):
+def _x_textures(objects: Allocator, chunks: list[TokenChunk], K: int, x_stride: int, y_stride: int, name: str,
+                memo: FillMemo | None = None):  # fmt: skip
     """The dispatches filling one X texture per chunk (cut to X_TEXTURE_TOKENS), and the chunks
     binding those textures as X. A chunk's X may be bound at a byte offset: so is its fill's."""
     fills, out = [], []
     for c in (piece for whole in chunks for piece in _split(whole, X_TEXTURE_TOKENS, x_stride, y_stride)):
-        xt, fill = fill_texture(objects, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]")
-        fills.append(fill)
+        xt, fill = fill_texture(objects, Rows(c.x, c.x_offset, x_stride, K, c.n), f"{name} X[{c.t0}:]", memo)
+        fills += [fill] if fill is not None else []  # none where the stage before filled the same rows
         out.append(TokenChunk(c.t0, c.n, xt, 0, c.y, c.y_offset))
     return fills, out
 
@@ -180,6 +181,7 @@ def prepare_matmul(
     max_binding: int | None = None,
     window_filter: Callable[[int, int], bool] | None = None,
     epilogue: tuple[list, dict] | None = None,
+    memo: FillMemo | None = None,
 ) -> list[Dispatch]:
     """Dispatches computing Y[y_offset + t*y_stride + n] for all rows n, t < T: one per weight
     window and token chunk.
@@ -190,7 +192,8 @@ def prepare_matmul(
     max(256, min-storage-buffer-offset-alignment). `window_filter(index, count)` picks the weight
     windows that get dispatched (the lm_head variants); all by default. `epilogue` = (buffers bound
     after Params, their Params values): a fused kernel's extra operands (labkit.gpu.fusion). Uniforms,
-    bind groups and X textures come from `objects` (the pass's allocator; `gpu.fresh` outside one)."""
+    bind groups and X textures come from `objects` (the pass's allocator; `gpu.fresh` outside one);
+    `memo`: the pass's last X fill, taken again where it holds these rows (labkit.gpu.texture.FillMemo)."""
     gpu = objects.gpu
     format_name(weight.ggml_type)  # UnsupportedTensorTypeError before any work
     K, N = weight.n_cols, weight.n_rows
@@ -217,7 +220,7 @@ def prepare_matmul(
     windows = [w for i, w in enumerate(weight.windows) if keep(*weight.window_index(i))]
     fills = []
     if X_TEXTURE in source:  # the driver reads X from a texture: copy each chunk's tokens into one
-        fills, chunks = _x_textures(objects, chunks, K, x_stride, y_stride, weight.name)
+        fills, chunks = _x_textures(objects, chunks, K, x_stride, y_stride, weight.name, memo)
     return fills + _dispatches(objects, weight, windows, chunks, source, (x_stride, y_stride), epilogue or ([], {}))
 
 

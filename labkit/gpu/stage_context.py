@@ -18,7 +18,7 @@ from labkit.gpu.dispatch import Dispatch
 from labkit.gpu.fusion import Epilogue
 from labkit.gpu.kv_cache import GpuKVCache
 from labkit.gpu.pass_plan import Region
-from labkit.gpu.texture import Rows, bind_operands
+from labkit.gpu.texture import FillMemo, Rows, bind_operands
 from labkit.model.graph import Stage
 from labkit.ops import OPS
 from labkit.ops.base import Kernel, PassShape, Policy
@@ -44,6 +44,7 @@ class PassScope:
     keys_room: int = 0  # attention maps hold this many keys (a compiled step's: its KV cache's capacity)
     segments: list | None = None  # a batch's sequences (labkit.gpu.batch_plan.Segment); None: one sequence
     parts: dict[str, list[Region]] = field(default_factory=dict)  # a batch's per-sequence outputs, by stage
+    fills: FillMemo = field(default_factory=FillMemo)  # the last operand texture filled (labkit.gpu.texture)
 
 
 class StageContext:
@@ -54,6 +55,7 @@ class StageContext:
         self.regions, self.kv, self.ids, self.objects = scope.regions, scope.kv, scope.ids, scope.objects
         self.T, self.n_past = len(scope.ids), scope.kv.n_past
         self.shape = PassShape(self.T, self.n_past)
+        scope.fills.stage(st.inputs[0] if st.inputs else None)
         self.dispatches: list[Dispatch] = []
         self.also_writes: dict[str, Region] = {}  # the fused epilogue stage's region
         self.reads_ids = False  # the plan looked at the token ids (token_rows)
@@ -123,7 +125,8 @@ class StageContext:
         """One dispatch of the stage's kernel. An operand given as `Rows` is bound as its buffer, or,
         where the kernel declares a texture there, as a texture filled by a dispatch before it."""
         op = OPS[self.stage.op]
-        bound, fills = bind_operands(self.objects, self.kernel.source(self.shape), operands, self.stage.name)
+        bound, fills = bind_operands(self.objects, self.kernel.source(self.shape), operands, self.stage.name,
+                                     self.scope.fills)  # fmt: skip
         self.dispatches += fills
         self.dispatches.append(
             self.ex.dispatch(self.stage, op, self.kernel, self.shape, bound, values, workgroups, self.objects)

@@ -185,6 +185,7 @@ class StageHost:
             max_binding=self.binding_limit,
             window_filter=keep,  # per weight window, whatever the token chunks
             epilogue=fused,
+            memo=ctx.scope.fills,  # q, k and v fill one X texture between them
         )
 
     def kernel_for_op(self, op: str, layer: int | None) -> Kernel:

@@ -49,9 +49,42 @@ def texture_bindings(source: str) -> frozenset[int]:
     return frozenset(int(m) for m in _TEXTURE_BINDING.findall(source))
 
 
-def fill_texture(objects: Allocator, rows: Rows, label: str) -> tuple[Any, Dispatch]:
+@dataclass
+class FillMemo:
+    """A pass's last texture fill, kept while the stages that follow read the same input: q, k and v all
+    read the attention norm's rows as their X, and fill one texture between them, not three. A stage whose
+    first input is another clears it, so a buffer written since (a scratch region taken again) is never
+    read through an old fill."""
+
+    source: str | None = None  # the first input of the stages the fill serves
+    key: tuple | None = None  # what was filled: the rows' buffer, offset, stride, width, count
+    view: Any = None
+
+    def stage(self, first_input: str | None) -> None:
+        """A stage is planned: the fill serves it only if it reads the same first input."""
+        if first_input != self.source:
+            self.source, self.key, self.view = first_input, None, None
+
+
+def _rows_key(rows: Rows) -> tuple:
+    buf = rows.buffer
+    at = (id(buf[0]), buf[1], buf[2]) if isinstance(buf, tuple) else (id(buf), 0, 0)
+    return (*at, rows.offset, rows.stride, rows.width, rows.rows)
+
+
+def fill_texture(objects: Allocator, rows: Rows, label: str, memo: FillMemo | None = None
+                 ) -> tuple[Any, Dispatch | None]:  # fmt: skip
     """A texture view from `objects` holding `rows` (texel (w, t): floats 4w..4w+3 of row t), and the
-    dispatch that fills it."""
+    dispatch that fills it; None for the dispatch where `memo` holds a fill of the same rows."""
+    if memo is not None and memo.key == _rows_key(rows):
+        return memo.view, None
+    view, fill = _fill(objects, rows, label)
+    if memo is not None:
+        memo.key, memo.view = _rows_key(rows), view
+    return view, fill
+
+
+def _fill(objects: Allocator, rows: Rows, label: str) -> tuple[Any, Dispatch]:
     gpu = objects.gpu
     if rows.width % 4 or rows.offset % 4 or rows.stride % 4:
         raise GpuLimitError(f"{label}: rows read as a texture need widths, offsets and strides in whole vec4s")
@@ -74,17 +107,18 @@ def fill_texture(objects: Allocator, rows: Rows, label: str) -> tuple[Any, Dispa
     return view, Dispatch(pipeline, bg, grid(n_wg, gpu.max_workgroups), f"to texture: {label}", filled=(rows, view))
 
 
-def bind_operands(objects: Allocator, source: str, operands: list[Any], label: str) -> tuple[list[Any], list[Dispatch]]:
+def bind_operands(objects: Allocator, source: str, operands: list[Any], label: str, memo: FillMemo | None = None
+                  ) -> tuple[list[Any], list[Dispatch]]:  # fmt: skip
     """What to bind for each operand (a `Rows` becomes its buffer, or a filled texture where
-    `source` declares a texture), and the fills to dispatch first."""
+    `source` declares a texture), and the fills to dispatch first (none for rows `memo` holds filled)."""
     textures, bound, fills = texture_bindings(source), [], []
     for i, op in enumerate(operands):
         if not isinstance(op, Rows):
             bound.append(op)
         elif i in textures:
-            view, fill = fill_texture(objects, op, f"{label} @binding({i})")
+            view, fill = fill_texture(objects, op, f"{label} @binding({i})", memo)
             bound.append(view)
-            fills.append(fill)
+            fills += [fill] if fill is not None else []
         else:
             bound.append(op.buffer)
     return bound, fills

@@ -546,3 +546,16 @@ def test_a_pick_the_device_cannot_make_is_refused(tiny_model):
     ex = labkit.open(tiny_model("llama", "Q8_0")).executor
     with pytest.raises(InvalidArgumentError, match="pick='top_k'"):
         ex.run_pass(PassRequest(tuple(IDS), names=(), pick="top_k"), ex.new_state(len(IDS)))
+
+
+def test_stages_reading_one_input_fill_one_texture(smollm):
+    """q, k and v read the attention norm's rows as their X texture: one fill serves the three (and one the
+    FFN's gate and up), so a SmolLM2 decode step is 18 dispatches a layer where it was 21, and its tokens
+    are the reference's."""
+    lab = smollm
+    gen = lab.generate("The color of the sky is", max_new_tokens=6)
+    assert gen.ids == lab.generate_reference("The color of the sky is", max_new_tokens=6).ids
+    plans = {p.stage.kind: p for p in lab.executor.compiled_steps.last.plans if p.stage.layer == 3}
+    fills = {k for k, p in plans.items() for d in p.dispatches if d.label.startswith("to texture")}
+    assert fills == {"q", "attn_out", "ffn_gate", "ffn_down"}
+    assert sum(len(p.dispatches) for p in plans.values()) == 18
