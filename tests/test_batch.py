@@ -170,6 +170,6 @@ def test_bad_batches_are_refused_before_any_work(tiny_model):
 def test_bench_batch_figures_round_trip():
     fig = BatchFigures(4, step_s=0.3, one_step_s=0.1, batch1_step_s=0.12, dispatches=1356)
     report = BenchReport("m", "lavapipe", 3, {}, batch=fig)
-    assert report.ratios()["gpu batch of 4 step / one sequence's step"] == pytest.approx(3.0)
+    assert report.ratios()["gpu batch of 4 step / one sequence's step"] == pytest.approx(2.5)  # the same loop's
     again = BenchReport.from_dict(report.to_dict())
     assert again.batch == fig and "a batch of 4" in again.table()

@@ -38,8 +38,8 @@ def render(report) -> str:
     if r.batch is not None:
         b = r.batch
         lines.append(f"gpu decode, a batch of {b.n}: {1e3 * b.step_s:.1f} ms a step ({b.dispatches:.0f} dispatches); "
-                     f"one sequence {1e3 * b.one_step_s:.1f} ms (generate), {1e3 * b.batch1_step_s:.1f} ms "
-                     "(the batched path with one)")  # fmt: skip
+                     f"one sequence {1e3 * b.batch1_step_s:.1f} ms a step by the same loop, "
+                     f"{1e3 * b.one_step_s:.1f} ms by generate's rate (its compile included)")  # fmt: skip
     if r.op_families:
         lines.append(f"GPU time per op family, T={r.op_families_at}, every stage captured (timestamp queries):")
         lines += _families(r.op_families, gbps=False)
