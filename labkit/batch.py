@@ -44,10 +44,19 @@ def check_batch_fits(lab: Any, engine: str, capacities: list[int], names) -> lis
     return lab.fit.capture(engine, sum(capacities), names)
 
 
+ENGINES = ("gpu", "reference", "llamacpp")  # llamacpp: run_batch only (llama.cpp's own batch, the oracle extra)
+
+
+def _check_engine(engine: str, allowed: tuple[str, ...], what: str) -> None:
+    if engine not in allowed:
+        raise InvalidArgumentError(f"{what} engine {engine!r}: use " + " or ".join(repr(e) for e in allowed))
+
+
 def run_batch(lab: Any, prompts: list, names: list[str] | None, engine: str) -> list:
     """One pass of the batch on `engine`; one Run per sequence."""
     from labkit.selection import select_names
 
+    _check_engine(engine, ENGINES, "run_batch")
     seqs = batch_ids(lab, prompts)
     names = check_batch_fits(lab, engine, [len(s) for s in seqs], select_names(lab.graph, names, None))
     t0 = time.perf_counter()
@@ -61,15 +70,13 @@ def run_batch(lab: Any, prompts: list, names: list[str] | None, engine: str) -> 
         ex.upload_all()
         res = ex.run_batch_pass(seqs, BatchState([ex.new_state(len(s)) for s in seqs]), names)
         caps, timings = res.captures, res.timings
-    elif engine == "llamacpp":  # llama.cpp's own batch: its sequence ids over one unified cache (the oracle extra)
+    else:  # llama.cpp's own batch: its sequence ids over one unified cache (the oracle extra)
         from labkit.oracle.llamacpp_run import run_llamacpp_batch
 
         types = lab.kv_types
         kv = None if types == CacheTypes() else (types.k, types.v)
         caps = run_llamacpp_batch(lab.path, lab.config, lab.graph, seqs, None if names is None else set(names), kv)
         timings = {"total_s": time.perf_counter() - t0}
-    else:
-        raise InvalidArgumentError(f"run_batch engine {engine!r}: use 'gpu', 'reference' or 'llamacpp'")
     path = f"batch={len(seqs)}"
     variants = dict(lab.selected) if engine == "gpu" else {}
     return [lab._make_run(engine, s, c, dict(timings), variants=variants, path=path) for s, c in zip(seqs, caps)]
@@ -79,6 +86,7 @@ def generate_batch(lab: Any, prompts: list, max_new_tokens: int, sampler: Sample
                    ) -> BatchGeneration:  # fmt: skip
     """Continuous batching: the prompts in one pass, then a step per token for every sequence still
     going (each its own position), until each stops at EOS or after max_new_tokens."""
+    _check_engine(engine, ENGINES[:2], "generate_batch")
     if max_new_tokens < 0:
         raise InvalidArgumentError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     seqs = batch_ids(lab, prompts, extra=max_new_tokens)
@@ -118,13 +126,11 @@ def _stepper(lab: Any, engine: str, capacities: list[int]):
     if engine == "reference":
         eng, caches = lab.reference_engine, [KVCache() for _ in capacities]
 
-        def step(ids: list[list[int]], live: list[int]) -> list[np.ndarray]:
+        def step(ids: list[list[int]], live: list[int]) -> tuple[list[np.ndarray], float]:
             caps = eng.forward_batch(ids, [caches[k] for k in live], ["logits"])
             return [c["logits"][-1] for c in caps], 0
 
         return step
-    if engine != "gpu":
-        raise InvalidArgumentError(f"generate_batch engine {engine!r}: use 'gpu' or 'reference'")
     from labkit.gpu.pass_request import BatchState
 
     ex = lab.executor
@@ -132,7 +138,7 @@ def _stepper(lab: Any, engine: str, capacities: list[int]):
     states = [ex.new_state(c) for c in capacities]
     held = {}  # the live sequences -> their BatchState (its compiled step holds while they step together)
 
-    def gpu_step(ids: list[list[int]], live: list[int]) -> list[np.ndarray]:
+    def gpu_step(ids: list[list[int]], live: list[int]) -> tuple[list[np.ndarray], float]:
         batch = held.get(tuple(live))
         if batch is None:
             held.clear()

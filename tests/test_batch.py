@@ -162,6 +162,8 @@ def test_bad_batches_are_refused_before_any_work(tiny_model):
         lab.run_batch(SEQS, engine="vllm")
     with pytest.raises(InvalidArgumentError, match="max_new_tokens"):
         lab.generate_batch(SEQS, max_new_tokens=-1)
+    with pytest.raises(InvalidArgumentError, match="generate_batch engine 'llamacpp'"):
+        lab.generate_batch(SEQS, max_new_tokens=2, engine="llamacpp")
     small = labkit.open(tiny_model("gemma3", "Q8_0"), memory="40MB")
     with pytest.raises(MemoryBudgetError):  # every sequence's cache and the packed captures are planned
         small.run_batch([IDS * 8] * 16, names=["blk.*.attn_probs"])

@@ -131,8 +131,7 @@ def plan_segments(ex, st: Stage, kernel, scope: PassScope, signature: tuple) -> 
         for d in ctx.dispatches:
             d.n_past = seg.kv.n_past  # a compiled step moves its words from its own sequence's position
         dispatches += ctx.dispatches
-    ex_objects = scope.objects
-    ex_objects.stage_done()
+    scope.objects.stage_done()
     if packed and all(unbound(p).buffer is packed[0].buffer for p in parts):
         return StagePlan(st, packed[0], dispatches, signature)
     scope.parts[st.name] = parts
