@@ -65,6 +65,30 @@ def generate_reference(lab: Any, prompt: Any, max_new_tokens: int = 8, sampler: 
     return decode_loop(lab, prompt, max_new_tokens, sampler or GREEDY, step, desc="generate (reference)")
 
 
+def decode_step(lab: Any, prompt: Any, engine: str) -> Any:
+    """`Lab.decode_step`: the prompt's last token as a decode step on `engine`, after a pass of the others."""
+    ids = lab.prompt_ids(prompt)
+    if engine == "reference":
+        cache = KVCache()
+        lab.reference_engine.forward(ids[:-1], cache, capture=[])
+        caps = lab.reference_engine.forward(ids[-1:], cache)
+    elif engine == "gpu":
+        from labkit.gpu.pass_request import PassRequest
+
+        ex = lab.executor
+        state = ex.new_state(len(ids))
+        ex.run_pass(PassRequest(ids[:-1], names=(), last_logits_only=True), state)
+        caps = ex.run_pass(PassRequest(ids[-1:]), state).captures
+    elif engine == "llamacpp":  # llama.cpp's own decode step, on the caches its prompt pass left
+        from labkit.oracle.llamacpp_run import run_llamacpp
+
+        caps = run_llamacpp(lab.path, lab.config, lab.graph, ids, past=len(ids) - 1)
+    else:
+        raise InvalidArgumentError(f"decode_step engine {engine!r}: use 'gpu', 'reference' or 'llamacpp'")
+    chosen = dict(lab.selected) if engine == "gpu" else {}
+    return lab._make_run(engine, ids[-1:], caps, {}, n_past=len(ids) - 1, variants=chosen)
+
+
 def generate_gpu(lab: Any, prompt: Any, max_new_tokens: int = 16, sampler: Sampler | None = None) -> Generation:
     """KV-cached decode on the GPU: one prefill pass, then one pass per new token, each a warm run of
     the sequence's compiled step."""

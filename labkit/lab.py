@@ -499,26 +499,7 @@ class Lab:
         the positions before it left (`run.n_past` of them). Its logits equal a prefill's last row;
         a decode-only fault (post-mortem sky-kaw's) shows here and not in `run`. `engine` "llamacpp":
         llama.cpp's own decode step, its tensors under labkit's names (the `oracle` extra)."""
-        ids = self.prompt_ids(prompt)
-        if engine == "reference":
-            cache = KVCache()
-            self.reference_engine.forward(ids[:-1], cache, capture=[])
-            caps = self.reference_engine.forward(ids[-1:], cache)
-        elif engine == "gpu":
-            from labkit.gpu.pass_request import PassRequest
-
-            ex = self.executor
-            state = ex.new_state(len(ids))
-            ex.run_pass(PassRequest(ids[:-1], names=(), last_logits_only=True), state)
-            caps = ex.run_pass(PassRequest(ids[-1:]), state).captures
-        elif engine == "llamacpp":  # llama.cpp's own decode step, on the caches its prompt pass left
-            from labkit.oracle.llamacpp_run import run_llamacpp
-
-            caps = run_llamacpp(self.path, self.config, self.graph, ids, past=len(ids) - 1)
-        else:
-            raise InvalidArgumentError(f"decode_step engine {engine!r}: use 'gpu', 'reference' or 'llamacpp'")
-        chosen = dict(self.selected) if engine == "gpu" else {}
-        return self._make_run(engine, ids[-1:], caps, {}, n_past=len(ids) - 1, variants=chosen)
+        return generation.decode_step(self, prompt, engine)
 
     def run_batch(self, prompts: list[Prompt], names: list[str] | None = None, engine: str = "gpu") -> list[Run]:
         """Several sequences in one pass, packed on one token axis as engines batch them (labkit.batch):
